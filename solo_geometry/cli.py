@@ -1,0 +1,91 @@
+"""The ``solo-geometry`` command.
+
+Subcommands:
+    data digits --out DIR   write the embedded digits data set (image_folder layout)
+    pretrain                pretrain a recipe with geometry (solo-learn or lightly host)
+    probe RUN --data DIR    backbone-vs-head probes and orbit table of a run or checkpoint
+    report RUN [RUN ...]    plots and index.html of one run, or several overlaid
+    demo                    the end-to-end main job on the embedded data
+
+Bad input exits with status 2 and a message naming the value and the choices (set
+``SOLO_GEOMETRY_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from solo_geometry import __version__
+
+__all__ = ["build_parser", "main"]
+
+# (module, function adding its subparser): each module owns its subcommand.
+_SUBCOMMANDS = (
+    ("solo_geometry.pretrain", "add_pretrain_parser"),
+    ("solo_geometry.probes", "add_probe_parser"),
+    ("solo_geometry.report", "add_report_parser"),
+    ("solo_geometry.demo", "add_demo_parser"),
+)
+
+
+class UsageError(Exception):
+    """Bad input from the command line: printed without a traceback, exit status 2."""
+
+
+def _data_digits(args: argparse.Namespace) -> int:
+    from solo_geometry.data import make_digits
+
+    out = make_digits(args.out, size=args.size)
+    print(f"digits written to {out} (train/ and val/, image_folder layout)")
+    return 0
+
+
+def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
+    data = subparsers.add_parser("data", help="write an embedded data set to disk")
+    kinds = data.add_subparsers(dest="dataset", metavar="DATASET", required=True)
+    digits = kinds.add_parser("digits", help="scikit-learn's 1,797 digits as RGB PNGs")
+    digits.add_argument("--out", type=Path, required=True, help="destination folder")
+    digits.add_argument("--size", type=int, default=32, help="image side in pixels (8..512)")
+    digits.set_defaults(func=_data_digits)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="solo-geometry", description="Geometry of projection heads in SSL runs."
+    )
+    parser.add_argument("--version", action="version", version=f"solo-geometry {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_data_parser(subparsers)
+    for module, function in _SUBCOMMANDS:
+        getattr(importlib.import_module(module), function)(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 2 on bad input (also raised as ``SystemExit`` by argparse).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, ValueError, TypeError, FileNotFoundError, ModuleNotFoundError) as err:
+        if os.environ.get("SOLO_GEOMETRY_DEBUG"):
+            raise
+        print(f"solo-geometry {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
