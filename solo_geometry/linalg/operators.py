@@ -1,0 +1,211 @@
+"""Matrix-free curvature operators of an SSL loss with respect to the backbone features.
+
+For backbone features Z (V, N, d), a projection head h applied per view (H[v] = h(Z[v])) and a
+loss L(Z) = loss(H), this module builds the products of DESIGN.md section 3 on flat vectors of
+length V * N * d, never materialising a matrix:
+
+* ``heff(v)``      H_eff v = d2L/dZ2 v (exact Hessian-vector product, double backward);
+* ``gn(v)``        GN v = J^T (d2 loss/dH2) (J v) (Gauss-Newton pullback, J = dH/dZ);
+* ``m(v)``         M v = d/dZ <g, J(Z) v> with g = dloss/dH held constant (computed directly,
+  not as H_eff - GN);
+* ``pullback(v)``  G v = J^T J v.
+
+All graphs are built once, when the operator is created, and reused by every product. The head
+runs through :func:`torch.func.functional_call` on detached copies of its parameters and buffers
+(cast to the requested dtype), in training mode when it holds BatchNorm layers so that J couples
+the samples of each view as in training. The module itself is never written to: parameters,
+``.grad``, BatchNorm running statistics and ``num_batches_tracked`` and its train/eval mode are
+exactly as before (the mode is restored in ``finally``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+from torch.nn.modules.batchnorm import _NormBase
+
+__all__ = ["HeadOperators", "LossFn", "has_batch_norm", "head_jvp", "head_operators"]
+
+LossFn = Callable[[Tensor], Tensor]
+
+
+def has_batch_norm(module: nn.Module) -> bool:
+    """Whether ``module`` contains a BatchNorm (or other running-statistics norm) layer."""
+    return any(isinstance(m, _NormBase) for m in module.modules())
+
+
+def _grad(
+    output: Tensor, wrt: Tensor, grad_output: Tensor, *, create_graph: bool = False
+) -> Tensor:
+    """Vector-Jacobian product ``grad_output^T d output / d wrt``; zeros where nothing depends."""
+    if not output.requires_grad:
+        return torch.zeros_like(wrt)
+    (result,) = torch.autograd.grad(
+        output,
+        wrt,
+        grad_outputs=grad_output,
+        retain_graph=True,
+        create_graph=create_graph,
+        allow_unused=True,
+        materialize_grads=True,
+    )
+    return result
+
+
+def _functional_head(
+    head: nn.Module, dtype: torch.dtype, device: torch.device
+) -> Callable[[Tensor], Tensor]:
+    """The head as a pure function of its input, on detached copies of its state.
+
+    Floating parameters and buffers are cast to ``dtype``; buffers are cloned, so BatchNorm
+    running statistics updated in training mode land in the copies, never in ``head``.
+    """
+
+    def _copy(t: Tensor) -> Tensor:
+        t = t.detach().to(device)
+        return t.to(dtype) if t.is_floating_point() else t.clone()
+
+    state = {name: _copy(p) for name, p in head.named_parameters()}
+    state.update({name: _copy(b).clone() for name, b in head.named_buffers()})
+
+    def forward(x: Tensor) -> Tensor:
+        return functional_call(head, state, (x,), strict=False)
+
+    return forward
+
+
+class HeadOperators:
+    """Curvature operators of ``loss_fn(head(Z))`` at a fixed Z (see the module docstring).
+
+    Build with :func:`head_operators`. Every product takes and returns a flat vector of length
+    ``dim = V * N * d`` (any shape with that many elements is accepted) in ``dtype``.
+    """
+
+    def __init__(self, z: Tensor, h: Tensor, g: Tensor, jt_u: Tensor, u: Tensor) -> None:
+        self._z = z  # (V, N, d) leaf, requires grad
+        self._h = h  # (V, N, p) head outputs, graph to z
+        self._g = g  # (V, N, p) dloss/dH with create_graph: graph to h
+        self._jt_u = jt_u  # (V, N, d) J^T u, linear in the dummy u: gives J v by double-vjp
+        self._u = u  # (V, N, p) dummy leaf
+        with torch.enable_grad():
+            self._grad_z = _grad(h, z, g, create_graph=True)  # dL/dZ = J^T g, full graph
+            self._jt_g = _grad(h, z, g.detach(), create_graph=True)  # J^T g, g held constant
+
+    @property
+    def dim(self) -> int:
+        """Length V * N * d of the vectors the operators act on."""
+        return self._z.numel()
+
+    @property
+    def shape(self) -> torch.Size:
+        """Shape (V, N, d) of Z."""
+        return self._z.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the products."""
+        return self._z.dtype
+
+    def _as_z(self, v: Tensor) -> Tensor:
+        return v.reshape(self._z.shape).to(self._z)  # (V, N, d)
+
+    def jvp(self, v: Tensor) -> Tensor:
+        """J v, of shape (V, N, p), by the double-vjp trick on the stored J^T u graph."""
+        return _grad(self._jt_u, self._u, self._as_z(v))
+
+    def vjp(self, w: Tensor) -> Tensor:
+        """J^T w for w of shape (V, N, p); returns (V * N * d,)."""
+        return _grad(self._h, self._z, w.reshape(self._h.shape).to(self._h)).reshape(-1)
+
+    def heff(self, v: Tensor) -> Tensor:
+        """H_eff v = d2L/dZ2 v, (V * N * d,)."""
+        return _grad(self._grad_z, self._z, self._as_z(v)).reshape(-1)
+
+    def gn(self, v: Tensor) -> Tensor:
+        """GN v = J^T (d2 loss/dH2) J v, (V * N * d,)."""
+        loss_hvp = _grad(self._g, self._h, self.jvp(v))  # (V, N, p)
+        return self.vjp(loss_hvp)
+
+    def m(self, v: Tensor) -> Tensor:
+        """M v = d/dZ <g, J(Z) v> with g = dloss/dH held constant, (V * N * d,)."""
+        return _grad(self._jt_g, self._z, self._as_z(v)).reshape(-1)
+
+    def pullback(self, v: Tensor) -> Tensor:
+        """G v = J^T J v (batch-level pullback metric), (V * N * d,)."""
+        return self.vjp(self.jvp(v))
+
+
+def head_operators(
+    head: nn.Module,
+    loss_fn: LossFn,
+    Z: Tensor,
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> HeadOperators:
+    """Build the curvature operators of ``loss_fn(head(Z))`` at Z.
+
+    The head is applied to each view separately, H[v] = head(Z[v]), in training mode if it holds
+    BatchNorm layers (batch statistics of that view, as in training) and in its current mode
+    otherwise; running statistics are never changed and the mode is restored in ``finally``.
+    Random layers (dropout) draw once, when the graph is built, from a forked global RNG, which
+    is left exactly as found.
+
+    Args:
+        head: projection head mapping (N, d) to (N, p).
+        loss_fn: loss of the head outputs, (V, N, p) -> scalar, every other quantity detached.
+            It receives H in ``dtype``: captured targets should be cast with ``t.to(H)``.
+        Z: backbone features (V, N, d); detached and cast to ``dtype`` internally.
+        dtype: floating dtype of every product.
+
+    Returns:
+        The operators, their graphs built once and reused by every product.
+
+    Raises:
+        ValueError: if Z is not 3-dimensional or ``dtype`` is not floating.
+        TypeError: if ``loss_fn`` does not return a scalar tensor.
+    """
+    if Z.ndim != 3:
+        raise ValueError(f"Z must have shape (V, N, d); got {tuple(Z.shape)}")
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be floating; got {dtype}")
+    was_training = head.training
+    devices = [Z.device] if Z.device.type == "cuda" else []
+    try:
+        head.train(True if has_batch_norm(head) else was_training)
+        forward = _functional_head(head, dtype, Z.device)
+        with torch.enable_grad(), torch.random.fork_rng(devices=devices):
+            z = Z.detach().to(dtype).clone().requires_grad_(True)  # (V, N, d)
+            h = torch.stack([forward(z[v]) for v in range(z.shape[0])])  # (V, N, p)
+            loss = loss_fn(h)
+            if not isinstance(loss, Tensor) or loss.numel() != 1:
+                raise TypeError(f"loss_fn must return a scalar tensor; got {type(loss)}")
+            (g,) = torch.autograd.grad(loss.reshape(()), h, create_graph=True)  # (V, N, p)
+            u = torch.zeros_like(h, requires_grad=True)  # (V, N, p) dummy for J v
+            jt_u = _grad(h, z, u, create_graph=True)  # (V, N, d)
+            return HeadOperators(z, h, g, jt_u, u)
+    finally:
+        head.train(was_training)
+
+
+def head_jvp(
+    head: nn.Module, Z: Tensor, V: Tensor, *, dtype: torch.dtype = torch.float64
+) -> Tensor:
+    """Directional derivative J_h(Z) V of the head on one batch.
+
+    Batch-level: with BatchNorm (run in training mode) the rows are coupled; without it row i is
+    J_h(z_i) v_i. Leaves the head untouched, as :func:`head_operators` does.
+
+    Args:
+        head: projection head (N, d) -> (N, p).
+        Z: features (N, d).
+        V: directions (N, d).
+        dtype: computation dtype.
+
+    Returns:
+        J V of shape (N, p).
+    """
+    ops = head_operators(head, lambda h: h.sum() * 0.0, Z.unsqueeze(0), dtype=dtype)
+    return ops.jvp(V.unsqueeze(0)).squeeze(0)  # (N, p)

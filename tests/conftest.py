@@ -1,0 +1,71 @@
+"""Shared test fixtures: the four SSL losses written out by hand, as functions of H (V, N, p)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def nt_xent(h: Tensor, temperature: float = 0.5) -> Tensor:
+    """NT-Xent / InfoNCE over 2N samples (SimCLR)."""
+    v, n, _ = h.shape
+    z = F.normalize(h.reshape(v * n, -1), dim=1)  # (2N, p)
+    sim = z @ z.T / temperature
+    sim = sim.masked_fill(torch.eye(v * n, dtype=torch.bool), float("-inf"))
+    targets = (torch.arange(v * n) + n) % (v * n)
+    return F.cross_entropy(sim, targets)
+
+
+def neg_cosine(h: Tensor) -> Tensor:
+    """Symmetric negative cosine with stop-gradient targets (SimSiam / BYOL form)."""
+    a = F.cosine_similarity(h[0], h[1].detach(), dim=-1).mean()
+    b = F.cosine_similarity(h[1], h[0].detach(), dim=-1).mean()
+    return -(a + b) / 2
+
+
+def vicreg(h: Tensor) -> Tensor:
+    """VICReg: 25 invariance + 25 variance + 1 covariance."""
+    n, p = h.shape[1:]
+    inv = F.mse_loss(h[0], h[1])
+    var = sum(F.relu(1.0 - torch.sqrt(x.var(dim=0) + 1e-4)).mean() for x in h)
+    cov = 0.0
+    for x in h:
+        xc = x - x.mean(dim=0)
+        c = xc.T @ xc / (n - 1)
+        cov = cov + (c.pow(2).sum() - c.diagonal().pow(2).sum()) / p
+    return 25.0 * inv + 25.0 * var + cov
+
+
+def barlow_twins(h: Tensor, lambd: float = 5e-3) -> Tensor:
+    """Barlow Twins cross-correlation loss."""
+    n = h.shape[1]
+    a = (h[0] - h[0].mean(0)) / h[0].std(0)
+    b = (h[1] - h[1].mean(0)) / h[1].std(0)
+    c = a.T @ b / n
+    on = (1 - c.diagonal()).pow(2).sum()
+    off = c.pow(2).sum() - c.diagonal().pow(2).sum()
+    return on + lambd * off
+
+
+SSL_LOSSES: dict[str, Callable[[Tensor], Tensor]] = {
+    "nt_xent": nt_xent,
+    "neg_cosine": neg_cosine,
+    "vicreg": vicreg,
+    "barlow_twins": barlow_twins,
+}
+
+
+@pytest.fixture(params=sorted(SSL_LOSSES))
+def ssl_loss(request: pytest.FixtureRequest) -> Callable[[Tensor], Tensor]:
+    """Each of the four hand-written SSL losses in turn."""
+    return SSL_LOSSES[request.param]
+
+
+@pytest.fixture
+def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
+    """All four hand-written SSL losses by name."""
+    return SSL_LOSSES

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import Tensor, nn
+from torch.autograd.functional import hessian, jacobian
+
+from solo_geometry.linalg.operators import has_batch_norm, head_jvp, head_operators
+
+V, N, D, HID, P = 2, 6, 4, 8, 5
+VEC = True  # vmap-vectorised references
+
+
+def make_head(kind: str) -> nn.Module:
+    torch.manual_seed(3)
+    acts: dict[str, type[nn.Module]] = {"swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
+    if kind == "linear":
+        return nn.Linear(D, P)
+    if kind == "bn_swish":
+        return nn.Sequential(
+            nn.Linear(D, HID, bias=False), nn.BatchNorm1d(HID), nn.SiLU(), nn.Linear(HID, P)
+        )
+    return nn.Sequential(nn.Linear(D, HID), acts[kind](), nn.Linear(HID, P))
+
+
+def features() -> Tensor:
+    return torch.randn(V, N, D, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+
+
+class DenseReference:
+    """Dense float64 matrices built with torch.autograd.functional, independently of the code."""
+
+    def __init__(self, head: nn.Module, loss_fn: Callable[[Tensor], Tensor], z: Tensor) -> None:
+        self.head = copy.deepcopy(head).double()
+        if has_batch_norm(self.head):
+            self.head.train()
+        self.loss_fn = loss_fn
+        self.z = z.reshape(-1).clone()
+
+    def outputs(self, zf: Tensor) -> Tensor:
+        zz = zf.reshape(V, N, D)
+        return torch.stack([self.head(zz[v]) for v in range(V)])  # (V, N, P)
+
+    def heff(self) -> Tensor:
+        return hessian(lambda zf: self.loss_fn(self.outputs(zf)), self.z, vectorize=VEC)
+
+    def jac(self) -> Tensor:
+        flat = lambda zf: self.outputs(zf).reshape(-1)  # noqa: E731
+        return jacobian(flat, self.z, vectorize=VEC)  # (V*N*P, n)
+
+    def gn(self) -> Tensor:
+        h0 = self.outputs(self.z).detach().reshape(-1)
+        hl = hessian(lambda hf: self.loss_fn(hf.reshape(V, N, P)), h0, vectorize=VEC)
+        j = self.jac()
+        return j.T @ hl @ j
+
+    def m(self) -> Tensor:
+        h0 = self.outputs(self.z).detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(self.loss_fn(h0), h0)
+        return hessian(lambda zf: (g * self.outputs(zf)).sum(), self.z, vectorize=VEC)
+
+
+def dense(matvec: Callable[[Tensor], Tensor], n: int) -> Tensor:
+    eye = torch.eye(n, dtype=torch.float64)
+    return torch.stack([matvec(eye[i]) for i in range(n)], dim=1)
+
+
+def rel(a: Tensor, b: Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+class TestHeadOperators:
+    @pytest.mark.parametrize("kind", ["swish", "gelu", "relu", "linear", "bn_swish"])
+    def test_products_match_dense(self, kind: str, ssl_loss: Callable[[Tensor], Tensor]) -> None:
+        head, z = make_head(kind), features()
+        ops = head_operators(head, ssl_loss, z)
+        ref = DenseReference(head, ssl_loss, z)
+        n = ops.dim
+        h_ref, gn_ref, m_ref = ref.heff(), ref.gn(), ref.m()
+        assert rel(dense(ops.heff, n), h_ref) < 1e-10
+        assert rel(dense(ops.gn, n), gn_ref) < 1e-10
+        m_op = dense(ops.m, n)
+        if kind in ("relu", "linear"):
+            assert float(m_op.norm()) <= 1e-12 * float(h_ref.norm())
+            assert float(m_ref.norm()) <= 1e-12 * float(h_ref.norm())
+        else:
+            assert float(m_op.norm()) > 1e-3 * float(h_ref.norm())
+            assert rel(m_op, m_ref) < 1e-10
+        assert rel(gn_ref + m_ref, h_ref) < 1e-10  # the chain rule split itself
+
+    @pytest.mark.parametrize("kind", ["swish", "bn_swish"])
+    def test_pullback_and_jvp(self, kind: str) -> None:
+        head, z = make_head(kind), features()
+        ops = head_operators(head, lambda h: h.pow(2).sum(), z)
+        j = DenseReference(head, lambda h: h.sum(), z).jac()
+        assert rel(dense(ops.pullback, ops.dim), j.T @ j) < 1e-10
+        v = torch.randn(V, N, D, dtype=torch.float64)
+        assert rel(ops.jvp(v).reshape(-1), j @ v.reshape(-1)) < 1e-10
+        w = torch.randn(N, D, dtype=torch.float64)
+        j0 = DenseReference(head, lambda h: h.sum(), z).jac().reshape(V, N * P, V, N * D)[0, :, 0]
+        assert rel(head_jvp(head, z[0], w).reshape(-1), j0 @ w.reshape(-1)) < 1e-10
+
+    def test_float32_products(self) -> None:
+        head, z = make_head("swish"), features()
+        ops = head_operators(head, SSL_LOSS_SQ, z, dtype=torch.float32)
+        ref = DenseReference(head, SSL_LOSS_SQ, z).heff()
+        out = dense(lambda v: ops.heff(v).double(), ops.dim)
+        assert ops.dtype == torch.float32
+        assert rel(out, ref) < 1e-5
+
+    def test_works_under_no_grad(self) -> None:
+        head, z = make_head("swish"), features()
+        with torch.no_grad():
+            ops = head_operators(head, SSL_LOSS_SQ, z)
+            out = ops.heff(torch.ones(ops.dim, dtype=torch.float64))
+        assert torch.isfinite(out).all() and out.norm() > 0
+
+    def test_rejects_bad_input(self) -> None:
+        head = make_head("swish")
+        with pytest.raises(ValueError, match="V, N, d"):
+            head_operators(head, SSL_LOSS_SQ, torch.zeros(N, D))
+        with pytest.raises(TypeError, match="scalar"):
+            head_operators(head, lambda h: h, features())
+
+
+def SSL_LOSS_SQ(h: Tensor) -> Tensor:  # noqa: N802 - a constant-like simple loss
+    return (h[0] - h[1]).pow(2).sum() + h.pow(3).mean()
+
+
+class TestNoSideEffects:
+    @pytest.mark.parametrize("training", [True, False])
+    def test_module_rng_and_grads_untouched(self, training: bool) -> None:
+        head = make_head("bn_swish").train()
+        head(torch.randn(N, D))  # non-trivial running statistics
+        head.train(training)
+        for p in head.parameters():
+            p.grad = torch.randn_like(p)
+        before = copy.deepcopy(head.state_dict())
+        grads = [p.grad.clone() for p in head.parameters()]  # type: ignore[union-attr]
+        rng = torch.get_rng_state()
+        ops = head_operators(head, SSL_LOSS_SQ, features())
+        ops.heff(torch.ones(ops.dim, dtype=torch.float64))
+        ops.gn(torch.ones(ops.dim, dtype=torch.float64))
+        assert head.training is training
+        assert torch.equal(torch.get_rng_state(), rng)
+        for key, value in head.state_dict().items():
+            assert torch.equal(value, before[key]), key
+        for p, g in zip(head.parameters(), grads, strict=True):
+            assert torch.equal(p.grad, g)  # type: ignore[arg-type]
+
+    def test_dropout_head_draws_from_a_forked_rng(self) -> None:
+        torch.manual_seed(0)
+        head = nn.Sequential(nn.Linear(D, HID), nn.Dropout(0.5), nn.SiLU(), nn.Linear(HID, P))
+        rng = torch.get_rng_state()
+        ops = head_operators(head, SSL_LOSS_SQ, features())
+        v = torch.ones(ops.dim, dtype=torch.float64)
+        assert torch.equal(ops.heff(v), ops.heff(v))  # one graph, one dropout mask
+        assert torch.equal(torch.get_rng_state(), rng) and head.training
