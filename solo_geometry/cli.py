@@ -27,7 +27,6 @@ __all__ = ["build_parser", "main"]
 # (module, function adding its subparser): each module owns its subcommand.
 _SUBCOMMANDS = (
     ("solo_geometry.pretrain", "add_pretrain_parser"),
-    ("solo_geometry.probes", "add_probe_parser"),
     ("solo_geometry.report", "add_report_parser"),
     ("solo_geometry.demo", "add_demo_parser"),
 )
@@ -54,6 +53,65 @@ def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
     digits.set_defaults(func=_data_digits)
 
 
+def _probe(args: argparse.Namespace) -> int:
+    """``solo-geometry probe``: validate everything, then probe; errors exit non-zero."""
+    from solo_geometry.checkpoint import load_model
+    from solo_geometry.probes import probe_report
+
+    data = Path(args.data)
+    try:
+        if not data.is_dir():
+            raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
+        model = load_model(args.run)
+        out = Path(args.out) if args.out else model.run_dir
+        ckpt = model.checkpoint.stat()
+        tag = f"{model.checkpoint.resolve()}:{ckpt.st_size}:{ckpt.st_mtime_ns}:{data.resolve()}"
+        for note in model.notes:
+            print(f"solo-geometry probe: {note}", file=sys.stderr)
+        result = probe_report(
+            model.backbone, model.head, data, out, batch_size=args.batch_size,
+            device=args.device, seed=args.seed, mean_std=model.mean_std, tag=tag,
+            targets=args.targets,
+            orbit_families=() if args.no_orbits else None, progress=not args.quiet,
+        )  # fmt: skip
+    except (ValueError, ModuleNotFoundError) as err:
+        raise UsageError(str(err)) from err
+    for row in result["probes"]:
+        print(f"{row['features']} {row['probe']:>6} {row['target']:>8}: {row['accuracy']:.4f}")
+    print(f"wrote {out / 'probes.json'}")
+    return 0
+
+
+def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``solo-geometry probe RUN_OR_CHECKPOINT --data DIR`` (sets ``func``).
+
+    Args:
+        subparsers: the object returned by ``ArgumentParser.add_subparsers()``.
+
+    Returns:
+        The sub-parser; ``args.func(args)`` returns 0 or raises ``UsageError``.
+    """
+    from solo_geometry.probes import TARGETS
+
+    parser = subparsers.add_parser(
+        "probe", help="backbone-vs-head probes and orbit table of a run or checkpoint",
+        description="Fit linear and MLP probes on backbone (Z) and head (H) features, write "
+        "probes.json and features.pt into the run folder. Needs no solo-learn.",
+    )  # fmt: skip
+    parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or .ckpt file")
+    parser.add_argument("--data", required=True, help="labelled image folder (train/ + val/)")
+    parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
+    parser.add_argument("--seed", type=int, default=0, help="seed of draws, splits and probes")
+    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS,
+                        help="probe targets (default: all)")  # fmt: skip
+    parser.add_argument("--no-orbits", action="store_true", help="skip the orbit table")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=_probe)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -62,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"solo-geometry {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_data_parser(subparsers)
+    _add_probe_parser(subparsers)
     for module, function in _SUBCOMMANDS:
         getattr(importlib.import_module(module), function)(subparsers)
     return parser

@@ -1,0 +1,222 @@
+"""Plots of the run report: one function per figure, several runs overlaid.
+
+Each function takes ``runs``, a list of ``(name, records)`` or ``(name, data)`` pairs, and a PNG
+path; it returns the path, or None when no run has the data (the report says so). Every figure
+has a title, labelled axes with units and a legend. Matplotlib runs on the Agg backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = [
+    "DEFAULT_TAU",
+    "plot_bars",
+    "plot_density",
+    "plot_lines",
+    "plot_spectra",
+    "plot_umap",
+]
+
+Records = list[dict[str, Any]]
+DEFAULT_TAU = 1e-10  # DESIGN.md section 3: relative negative-eigenvalue floor in float64
+_OPERATORS = (("heff", "H_eff"), ("gn", "GN"), ("m", "M"))
+
+
+def _series(records: Records, key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), int | float)]
+    arr = np.array(pts, dtype=float).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None:
+    """lambda_min / lambda_max of H_eff, GN and M over steps, symlog y, relative floor drawn.
+
+    The floor is tau * max|lambda(H_eff)| per measurement (``tau`` from the record, else
+    ``DEFAULT_TAU``); an eigenvalue below minus the floor counts as negative.
+    """
+    if not any(_series(recs, "heff/lambda_max")[0].size for _, recs in runs):
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    floors: list[float] = []
+    for (op, label), ax in zip(_OPERATORS, axes, strict=True):
+        for i, (name, recs) in enumerate(runs):
+            colour = f"C{i % 10}"
+            for which, style in (("lambda_max", "-"), ("lambda_min", "--")):
+                steps, vals = _series(recs, f"{op}/{which}")
+                ax.plot(steps, vals, style, color=colour, marker=".", label=f"{name} {which}")
+            steps, lmin = _series(recs, "heff/lambda_min")
+            _, lmax = _series(recs, "heff/lambda_max")
+            n = min(lmin.size, lmax.size)
+            tau = float(next((r["tau"] for r in recs if "tau" in r), DEFAULT_TAU))
+            floor = tau * np.maximum(np.abs(lmin[:n]), np.abs(lmax[:n]))
+            floors += [float(f) for f in floor if f > 0]
+            ax.plot(steps[:n], -floor, ":", color=colour, lw=1, label=f"{name} -floor")
+        ax.set_title(f"extreme eigenvalues of {label}")
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel("eigenvalue (loss units / feature unit$^2$)")
+        ax.axhline(0.0, color="k", lw=0.5)
+        ax.legend(fontsize=7)
+    thresh = min(floors) if floors else 1e-12
+    for ax in axes:
+        ax.set_yscale("symlog", linthresh=max(thresh, 1e-300))
+    return _save(fig, path)
+
+
+def plot_lines(
+    runs: Sequence[tuple[str, Records]],
+    path: Path,
+    panels: Sequence[tuple[str, str, str]],
+    *,
+    log: bool = False,
+) -> Path | None:
+    """One panel per (key, title, y label), one curve per run over optimiser steps."""
+    if not any(_series(recs, key)[0].size for _, recs in runs for key, _, _ in panels):
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for (key, title, ylabel), ax in zip(panels, axes[0], strict=True):
+        for i, (name, recs) in enumerate(runs):
+            steps, vals = _series(recs, key)
+            if log:
+                vals = np.where(vals > 0, vals, np.nan)
+            ax.plot(steps, vals, marker=".", color=f"C{i % 10}", label=name)
+        ax.set_title(title)
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel(ylabel)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _smoothed(density: dict[str, list[float]], grid: np.ndarray, sigma: float) -> np.ndarray:
+    nodes = np.asarray(density["nodes"], dtype=float)
+    weights = np.asarray(density["weights"], dtype=float)
+    weights = weights / max(weights.sum(), 1e-300)
+    kernel = np.exp(-0.5 * ((grid[:, None] - nodes[None, :]) / sigma) ** 2)  # (G, K)
+    return kernel @ weights / (sigma * math.sqrt(2 * math.pi))
+
+
+def plot_density(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None:
+    """SLQ spectral density of H_eff at the first and the last measurement carrying one."""
+    curves = []
+    for name, recs in runs:
+        dens = [r for r in recs if isinstance(r.get("density"), dict) and r["density"].get("nodes")]
+        if dens:
+            curves += [(f"{name} step {r['step']}", r["density"]) for r in (dens[0], dens[-1])]
+            if len(dens) == 1:
+                curves.pop()
+    if not curves:
+        return None
+    nodes = np.concatenate([np.asarray(d["nodes"], dtype=float) for _, d in curves])
+    lo, hi = float(nodes.min()), float(nodes.max())
+    span = max(hi - lo, 1e-12 * max(abs(lo), abs(hi), 1.0))
+    grid = np.linspace(lo - 0.1 * span, hi + 0.1 * span, 600)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (label, dens) in enumerate(curves):
+        style = "-" if i % 2 == 0 else "--"
+        ax.plot(grid, _smoothed(dens, grid, span / 60), style, color=f"C{i // 2}", label=label)
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_title("SLQ spectral density of H_eff (first and last measurement)")
+    ax.set_xlabel("eigenvalue (loss units / feature unit$^2$)")
+    ax.set_ylabel("density (1 / eigenvalue unit)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_bars(
+    runs: Sequence[tuple[str, dict[str, tuple[float, float]]]],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str,
+    log: bool = False,
+    reference: float | None = None,
+) -> Path | None:
+    """Grouped bars: one group per key (family), one bar per run, with +- error bars."""
+    keys = sorted({k for _, vals in runs for k in vals})
+    if not keys:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) * max(1, len(runs))), 4.2))
+    width = 0.8 / max(len(runs), 1)
+    x = np.arange(len(keys))
+    for i, (name, vals) in enumerate(runs):
+        means = [vals.get(k, (np.nan, 0.0))[0] for k in keys]
+        errs = [vals.get(k, (np.nan, 0.0))[1] for k in keys]
+        ax.bar(x + (i - (len(runs) - 1) / 2) * width, means, width, yerr=errs, capsize=3,
+               label=name, color=f"C{i % 10}")  # fmt: skip
+    if reference is not None:
+        ax.axhline(reference, color="k", ls=":", lw=1, label=f"reference {reference:g}")
+    ax.set_xticks(x, keys)
+    ax.set_title(title)
+    ax.set_xlabel("augmentation family")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _embed(x: np.ndarray, seed: int) -> tuple[np.ndarray, str]:
+    """2-d UMAP of rows x (n, d) (PCA when too few points for UMAP); embedding and method."""
+    if x.shape[0] >= 20:
+        import umap
+
+        reducer = umap.UMAP(n_neighbors=min(15, x.shape[0] - 1), n_epochs=60, init="random",
+                            random_state=seed, n_jobs=1)  # fmt: skip
+        return np.asarray(reducer.fit_transform(x)), "UMAP"
+    centred = x - x.mean(0, keepdims=True)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    out = centred @ vt[:2].T if vt.shape[0] >= 2 else np.c_[centred @ vt.T, np.zeros(len(x))]
+    return out, f"PCA (only {x.shape[0]} points, too few for UMAP)"
+
+
+def plot_umap(
+    runs: Sequence[tuple[str, dict[str, np.ndarray]]],
+    path: Path,
+    *,
+    colour_key: str,
+    colour_label: str,
+    title: str,
+    seed: int = 0,
+    max_points: int = 1500,
+) -> Path | None:
+    """UMAP of Z beside UMAP of H, one row per run, coloured by ``colour_key`` of the data.
+
+    Each run's data holds ``z`` (n, d), ``h`` (n, p) and the colour array (n,); at most
+    ``max_points`` rows (a seeded subsample) are embedded, with 60 UMAP epochs, to stay fast.
+    """
+    runs = [(n, d) for n, d in runs if d is not None and colour_key in d]
+    if not runs:
+        return None
+    fig, axes = plt.subplots(len(runs), 2, figsize=(10, 4.5 * len(runs)), squeeze=False)
+    for (name, data), row in zip(runs, axes, strict=True):
+        n = len(data[colour_key])
+        keep = np.sort(np.random.default_rng(seed).permutation(n)[:max_points])  # fast: subsample
+        for space, ax in zip(("z", "h"), row, strict=True):
+            emb, method = _embed(np.asarray(data[space], dtype=np.float32)[keep], seed)
+            colour = np.asarray(data[colour_key])[keep]
+            sc = ax.scatter(emb[:, 0], emb[:, 1], c=colour, s=6, cmap="viridis")
+            fig.colorbar(sc, ax=ax, label=colour_label)
+            feats = "Z (backbone)" if space == "z" else "H (head)"
+            ax.set_title(f"{name}: {method} of {feats}", fontsize=9)
+            ax.set_xlabel(f"{method.split()[0]} 1 (arbitrary units)")
+            ax.set_ylabel(f"{method.split()[0]} 2 (arbitrary units)")
+    fig.suptitle(title)
+    return _save(fig, path)

@@ -1,0 +1,334 @@
+"""The run report: PNG plots and an offline ``index.html`` from one or more run folders.
+
+Reads each run's ``geometry.jsonl`` (records of the monitor; a missing or corrupt line is named
+by its line number in the page and in a warning, the rest is still drawn), ``probes.json``,
+``features.pt`` and ``config.yaml``; draws what exists and notes what does not. Several runs
+are overlaid, curves labelled by run name (e.g. swish vs relu vs linear heads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RunData", "add_report_parser", "read_geometry", "read_run", "write_report"]
+
+
+@dataclass
+class RunData:
+    """Everything the report shows about one run.
+
+    Attributes:
+        name: label of the run in legends (the folder name, made unique).
+        path: the run folder.
+        records: ``ok`` records of ``geometry.jsonl``, in file order.
+        problems: ``(line number, reason)`` of lines that could not be used.
+        skipped: ``(line number, step, error)`` of records the monitor marked ``skipped``.
+        config: text of ``config.yaml`` or None.
+        probes: contents of ``probes.json`` or None.
+        features: sets of ``features.pt`` as numpy arrays, or None.
+        notes: missing files and other facts shown on the page.
+    """
+
+    name: str
+    path: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    skipped: list[tuple[int, Any, str]] = field(default_factory=list)
+    config: str | None = None
+    probes: dict[str, Any] | None = None
+    features: dict[str, dict[str, np.ndarray]] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def read_geometry(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]], list[Any]]:
+    """Parse ``geometry.jsonl`` line by line.
+
+    Args:
+        path: the file.
+
+    Returns:
+        ``(ok records, [(line number, reason)] for unusable lines, [(line, step, error)] for
+        skipped measurements)``; line numbers start at 1.
+    """
+    records, problems, skipped = [], [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as err:
+            problems.append((number, f"not JSON ({err.msg})"))
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int | float):
+            problems.append((number, "not a record with a numeric 'step'"))
+        elif rec.get("status", "ok") != "ok":
+            skipped.append((number, rec.get("step"), str(rec.get("error", ""))))
+        else:
+            records.append(rec)
+    return records, problems, skipped
+
+
+def _read_features(path: Path) -> dict[str, dict[str, np.ndarray]]:
+    import torch
+
+    cache = torch.load(path, map_location="cpu", weights_only=True)
+    return {name: {k: v.numpy() for k, v in tensors.items()}
+            for name, tensors in cache.get("sets", {}).items()}  # fmt: skip
+
+
+def read_run(path: Path, name: str | None = None) -> RunData:
+    """Read a run folder; missing or unreadable files become notes, never errors.
+
+    Args:
+        path: the run folder.
+        name: label (default: the folder name).
+
+    Returns:
+        The run's data.
+
+    Raises:
+        ValueError: if ``path`` is not a directory.
+    """
+    if not path.is_dir():
+        raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
+    run = RunData(name or path.name, path)
+    geo = path / "geometry.jsonl"
+    if geo.is_file():
+        run.records, run.problems, run.skipped = read_geometry(geo)
+        if run.problems:
+            lines = ", ".join(str(n) for n, _ in run.problems)
+            warnings.warn(f"{geo}: unusable lines {lines}; drawing the rest", stacklevel=2)
+    else:
+        run.notes.append("no geometry.jsonl: no curves")
+    if (path / "config.yaml").is_file():
+        run.config = (path / "config.yaml").read_text(errors="replace")
+    else:
+        run.notes.append("no config.yaml")
+    for fname, reader, attr in (("probes.json", lambda p: json.loads(p.read_text()), "probes"),
+                                ("features.pt", _read_features, "features")):  # fmt: skip
+        if not (path / fname).is_file():
+            run.notes.append(f"no {fname}: {attr} not shown (run `solo-geometry probe`)")
+            continue
+        try:
+            setattr(run, attr, reader(path / fname))
+        except Exception as err:  # noqa: BLE001 - a broken file is a note, the rest still renders
+            run.notes.append(f"unreadable {fname}: {type(err).__name__}: {err}")
+    return run
+
+
+def _last(records: list[dict[str, Any]], prefix: str) -> dict[str, tuple[float, float]]:
+    rec = next((r for r in reversed(records) if any(k.startswith(prefix) for k in r)), None)
+    if rec is None:
+        return {}
+    return {k[len(prefix):]: (float(v), 0.0) for k, v in rec.items()
+            if k.startswith(prefix) and isinstance(v, int | float)}  # fmt: skip
+
+
+def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
+    sets = run.features or {}
+    if not orbit:
+        data = sets.get("test/class")
+        return None if data is None else {**data, "colour": data["labels"]}
+    fam = next((k for k in sorted(sets) if k.startswith("test/orbit/")), None)
+    if fam is None or "t" not in sets[fam]:
+        return None
+    return {**sets[fam], "colour": sets[fam]["t"], "family": np.array(fam.split("/")[-1])}
+
+
+def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str]]:
+    """Draw every figure; (title, png or None, what is missing when None)."""
+    from solo_geometry import plots
+
+    recs = [(r.name, r.records) for r in runs]
+    stats = [("z/normalized_std", "normalised std of Z", "std of L2-normalised rows (1)"),
+             ("h/normalized_std", "normalised std of H", "std of L2-normalised rows (1)"),
+             ("z/effective_rank", "effective rank of Z", "RankMe (dimensions)"),
+             ("h/effective_rank", "effective rank of H", "RankMe (dimensions)")]  # fmt: skip
+    conds = [(f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
+             for k in ("heff", "gn", "z", "h")]  # fmt: skip
+    rho = [(r.name, _last(r.records, "rho/")) for r in runs]
+    orbits = [(r.name, {f: (float(d.get("compression_mean", math.nan)),
+                            float(d.get("compression_std", 0.0)))
+                        for f, d in ((r.probes or {}).get("orbits") or {}).items()})
+              for r in runs]  # fmt: skip
+    no_geo, no_feat = "no geometry records", "no features.pt with held-out sets"
+    orbit_fam = next((str(d["family"]) for r in runs if (d := _umap_data(r, True))), "orbit")
+    return [
+        ("Extreme eigenvalues", plots.plot_spectra(recs, out / "spectra.png"), no_geo),
+        ("Interaction ratio ||M|| / ||H_eff||", plots.plot_lines(
+            recs, out / "interaction.png",
+            [("interaction_ratio", "interaction ratio", "||M|| / ||H_eff|| (1)")], log=True,
+        ), no_geo),
+        ("Condition numbers", plots.plot_lines(recs, out / "cond.png", conds, log=True), no_geo),
+        ("Representation statistics", plots.plot_lines(recs, out / "stats.png", stats), no_geo),
+        ("SLQ spectral density of H_eff", plots.plot_density(recs, out / "density.png"),
+         "no record carries a density"),
+        ("Metric singularity per family (last measurement)", plots.plot_bars(
+            rho, out / "rho.png", title="metric singularity rho_aug (last measurement)",
+            ylabel="rho_aug (1; 1 = like a random direction)", log=True, reference=1.0,
+        ), "no rho/<family> in the records"),
+        ("Orbit compression", plots.plot_bars(
+            orbits, out / "orbits.png", title="orbit compression spread(Z) / spread(H)",
+            ylabel="compression (1), mean +- std over orbits", reference=1.0,
+        ), "no orbit table in probes.json"),
+        ("UMAP by class", plots.plot_umap(
+            [(r.name, _umap_data(r, False)) for r in runs], out / "umap_class.png",  # type: ignore[misc]
+            colour_key="colour", colour_label="class", title="held-out images by class",
+        ), no_feat),
+        ("UMAP along orbits", plots.plot_umap(
+            [(r.name, _umap_data(r, True)) for r in runs], out / "umap_orbit.png",  # type: ignore[misc]
+            colour_key="colour", colour_label=f"{orbit_fam} parameter t",
+            title=f"held-out {orbit_fam} orbits by augmentation parameter",
+        ), no_feat),
+    ]  # fmt: skip
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _probe_html(run: RunData) -> str:
+    if not run.probes:
+        return "<p class='note'>no probes.json: run <code>solo-geometry probe</code></p>"
+    acc = {(p["target"], p["probe"], p["features"]): p for p in run.probes.get("probes", [])}
+    rows = []
+    for target, probe in sorted({(t, p) for t, p, _ in acc}):
+        z, h = acc.get((target, probe, "z"), {}), acc.get((target, probe, "h"), {})
+        za, ha = z.get("accuracy", math.nan), h.get("accuracy", math.nan)
+        rows.append([target, probe, float(za), float(ha), float(za - ha),
+                     float(z.get("chance", h.get("chance", math.nan)))])  # fmt: skip
+    out = _table(["target", "probe", "Z acc", "H acc", "Z - H", "chance"], rows)
+    gaps = run.probes.get("gaps", {}).get("mlp_minus_linear", {})
+    if gaps:
+        out += _table(["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()])
+    orbits = run.probes.get("orbits") or {}
+    if orbits:
+        orows = [[f, float(d["z"]["spread_mean"]), float(d["h"]["spread_mean"]),
+                  float(d["compression_mean"]), float(d["compression_std"]),
+                  float(d["z"]["separation_mean"]), float(d["h"]["separation_mean"])]
+                 for f, d in orbits.items()]  # fmt: skip
+        out += _table(["family", "spread Z", "spread H", "compression", "+- std",
+                       "separation Z", "separation H"], orows)  # fmt: skip
+    return out
+
+
+def _run_html(run: RunData) -> str:
+    parts = [f"<h3>{html.escape(run.name)} <small>{html.escape(str(run.path))}</small></h3>"]
+    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in run.notes]
+    if run.problems:
+        items = "".join(f"<li>line {n}: {html.escape(why)}</li>" for n, why in run.problems)
+        parts.append(f"<div class='warn'>geometry.jsonl: {len(run.problems)} unusable line(s), "
+                     f"not drawn:<ul>{items}</ul></div>")  # fmt: skip
+    if run.skipped:
+        items = "".join(
+            f"<li>line {n} (step {s}): {html.escape(e)}</li>" for n, s, e in run.skipped
+        )
+        parts.append(f"<div class='note'>skipped by the monitor:<ul>{items}</ul></div>")
+    if run.records:
+        last = run.records[-1]
+        keys = [k for k, v in last.items() if isinstance(v, int | float) and k != "step"]
+        parts.append(f"<p>{len(run.records)} measurements; last (step {last['step']}):</p>")
+        parts.append(_table(["metric", "value"], [[k, float(last[k])] for k in keys]))
+    parts.append("<h4>Probes and orbits</h4>" + _probe_html(run))
+    if run.config is not None:
+        parts.append(f"<details><summary>config.yaml</summary><pre>{html.escape(run.config)}"
+                     "</pre></details>")  # fmt: skip
+    return "\n".join(parts)
+
+
+_CSS = ("body{font-family:sans-serif;max-width:1400px;margin:auto}img{max-width:100%}"
+        "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:2px 6px}"
+        ".warn{background:#fdd;padding:4px}.note{color:#555}")  # fmt: skip
+
+
+def _unique_names(paths: Sequence[Path]) -> list[str]:
+    names: list[str] = []
+    for p in paths:
+        name = p.resolve().name or str(p)
+        names.append(name if name not in names else f"{name} ({len(names)})")
+    return names
+
+
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> Path:
+    """Write the PNG plots and ``index.html`` for one run or several overlaid.
+
+    Args:
+        run_dirs: run folders (``geometry.jsonl``, ``probes.json``, ``features.pt``,
+            ``config.yaml``; each optional).
+        out_dir: output folder (default: ``<run>/report`` for one run, ``<first run's
+            parent>/report-<name>-vs-<name>...`` for several).
+
+    Returns:
+        Path of ``index.html``; images are referenced relative to it.
+
+    Raises:
+        ValueError: if ``run_dirs`` is empty or one of them is not a directory.
+    """
+    paths = [Path(p) for p in run_dirs]
+    if not paths:
+        raise ValueError("write_report needs at least one run folder; got none")
+    names = _unique_names(paths)
+    runs = [read_run(p, n) for p, n in zip(paths, names, strict=True)]
+    if out_dir is None:
+        out_dir = paths[0] / "report" if len(paths) == 1 else (
+            paths[0].parent / ("report-" + "-vs-".join(names))[:120])  # fmt: skip
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figures = []
+    for title, png, missing in _figures(runs, out):
+        if png is None:
+            figures.append(f"<h3>{html.escape(title)}</h3><p class='note'>not drawn: {missing}</p>")
+        else:
+            figures.append(f"<h3>{html.escape(title)}</h3><img src='{png.name}' alt='{title}'>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>solo-geometry report"
+            f"</title><style>{_CSS}</style></head><body><h1>solo-geometry report: "
+            f"{html.escape(', '.join(names))}</h1><h2>Runs</h2>"
+            + "\n".join(_run_html(r) for r in runs) + "<h2>Plots</h2>" + "\n".join(figures)
+            + "</body></html>")  # fmt: skip
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index
+
+
+def _cmd_report(args: Any) -> int:
+    """``solo-geometry report``: render, print the page's path; errors exit non-zero."""
+    try:
+        index = write_report(args.runs, args.out)
+    except ValueError as err:
+        raise SystemExit(f"solo-geometry report: error: {err}") from err
+    print(f"wrote {index}")
+    return 0
+
+
+def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``solo-geometry report RUN [RUN ...]`` (sets ``func``).
+
+    Args:
+        subparsers: the object returned by ``ArgumentParser.add_subparsers()``.
+
+    Returns:
+        The sub-parser; ``args.func(args)`` returns 0 or raises ``SystemExit`` with a message.
+    """
+    parser = subparsers.add_parser(
+        "report", help="plots and index.html of one or more runs (overlaid)",
+        description="Write report/ (PNG plots and an offline index.html) from run folders.",
+    )  # fmt: skip
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s)")
+    parser.add_argument("--out", default=None, help="output folder (default: <run>/report)")
+    parser.set_defaults(func=_cmd_report)
+    return parser

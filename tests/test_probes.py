@@ -1,0 +1,291 @@
+"""Probes (solo_geometry.probes) and feature extraction (solo_geometry.features)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+from torch import nn
+
+from solo_geometry.checkpoint import load_model
+from solo_geometry.cli import main as cli_main
+from solo_geometry.features import extract_features, load_cache, rotation_set
+from solo_geometry.probes import (
+    linear_probe,
+    mlp_probe,
+    probe_report,
+    standardize,
+    stratified_split,
+)
+
+F64 = torch.float64
+
+
+def _split(n: int, seed: int = 0, frac: float = 0.7) -> tuple[torch.Tensor, torch.Tensor]:
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return perm[: int(frac * n)], perm[int(frac * n) :]
+
+
+def _sklearn_accuracy(x, y, tr, te, lam: float) -> float:
+    from sklearn.linear_model import LogisticRegression
+
+    xtr, xte = standardize(x[tr], x[te])
+    clf = LogisticRegression(C=1.0 / (lam * len(tr)), max_iter=5000, tol=1e-8)
+    clf.fit(xtr.numpy(), y[tr].numpy())
+    return float(clf.score(xte.numpy(), y[te].numpy()))
+
+
+def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return torch.tensor(x, dtype=F64), torch.tensor(y)
+
+
+def _random_features(n: int = 600, d: int = 40, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 4, (n,), generator=gen)
+    means = torch.randn(4, d, generator=gen, dtype=F64) * 0.4
+    return means[y] + torch.randn(n, d, generator=gen, dtype=F64), y
+
+
+def _xor(n: int = 800, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 2, generator=gen, dtype=F64) * 2 - 1
+    y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).long()
+    return x, y
+
+
+class TestLinearProbe:
+    @pytest.mark.parametrize("case", ["digits", "random"])
+    def test_matches_sklearn_within_one_point(self, case: str) -> None:
+        x, y = _digits() if case == "digits" else _random_features()
+        tr, te = _split(len(y))
+        res = linear_probe(x[tr], y[tr], x[te], y[te], dtype=F64)
+        ref = _sklearn_accuracy(x, y, tr, te, res.details["l2"])
+        assert abs(res.accuracy - ref) <= 0.01, (res.accuracy, ref)
+        assert res.accuracy > 0.5
+
+    @pytest.mark.parametrize(("d", "max_rows"), [(40, 100), (600, 150)])
+    def test_estimated_preconditioner_matches_sklearn(self, d: int, max_rows: int) -> None:
+        x, y = _random_features(500, d)  # more rows than max_rows: covariance from a subset
+        tr, te = _split(len(y))
+        res = linear_probe(x[tr], y[tr], x[te], y[te], dtype=F64, max_rows=max_rows)
+        ref = _sklearn_accuracy(x, y, tr, te, res.details["l2"])
+        assert abs(res.accuracy - ref) <= 0.01, (res.accuracy, ref)
+
+    def test_constant_features_score_at_chance(self) -> None:
+        y = torch.arange(400) % 4
+        x = torch.full((400, 16), 3.0, dtype=F64)
+        tr, te = _split(400)
+        res = linear_probe(x[tr], y[tr], x[te], y[te], dtype=F64)
+        chance = float(torch.bincount(y[te]).max()) / len(te)
+        assert res.accuracy <= chance + 1e-12
+
+    def test_deterministic_for_a_seed(self) -> None:
+        x, y = _random_features()
+        tr, te = _split(len(y))
+        a = linear_probe(x[tr], y[tr], x[te], y[te], seed=3)
+        b = linear_probe(x[tr], y[tr], x[te], y[te], seed=3)
+        assert a == b
+
+    def test_leaves_global_rng_untouched(self) -> None:
+        x, y = _random_features(200)
+        state = torch.get_rng_state()
+        linear_probe(x[:150], y[:150], x[150:], y[150:])
+        mlp_probe(x[:150], y[:150], x[150:], y[150:], max_epochs=2)
+        assert torch.equal(state, torch.get_rng_state())
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [({"l2_grid": ()}, "l2_grid"), ({"val_fraction": 1.5}, "fraction")],
+    )
+    def test_bad_arguments_raise(self, kwargs: dict, match: str) -> None:
+        x, y = _random_features(100)
+        with pytest.raises(ValueError, match=match):
+            linear_probe(x[:80], y[:80], x[80:], y[80:], **kwargs)
+
+    def test_shape_mismatch_raises(self) -> None:
+        with pytest.raises(ValueError, match="same d"):
+            linear_probe(torch.zeros(10, 3), torch.zeros(10), torch.zeros(5, 4), torch.zeros(5))
+
+
+class TestMlpProbe:
+    def test_solves_xor_where_linear_cannot(self) -> None:
+        x, y = _xor()
+        tr, te = _split(len(y))
+        lin = linear_probe(x[tr], y[tr], x[te], y[te], dtype=F64)
+        mlp = mlp_probe(x[tr], y[tr], x[te], y[te], dtype=F64, hidden=32, lr=1e-2)
+        assert lin.accuracy < 0.65
+        assert mlp.accuracy > 0.9
+
+    def test_constant_features_score_at_chance(self) -> None:
+        y = torch.arange(300) % 3
+        x = torch.ones(300, 8, dtype=F64)
+        tr, te = _split(300)
+        res = mlp_probe(x[tr], y[tr], x[te], y[te], dtype=F64, max_epochs=20)
+        assert res.accuracy <= float(torch.bincount(y[te]).max()) / len(te) + 1e-12
+
+    def test_deterministic_for_a_seed(self) -> None:
+        x, y = _xor(300)
+        a = mlp_probe(x[:200], y[:200], x[200:], y[200:], seed=1, max_epochs=15)
+        b = mlp_probe(x[:200], y[:200], x[200:], y[200:], seed=1, max_epochs=15)
+        assert a == b
+
+
+class TestHelpers:
+    def test_stratified_split_keeps_every_class_on_both_sides(self) -> None:
+        y = torch.tensor([0] * 10 + [1] * 5 + [2] * 2)
+        fit, val = stratified_split(y, 0.2, torch.Generator().manual_seed(0))
+        assert set(y[fit].tolist()) == set(y[val].tolist()) == {0, 1, 2}
+        assert len(fit) + len(val) == len(y)
+
+    def test_rotation_set_is_exact(self) -> None:
+        x = torch.rand(8, 3, 5, 5)
+        rot, k = rotation_set(x, torch.Generator().manual_seed(0))
+        for i in range(8):
+            assert torch.equal(rot[i], torch.rot90(x[i], int(k[i]), dims=(1, 2)))
+
+
+def _image_folder(root: Path, n_per_class: int = 12, size: int = 8) -> Path:
+    """train/ and val/ with 3 classes of small RGB images whose colour gives the class."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in range(3):
+            folder = root / split / str(c)
+            folder.mkdir(parents=True)
+            for i in range(n_per_class):
+                img = rng.uniform(0, 0.3, (size, size, 3))
+                img[..., c] += 0.6
+                Image.fromarray((img * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+class _Counting(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                 nn.Flatten())  # fmt: skip
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.net(x)
+
+
+class TestExtractFeatures:
+    def test_cached_second_call_does_no_forward_pass(self, tmp_path: Path) -> None:
+        data = _image_folder(tmp_path / "data")
+        bb, head = _Counting(), nn.Linear(6, 4)
+        bb.train()
+        cache = tmp_path / "run" / "features.pt"
+        f1 = extract_features(bb, head, data / "val", batch_size=10, cache=cache, name="v",
+                              progress=False)  # fmt: skip
+        assert bb.training and head.training  # modes restored
+        calls = bb.calls
+        f2 = extract_features(bb, head, data / "val", batch_size=10, cache=cache, name="v")
+        assert bb.calls == calls == 4  # 36 images in batches of 10
+        assert torch.equal(f1.z, f2.z) and torch.equal(f1.h, f2.h)
+        meta = load_cache(cache)["meta"]["v"]
+        assert meta["z"] == {"shape": [36, 6], "dtype": "torch.float32"}
+        assert meta["h"]["shape"] == [36, 4]
+
+    def test_other_tag_recomputes(self, tmp_path: Path) -> None:
+        data = _image_folder(tmp_path / "data", n_per_class=2)
+        bb, cache = _Counting(), tmp_path / "features.pt"
+        extract_features(bb, nn.Identity(), data / "val", cache=cache, tag="a", progress=False)
+        extract_features(bb, nn.Identity(), data / "val", cache=cache, tag="b", progress=False)
+        assert bb.calls == 2
+
+    def test_missing_folder_raises(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="does not exist"):
+            extract_features(_Counting(), nn.Identity(), tmp_path / "nope", progress=False)
+
+
+class TestProbeReport:
+    def test_identity_head_probes_equally_and_writes_json(self, tmp_path: Path) -> None:
+        data = _image_folder(tmp_path / "data")
+        out = tmp_path / "run"
+        torch.manual_seed(0)
+        result = probe_report(_Counting(), nn.Identity(), data, out, orbit_families=("brightness",),
+                              orbit_images=6, orbit_k=3, progress=False)  # fmt: skip
+        saved = json.loads((out / "probes.json").read_text())
+        assert saved["gaps"] == result["gaps"]
+        assert len(saved["probes"]) == 2 * 2 * 3
+        assert all(abs(v) < 1e-12 for v in saved["gaps"]["z_minus_h"].values())
+        orbit = saved["orbits"]["brightness"]
+        assert orbit["compression_mean"] == pytest.approx(1.0)
+        assert {"z", "h", "compression_std"} <= set(orbit)
+        assert (out / "features.pt").is_file()
+
+    def test_unknown_target_raises(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="unknown target 'colour'"):
+            probe_report(_Counting(), nn.Identity(), tmp_path, tmp_path, targets=("colour",))
+
+
+def _fake_run(root: Path, method: str = "byol") -> Path:
+    from solo_geometry.backbones import build_backbone
+    from solo_geometry.checkpoint import _solo_projector
+
+    backbone, d = build_backbone("resnet18", cifar=True)
+    projector = _solo_projector(method, d, 16, 8)
+    state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
+    state |= {f"projector.{k}": v for k, v in projector.state_dict().items()}
+    state["classifier.weight"] = torch.zeros(3, d)
+    (root / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": state}, root / "checkpoints" / "last.ckpt")
+    cfg = {"method": method, "backbone": {"name": "resnet18"}, "data": {"dataset": "cifar10"},
+           "method_kwargs": {"proj_hidden_dim": 16, "proj_output_dim": 8}}  # fmt: skip
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return root
+
+
+def _cli(*argv: str) -> int:
+    return cli_main(["probe", *argv])
+
+
+class TestProbeCommand:
+    @pytest.mark.parametrize("method", ["simclr", "byol", "vicreg", "barlow_twins"])
+    def test_rebuilds_solo_projectors_strictly(self, tmp_path: Path, method: str) -> None:
+        model = load_model(_fake_run(tmp_path / "run", method))
+        assert model.head(torch.zeros(4, 512)).shape == (4, 8)
+        assert any("classifier" in note for note in model.notes)
+
+    def test_probe_from_run_folder(self, tmp_path: Path) -> None:
+        run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 4)
+        assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",
+                    "--targets", "class") == 0  # fmt: skip
+        probes = json.loads((run / "probes.json").read_text())["probes"]
+        assert {(p["features"], p["probe"]) for p in probes} == {
+            ("z", "linear"), ("z", "mlp"), ("h", "linear"), ("h", "mlp")}
+
+    def test_bad_inputs_exit_nonzero_and_write_nothing(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        run = _fake_run(tmp_path / "run")
+        assert _cli(str(run), "--data", str(tmp_path / "missing")) == 2
+        assert "does not exist" in capsys.readouterr().err
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+        data = _image_folder(tmp_path / "data", 1)
+        assert _cli(str(run), "--data", str(data)) == 2
+        assert "cannot read checkpoint" in capsys.readouterr().err
+        assert not (run / "probes.json").exists() and not (run / "features.pt").exists()
+
+    def test_mismatched_keys_are_named(self, tmp_path: Path) -> None:
+        run = _fake_run(tmp_path / "run", "simclr")
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg | {"method": "byol"}))
+        with pytest.raises(ValueError, match=r"projector\.\* do not match.*missing"):
+            load_model(run)
+
+    def test_unknown_method_names_choices(self, tmp_path: Path) -> None:
+        run = _fake_run(tmp_path / "run")
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg | {"method": "dino"}))
+        with pytest.raises(ValueError, match="'dino'.*barlow_twins"):
+            load_model(run)
