@@ -77,16 +77,38 @@ class TestDataCommand:
     def test_cli_writes_and_fails_cleanly(self, tmp_path):
         root = Path(__file__).resolve().parents[1]
         ok = subprocess.run(
-            [sys.executable, "-m", "solo_geometry.cli", "data", "digits", "--out", str(tmp_path / "d"), "--size", "8"],
-            capture_output=True, text=True, cwd=root,
+            [
+                sys.executable,
+                "-m",
+                "solo_geometry.cli",
+                "data",
+                "digits",
+                "--out",
+                str(tmp_path / "d"),
+                "--size",
+                "8",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=root,
         )
         assert ok.returncode == 0, ok.stderr
         assert len(list((tmp_path / "d").rglob("*.png"))) == 1797
         (tmp_path / "busy").mkdir()
         (tmp_path / "busy" / "x").write_text("")
         bad = subprocess.run(
-            [sys.executable, "-m", "solo_geometry.cli", "data", "digits", "--out", str(tmp_path / "busy")],
-            capture_output=True, text=True, cwd=root,
+            [
+                sys.executable,
+                "-m",
+                "solo_geometry.cli",
+                "data",
+                "digits",
+                "--out",
+                str(tmp_path / "busy"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=root,
         )
         assert bad.returncode == 2
         assert "not a digits export" in bad.stderr and "Traceback" not in bad.stderr

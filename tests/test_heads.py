@@ -17,7 +17,9 @@ SMOOTH = ["swish", "gelu", "softplus", "tanh", "elu"]
 
 def _second_derivative(head: nn.Module, z: torch.Tensor) -> torch.Tensor:
     """d^2 <c, h(z)> / dz^2 for a fixed random c: (d, d) dense, float64."""
-    c = torch.randn(head(z[None]).shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    c = torch.randn(
+        head(z[None]).shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+    )
     return torch.autograd.functional.hessian(lambda x: head(x[None])[0] @ c, z)
 
 
@@ -47,7 +49,9 @@ class TestMetricLinearHead:
         assert spec.shape == (dims[0],)
         assert torch.equal(spec[-k:], s2)  # the parameters themselves, no solver
         assert torch.all(spec[: dims[0] - k] == 0)
-        torch.testing.assert_close(spec, torch.linalg.eigvalsh(head.metric().detach()), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            spec, torch.linalg.eigvalsh(head.metric().detach()), rtol=1e-10, atol=1e-10
+        )
 
     def test_spectral_gradients_reach_every_parameter(self):
         head = MetricLinearHead(5, 7)
@@ -113,10 +117,14 @@ class TestRegistry:
         assert set(HEADS) == {"metric_linear", "smooth_mlp"}
         head = build_head("smooth_mlp", 8, 4, hidden_dim=16, activation="gelu")
         assert isinstance(head, SmoothMLPHead) and head.activation == "gelu"
-        assert isinstance(build_head("metric_linear", 8, 4, parametrization="factor"), MetricLinearHead)
+        assert isinstance(
+            build_head("metric_linear", 8, 4, parametrization="factor"), MetricLinearHead
+        )
 
     def test_unknown_head_names_choices(self):
-        with pytest.raises(ValueError, match=r"unknown head 'mlp'; choose from \['metric_linear', 'smooth_mlp'\]"):
+        with pytest.raises(
+            ValueError, match=r"unknown head 'mlp'; choose from \['metric_linear', 'smooth_mlp'\]"
+        ):
             build_head("mlp", 8, 4)
 
     def test_unknown_option_names_choices(self):

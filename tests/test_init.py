@@ -34,7 +34,9 @@ class TestPseudoCollapse:
         assert pseudo_collapse_(head, alpha=0.1) is head
         after = normalized_std(head(z))
         assert after < 0.5 * before
-        for w, m in zip(weights, [m for m in head.modules() if isinstance(m, nn.Linear)], strict=True):
+        for w, m in zip(
+            weights, [m for m in head.modules() if isinstance(m, nn.Linear)], strict=True
+        ):
             torch.testing.assert_close(m.weight, 0.1 * w)
 
     @pytest.mark.parametrize("param", ["spectral", "factor"])

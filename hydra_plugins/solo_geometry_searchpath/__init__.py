@@ -1,0 +1,1 @@
+"""Hydra plugin package of solo-geometry (discovered in the ``hydra_plugins`` namespace)."""

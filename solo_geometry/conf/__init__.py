@@ -1,0 +1,9 @@
+"""Hydra config groups shipped as package data (``pkg://solo_geometry.conf``).
+
+Importing this package (Hydra does, to read the group) registers the typed schemas the YAML
+options extend, so the group composes even where the search-path plugin is not discovered.
+"""
+
+from solo_geometry.config import register_configs
+
+register_configs()

@@ -1,0 +1,1 @@
+"""The ``geometry`` config group: ``+geometry=on`` and ``+geometry=off``."""

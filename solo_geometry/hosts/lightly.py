@@ -1,0 +1,193 @@
+"""The second host: solo-learn recipes trained on lightly, torchvision and Lightning.
+
+For machines where solo-learn cannot be installed (DESIGN.md section 6). ``launch`` reads the
+same recipe files as solo-learn (its schema, Hydra overrides, ``+geometry=on``), trains SimCLR,
+BYOL, VICReg or Barlow Twins with lightly's losses, LARS, momentum updates and schedules, and
+writes the same run folder as the solo-learn host::
+
+    <runs_root>/<name>-<YYYYmmdd-HHMMSS>/
+        config.yaml  geometry.jsonl  probes.json  checkpoints/last.ckpt  report/index.html
+
+It never imports solo-learn.
+
+Example:
+    >>> from solo_geometry.hosts.lightly import launch
+    >>> run = launch("zoo/recipes/digits/byol.yaml", ["+geometry=on"], runs_root="runs")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+__all__ = ["HOST", "build_callbacks", "launch", "prepare", "run_recipe"]
+
+HOST = "lightly"
+
+
+def prepare(cfg: DictConfig) -> tuple[Any, Any]:
+    """Check a composed recipe completely before anything is written or trained.
+
+    Args:
+        cfg: the composed recipe.
+
+    Returns:
+        ``(ParsedRecipe, GeometryConfig | None)``.
+
+    Raises:
+        ValueError: naming an unsupported, unknown, missing or invalid field.
+        FileNotFoundError: if ``data.train_path`` (or the probes' folder) does not exist.
+    """
+    from solo_geometry.config import geometry_config
+    from solo_geometry.hosts.lightly_data import check_image_folder
+    from solo_geometry.hosts.lightly_recipe import parse_recipe
+
+    recipe = parse_recipe(cfg)
+    geometry = geometry_config(cfg)
+    if recipe.data["dataset"] not in ("cifar10", "cifar100"):
+        check_image_folder(recipe.data["train_path"], "data.train_path")
+    probes_dir = _probes_dir(recipe, geometry)
+    if geometry is not None and probes_dir is not None:
+        field = "geometry.probes.data" if geometry.probes.data else "data.val_path"
+        check_image_folder(probes_dir, field)
+    return recipe, geometry
+
+
+def _probes_dir(recipe: Any, geometry: Any) -> str | None:
+    """The labelled folder the probes run on, or None when they do not run."""
+    if geometry is None or not geometry.probes.enabled:
+        return None
+    return geometry.probes.data or recipe.data["val_path"]
+
+
+def build_callbacks(run: Path, recipe: Any, geometry: Any) -> list[Any]:
+    """Checkpointing (recipe's ``checkpoint`` node), and monitor and probes when geometry is on.
+
+    Args:
+        run: the run folder.
+        recipe: the parsed recipe.
+        geometry: the geometry config or None.
+
+    Returns:
+        The Lightning callbacks, in the order they should run.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callbacks: list[Any] = []
+    ckpt = recipe.checkpoint
+    if ckpt["enabled"]:
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=run / "checkpoints",
+                filename="{epoch}",
+                save_top_k=-1 if ckpt["keep_prev"] else 1,
+                monitor=None,
+                every_n_epochs=ckpt["frequency"],
+                save_on_train_epoch_end=True,
+            )
+        )
+    if geometry is not None:
+        from dataclasses import asdict
+
+        from solo_geometry.monitor import GeometryMonitor, MonitorConfig
+        from solo_geometry.probe_callback import ProbeCallback
+
+        config = MonitorConfig.from_geometry(geometry, out_dir=str(run))
+        meta = {"host": HOST, "method": recipe.method, "geometry": asdict(geometry)}
+        callbacks.append(GeometryMonitor(config, meta=meta))
+        callbacks.append(ProbeCallback(geometry.probes, _probes_dir(recipe, geometry), run))
+    return callbacks
+
+
+def _trainer(run: Path, recipe: Any, callbacks: list[Any]) -> Any:
+    """The Lightning Trainer: the recipe's Trainer keys, as solo-learn passes them."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.loggers import CSVLogger
+
+    kwargs = dict(recipe.trainer)
+    if str(kwargs.get("accelerator")) in ("gpu", "cuda") and not _cuda_available():
+        print("lightly host: no GPU here, running on the CPU (accelerator=cpu)", flush=True)
+        kwargs.update(accelerator="cpu", devices=1)
+    if kwargs.get("strategy") == "ddp":
+        from lightning.pytorch.strategies import DDPStrategy
+
+        kwargs["strategy"] = DDPStrategy(find_unused_parameters=False)  # as solo-learn
+    kwargs.setdefault("default_root_dir", str(run))
+    if kwargs.get("strategy") is None:
+        kwargs.pop("strategy", None)
+    return Trainer(
+        max_epochs=recipe.max_epochs,
+        logger=CSVLogger(str(run), name="logs"),
+        callbacks=callbacks,
+        enable_checkpointing=bool(recipe.checkpoint["enabled"]),
+        **kwargs,
+    )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def run_recipe(cfg: DictConfig, *, runs_root: str | Path) -> Path:
+    """Train a composed recipe and return its run folder.
+
+    Args:
+        cfg: the composed recipe (``solo_geometry.recipe.load_recipe``).
+        runs_root: folder under which the run folder is created.
+
+    Returns:
+        The run folder.
+
+    Raises:
+        ValueError: on an unsupported recipe field (before anything is written).
+        FileNotFoundError: if a data folder is missing (before anything is written).
+    """
+    from lightning.pytorch import seed_everything
+
+    from solo_geometry.hosts.lightly_data import build_train_loader, num_classes
+    from solo_geometry.hosts.lightly_module import LightlyMethod
+    from solo_geometry.rundir import finish_run_dir, new_run_dir, write_config
+
+    recipe, geometry = prepare(cfg)
+    for note in recipe.notes:
+        print(f"lightly host: note: {note}")
+    seed_everything(recipe.seed)
+    loader = build_train_loader(recipe.data, recipe.augmentations, recipe.optimizer["batch_size"])
+    model = LightlyMethod(recipe, num_classes(recipe.data), geometry)
+    run = new_run_dir(Path(runs_root), recipe.name)
+    try:
+        write_config(run, cfg)
+        trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
+        trainer.fit(model, loader)
+        (run / "checkpoints").mkdir(exist_ok=True)
+        trainer.save_checkpoint(run / "checkpoints" / "last.ckpt")
+    except BaseException:
+        finish_run_dir(run, ok=False)
+        raise
+    finish_run_dir(run, ok=True)
+    return run
+
+
+def launch(config: str | Path, overrides: Sequence[str] = (), *, runs_root: str | Path) -> Path:
+    """Run a recipe file on the lightly host.
+
+    Args:
+        config: the recipe YAML (solo-learn's schema).
+        overrides: Hydra overrides, ``+geometry=on`` included.
+        runs_root: folder under which the run folder is created.
+
+    Returns:
+        The run folder.
+
+    Raises:
+        FileNotFoundError: if the recipe or a data folder is missing.
+        ValueError: if the recipe cannot be composed or has an unsupported field.
+    """
+    from solo_geometry.recipe import load_recipe
+
+    return run_recipe(load_recipe(config, list(overrides)), runs_root=runs_root)

@@ -1,0 +1,282 @@
+"""The four methods on lightly's losses, with solo-learn's heads, optimisers and schedules.
+
+Heads have solo-learn's structure and submodule names (``projector.0.weight``, ...), so the
+lightly host's checkpoints carry the same keys as solo-learn's. Losses are lightly's, weighted so
+each method's loss has the value solo-learn's loss has on the same outputs:
+
+* simclr: ``NTXentLoss(temperature)`` on the two views;
+* byol: ``sum_{v1} sum_{v2 != v1} 2 + 2 * NegativeCosineSimilarity(pred(H[v2]), target[v1])``
+  (solo-learn's ``2 - 2 cos``);
+* vicreg: ``VICRegLoss(lambda=sim_w, mu=2 var_w, nu=cov_w)`` (lightly averages the two views'
+  variance terms, solo-learn sums them);
+* barlow_twins: ``scale_loss * BarlowTwinsLoss(lambda=lamb)``.
+
+References:
+    - [0]: Chen et al., SimCLR, 2020, arXiv:2002.05709
+    - [1]: Grill et al., BYOL, 2020, arXiv:2006.07733
+    - [2]: Bardes et al., VICReg, 2022, arXiv:2105.04906
+    - [3]: Zbontar et al., Barlow Twins, 2021, arXiv:2103.03230
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from lightly.loss import BarlowTwinsLoss, NegativeCosineSimilarity, NTXentLoss, VICRegLoss
+from lightly.utils.lars import LARS
+from lightly.utils.scheduler import cosine_schedule
+from torch import Tensor, nn
+
+from solo_geometry.config import HeadConfig, build_configured_head
+
+__all__ = [
+    "Objective",
+    "build_optimizer",
+    "build_predictor",
+    "build_projector",
+    "momentum_tau",
+    "warmup_cosine_lr",
+]
+
+
+def _mlp(dims: list[int], bn: bool) -> nn.Sequential:
+    """Linear layers (with bias) joined by [BatchNorm1d,] ReLU, solo-learn's projector layout."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            layers += [nn.BatchNorm1d(b), nn.ReLU()] if bn else [nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def build_projector(
+    method: str, features_dim: int, kwargs: dict[str, Any], head: HeadConfig | None = None
+) -> nn.Module:
+    """The method's projector: solo-learn's structure, or this package's head when configured.
+
+    Args:
+        method: simclr, byol, vicreg or barlow_twins.
+        features_dim: backbone feature dimension d.
+        kwargs: the parsed ``method_kwargs``.
+        head: ``geometry.head``; a name other than ``projector`` swaps in that head, with
+            ``hidden_dim`` defaulting to the recipe's ``proj_hidden_dim``.
+
+    Returns:
+        A module mapping (N, d) to (N, proj_output_dim).
+
+    Raises:
+        ValueError: on an unknown method or head.
+    """
+    hidden, out = int(kwargs["proj_hidden_dim"]), int(kwargs["proj_output_dim"])
+    if head is not None and head.name != "projector":
+        head = dataclasses.replace(head, hidden_dim=head.hidden_dim or hidden)
+        return build_configured_head(head, features_dim, out)
+    if method == "simclr":
+        return _mlp([features_dim, hidden, out], bn=False)
+    if method == "byol":
+        return _mlp([features_dim, hidden, out], bn=True)
+    if method in ("vicreg", "barlow_twins"):
+        return _mlp([features_dim, hidden, hidden, out], bn=True)
+    raise ValueError(f"unknown method {method!r}; choose from byol, simclr, vicreg, barlow_twins")
+
+
+def build_predictor(method: str, kwargs: dict[str, Any]) -> nn.Module | None:
+    """BYOL's predictor (Linear, BN, ReLU, Linear); None for the other methods."""
+    if method != "byol":
+        return None
+    out = int(kwargs["proj_output_dim"])
+    return _mlp([out, int(kwargs["pred_hidden_dim"]), out], bn=True)
+
+
+class Objective(nn.Module):
+    """A method's loss on head outputs of all views.
+
+    ``forward(H, targets)``: H (V, N, p) online head outputs, H[v] = projector(Z[v]);
+    targets (V, N, p) momentum-branch outputs (BYOL) or None. The predictor, when present, is
+    part of the objective (applied to H), so ``loss(H)`` is the function whose curvature the
+    monitor measures.
+
+    Args:
+        method: simclr, byol, vicreg or barlow_twins.
+        kwargs: the parsed ``method_kwargs``.
+        predictor: BYOL's predictor.
+
+    Raises:
+        ValueError: on an unknown method, or BYOL without a predictor.
+    """
+
+    def __init__(
+        self, method: str, kwargs: dict[str, Any], predictor: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.method = method
+        self.scale = 1.0
+        self.loss: nn.Module
+        if method == "simclr":
+            self.loss = NTXentLoss(temperature=float(kwargs["temperature"]))
+        elif method == "byol":
+            if predictor is None:
+                raise ValueError("byol needs its predictor")
+            self.loss = NegativeCosineSimilarity()
+        elif method == "vicreg":
+            self.loss = VICRegLoss(
+                lambda_param=float(kwargs["sim_loss_weight"]),
+                mu_param=2.0 * float(kwargs["var_loss_weight"]),
+                nu_param=float(kwargs["cov_loss_weight"]),
+            )
+        elif method == "barlow_twins":
+            self.loss = BarlowTwinsLoss(lambda_param=float(kwargs["lamb"]))
+            self.scale = float(kwargs["scale_loss"])
+        else:
+            raise ValueError(f"unknown method {method!r}")
+        # Not registered as a submodule: the predictor belongs to the LightningModule.
+        self._predictor = [predictor] if predictor is not None else []
+
+    def forward(
+        self, H: Tensor, targets: Tensor | None = None, predictor: nn.Module | None = None
+    ) -> Tensor:
+        """Loss of head outputs H (V, N, p) given detached targets (V, N, p) or None.
+
+        ``predictor`` replaces BYOL's own predictor (e.g. a float64 copy for measurements).
+        """
+        if self.method != "byol":
+            return self.scale * self.loss(H[0], H[1])
+        if targets is None:
+            raise ValueError("byol's loss needs the momentum branch's targets")
+        predictor = predictor if predictor is not None else self._predictor[0]
+        preds = [predictor(h) for h in H]  # V x (N, p)
+        total = H.new_zeros(())
+        for v1 in range(targets.shape[0]):
+            for v2 in range(len(preds)):
+                if v2 != v1:
+                    total = total + 2.0 + 2.0 * self.loss(preds[v2], targets[v1].detach())
+        return total
+
+
+def warmup_cosine_lr(
+    step: float,
+    base_lr: float,
+    warmup_steps: float,
+    total_steps: float,
+    start_lr: float,
+    min_lr: float,
+) -> float:
+    """solo-learn's linear-warmup cosine schedule; the cosine part is lightly's.
+
+    Args:
+        step: scheduler step (optimiser step or epoch).
+        base_lr: the group's peak learning rate.
+        warmup_steps: length of the linear warmup (may be fractional, as in solo-learn).
+        total_steps: length of the whole schedule.
+        start_lr: learning rate at step 0 (``base_lr`` when there is no warmup).
+        min_lr: learning rate at the end.
+
+    Returns:
+        The learning rate at ``step``.
+    """
+    if step < warmup_steps:
+        return start_lr + step * (base_lr - start_lr) / max(warmup_steps - 1, 1e-12)
+    span = max(total_steps - warmup_steps, 1e-12)
+    # lightly's cosine_schedule divides by (max_steps - 1): pass span + 1 for cos(pi * k / span).
+    return cosine_schedule(int(step - warmup_steps), int(math.ceil(span)) + 1, base_lr, min_lr)
+
+
+def momentum_tau(updates_done: int, max_steps: int, base_tau: float, final_tau: float) -> float:
+    """Tau for the momentum update after ``updates_done`` earlier updates (solo-learn's cosine).
+
+    ``final - (final - base) * (cos(pi * k / K) + 1) / 2`` with k = ``updates_done`` and
+    K = ``max_steps``, computed by lightly's ``cosine_schedule`` (which divides by
+    ``max_steps - 1``, hence K + 1).
+    """
+    return cosine_schedule(updates_done, max_steps + 1, base_tau, final_tau)
+
+
+def _split_no_decay(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Move 1-d parameters (biases, norms) to groups without weight decay, as solo-learn."""
+    out = []
+    for group in groups:
+        params = list(group["params"])
+        decay = [p for p in params if p.ndim > 1]
+        no_decay = [p for p in params if p.ndim <= 1]
+        if decay:
+            out.append({**group, "params": decay})
+        if no_decay:
+            out.append({**group, "params": no_decay, "weight_decay": 0.0})
+    return out
+
+
+def _lars(groups: list[dict[str, Any]], opt: dict[str, Any]) -> LARS:
+    """Lightly's LARS with solo-learn's ``eta``, ``exclude_bias_n_norm`` and ``clip_lr``.
+
+    ``exclude_bias_n_norm``: lightly's LARS skips scaling and weight decay for groups with zero
+    weight decay, exactly what solo-learn does for 1-d parameters. ``clip_lr`` (local rate
+    ``min(lars_lr / lr, 1)``) is applied by setting each parameter's trust coefficient before
+    every step, one parameter per group.
+    """
+    kw = dict(opt["kwargs"])
+    if kw.pop("exclude_bias_n_norm"):
+        groups = [{**g, "params": [p for p in g["params"] if p.ndim > 1]} for g in groups] + [
+            {**g, "params": [p for p in g["params"] if p.ndim <= 1], "weight_decay": 0.0}
+            for g in groups
+        ]
+        groups = [g for g in groups if g["params"]]
+    clip, eta = kw.pop("clip_lr"), float(kw.pop("eta"))
+    if clip:
+        groups = [{**g, "params": [p], "clip_lr": True} for g in groups for p in g["params"]]
+    optimizer = LARS(
+        groups, lr=opt["lr"], weight_decay=opt["weight_decay"], trust_coefficient=eta, **kw
+    )
+    if clip:
+        optimizer.register_step_pre_hook(_clip_hook(eta))
+    return optimizer
+
+
+def _clip_hook(eta: float) -> Callable[..., None]:
+    """Step pre-hook making lightly's local rate ``min(eta*|p|/(|g|+wd|p|) / lr, 1)``."""
+
+    @torch.no_grad()
+    def hook(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        for group in optimizer.param_groups:
+            (p,) = group["params"]
+            if p.grad is None or group["weight_decay"] == 0:
+                continue
+            wd, lr = group["weight_decay"], group["lr"]
+            p_norm, g_norm = torch.norm(p), torch.norm(p.grad)
+            lars_lr = eta * p_norm / (g_norm + p_norm * wd + group["eps"])
+            # lightly multiplies by trust * |p| / (...) = (trust / eta) * lars_lr.
+            clipped = torch.clamp(lars_lr / lr, max=1.0) if lr > 0 else torch.ones_like(lars_lr)
+            group["trust_coefficient"] = eta * clipped / lars_lr.clamp_min(1e-30)
+
+    return hook
+
+
+def build_optimizer(groups: Iterable[dict[str, Any]], opt: dict[str, Any]) -> torch.optim.Optimizer:
+    """Build the recipe's optimiser over named parameter groups.
+
+    Args:
+        groups: ``{"name", "params", ["lr", "weight_decay"]}`` dicts (solo-learn's
+            ``learnable_params``).
+        opt: ``ParsedRecipe.optimizer`` (learning rates already scaled).
+
+    Returns:
+        SGD, AdamW or lightly's LARS.
+
+    Raises:
+        ValueError: on an unknown optimiser name.
+    """
+    groups = [dict(g, params=list(g["params"])) for g in groups]
+    if opt["exclude_bias_n_norm_wd"]:
+        groups = _split_no_decay(groups)
+    kw = dict(opt["kwargs"])
+    if opt["name"] == "sgd":
+        return torch.optim.SGD(groups, lr=opt["lr"], weight_decay=opt["weight_decay"], **kw)
+    if opt["name"] == "adamw":
+        kw["betas"] = tuple(kw["betas"])
+        return torch.optim.AdamW(groups, lr=opt["lr"], weight_decay=opt["weight_decay"], **kw)
+    if opt["name"] == "lars":
+        return _lars(groups, opt)
+    raise ValueError(f"unknown optimizer {opt['name']!r}; choose from adamw, lars, sgd")

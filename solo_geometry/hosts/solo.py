@@ -1,0 +1,184 @@
+"""The solo-learn host: run a recipe through solo-learn's own ``main_pretrain.py``.
+
+:func:`launch` checks the recipe and the overrides in-process (so bad input fails before any
+run folder exists), creates the run folder (DESIGN.md section 7) and runs solo-learn's
+``main_pretrain.py`` *by module* (``python -m main_pretrain``) from the solo-learn checkout, with
+this package and the checkout on ``PYTHONPATH``: Hydra discovers the plugin, which wraps
+``solo.methods.METHODS`` (:mod:`solo_geometry.hosts.solo_methods`), and DDP's re-launched ranks,
+started the same way by Lightning, get the plugin too.
+
+The checkout is found from ``solo_root``, else the ``SOLO_LEARN_ROOT`` environment variable,
+else next to the installed ``solo`` package (an editable install of the repository).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from solo_geometry.hosts.solo_losses import SUPPORTED, UNSUPPORTED
+from solo_geometry.rundir import finish_run_dir, new_run_dir, write_config
+
+__all__ = [
+    "SUPPORTED",
+    "UNSUPPORTED",
+    "LaunchError",
+    "check_recipe",
+    "find_solo_root",
+    "install",
+    "launch",
+    "solo_command",
+]
+
+ENV_ROOT = "SOLO_LEARN_ROOT"
+ENTRY = "main_pretrain"
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # holds solo_geometry/ and hydra_plugins/
+
+
+class LaunchError(RuntimeError):
+    """solo-learn's pretraining could not be started or did not finish."""
+
+
+def install() -> list[str]:
+    """Wrap ``solo.methods.METHODS`` in place (see :mod:`solo_geometry.hosts.solo_methods`)."""
+    from solo_geometry.hosts.solo_methods import install as _install
+
+    return _install()
+
+
+def find_solo_root(solo_root: Path | str | None = None) -> Path:
+    """Locate the solo-learn checkout holding ``main_pretrain.py``.
+
+    Args:
+        solo_root: explicit checkout folder; else ``$SOLO_LEARN_ROOT``; else the parent of
+            the installed ``solo`` package.
+
+    Returns:
+        The checkout folder.
+
+    Raises:
+        FileNotFoundError: if no candidate holds ``main_pretrain.py``; the message says how to
+            point at the checkout.
+    """
+    tried: list[str] = []
+    candidates: list[Path] = []
+    if solo_root is not None:
+        candidates.append(Path(solo_root))
+    elif os.environ.get(ENV_ROOT):
+        candidates.append(Path(os.environ[ENV_ROOT]))
+    else:
+        spec = importlib.util.find_spec("solo")
+        if spec is not None and spec.origin is not None:
+            candidates.append(Path(spec.origin).resolve().parents[1])
+    for candidate in candidates:
+        if (candidate / f"{ENTRY}.py").is_file():
+            return candidate.resolve()
+        tried.append(str(candidate))
+    raise FileNotFoundError(
+        f"cannot find solo-learn's {ENTRY}.py (tried: {tried or 'nothing: solo not installed'}); "
+        f"pass --solo-root /path/to/solo-learn or set {ENV_ROOT}"
+    )
+
+
+def check_recipe(config: Path | str, overrides: list[str]) -> DictConfig:
+    """Compose the recipe and validate its ``geometry`` node, before anything is created.
+
+    Raises:
+        FileNotFoundError: if the recipe file is missing.
+        ValueError: for a malformed recipe or override, a bad geometry option, or geometry on
+            for a method the adapter does not support.
+    """
+    from solo_geometry.config import geometry_config
+    from solo_geometry.recipe import load_recipe
+
+    cfg = load_recipe(config, overrides)
+    method = OmegaConf.select(cfg, "method", default=None)
+    if method is None:
+        raise ValueError(f"recipe {str(config)!r} has no 'method' key")
+    gcfg = geometry_config(cfg)
+    if gcfg is not None and method not in SUPPORTED:
+        raise ValueError(
+            f"geometry is not supported for method {method!r}; choose from {sorted(SUPPORTED)}"
+        )
+    return cfg
+
+
+def solo_command(config: Path, overrides: list[str], run: Path, cfg: DictConfig) -> list[str]:
+    """The command line running solo-learn's ``main_pretrain`` module for one run."""
+    extra = [
+        f"hydra.run.dir='{run}'",
+        f"checkpoint.dir='{run / 'checkpoints'}'",
+        f"++default_root_dir='{run}'",  # Lightning's own logs, not in the caller's cwd
+    ]
+    if "geometry" in cfg:
+        extra.append(f"geometry.out_dir='{run}'")
+    if not _cuda_available() and str(cfg.get("accelerator", "")) in ("gpu", "cuda"):
+        print("solo-geometry: no GPU here, running on the CPU (accelerator=cpu)", flush=True)
+        extra.append("accelerator=cpu")
+    return [
+        sys.executable, "-m", ENTRY, "--config-path", str(config.parent),
+        "--config-name", config.stem, *overrides, *extra,
+    ]  # fmt: skip
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _environment(solo_root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(solo_root), str(_PACKAGE_ROOT)]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_root: Path) -> Path:
+    """Pretrain a recipe with solo-learn's ``main_pretrain.py`` in a new run folder.
+
+    Args:
+        config: the recipe YAML (solo-learn's schema).
+        overrides: Hydra overrides, e.g. ``["+geometry=on", "geometry.every_n_steps=10"]``.
+        solo_root: the solo-learn checkout (None: ``$SOLO_LEARN_ROOT`` or next to ``solo``).
+        runs_root: folder under which the run folder is created.
+
+    Returns:
+        The run folder (config.yaml, geometry.jsonl, checkpoints/, ...).
+
+    Raises:
+        FileNotFoundError: no recipe or no solo-learn checkout.
+        ValueError: a malformed recipe, override or geometry option (no run folder created).
+        LaunchError: solo-learn's run failed (the run folder is removed unless it holds
+            checkpoints or geometry records).
+    """
+    config = Path(config).expanduser().resolve()
+    root = find_solo_root(solo_root)
+    cfg = check_recipe(config, list(overrides))
+    run = new_run_dir(Path(runs_root).expanduser().resolve(), config.stem)
+    print(f"solo-geometry: run folder {run}", flush=True)
+    ok = False
+    try:
+        argv = solo_command(config, list(overrides), run, cfg)
+        result = subprocess.run(argv, env=_environment(root), check=False)
+        if result.returncode != 0:
+            raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {result.returncode}")
+        if not (run / "config.yaml").exists():
+            hydra_cfg = run / ".hydra" / "config.yaml"
+            loaded = OmegaConf.load(hydra_cfg) if hydra_cfg.exists() else cfg
+            assert isinstance(loaded, DictConfig)
+            write_config(run, loaded)
+        ok = True
+    finally:
+        kept = finish_run_dir(run, ok=ok)
+        if not ok:
+            print(f"solo-geometry: run failed; folder {'kept' if kept else 'removed'}: {run}")
+    print(f"solo-geometry: finished, run folder {run}", flush=True)
+    return run

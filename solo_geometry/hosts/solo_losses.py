@@ -1,0 +1,186 @@
+"""Loss closures of solo-learn methods as functions of the projector's outputs.
+
+For each supported method, a :class:`LossSpec` rebuilds the method's SSL loss (never the online
+classifier's) from ``solo.losses`` with the method's own hyperparameters, as a function of the
+projector outputs H (V, N, p) of one batch: L(H) = loss(H, targets), where every other quantity
+(predictor parameters, momentum-branch targets, indexes) is held fixed and detached. Evaluated at
+H[v] = projector(Z[v]) it equals the SSL term of the method's ``training_step`` on that batch.
+
+The closures accept H in any floating dtype (the monitor works in float64): captured targets are
+cast to H's dtype, fixed modules (the predictor) run on detached copies of their state in that
+dtype, and solo-learn's losses run under H's default dtype (``barlow_loss_func`` builds a
+BatchNorm inside).
+
+Supported methods (``SUPPORTED``): simclr, supcon, byol, mocov3, simsiam, vicreg, vibcreg,
+barlow_twins. Not supported, because their loss depends on state the adapter cannot rebuild
+from ``solo.losses`` alone (queues, prototypes, Sinkhorn, centering, nearest-neighbour support
+sets or a decoder): all4one, deepclusterv2, dino, mae, mocov2plus, nnbyol, nnclr, nnsiam,
+ressl, swav, wmse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "default_dtype", "frozen_call"]
+
+Context = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """How to rebuild one method's SSL loss.
+
+    Attributes:
+        context: (model, images per crop, batch) -> detached quantities the loss needs.
+        loss: (model, context, H (V, N, p)) -> scalar SSL loss.
+        momentum: the method has a momentum projector to keep in sync with the projector.
+    """
+
+    context: Callable[[Any, list[Tensor], Any], Context]
+    loss: Callable[[Any, Context, Tensor], Tensor]
+    momentum: bool = False
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Temporarily set torch's default floating dtype."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def frozen_call(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` on detached copies of its state cast to x's dtype (module left untouched)."""
+
+    def _copy(t: Tensor) -> Tensor:
+        t = t.detach()
+        return t.to(x.dtype) if t.is_floating_point() else t.clone()
+
+    state = {k: _copy(v) for k, v in module.named_parameters()}
+    state.update({k: _copy(v).clone() for k, v in module.named_buffers()})
+    return functional_call(module, state, (x,), strict=False)
+
+
+def _no_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+    return {}
+
+
+def _index_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+    return {"indexes": batch[0].detach()}
+
+
+def _label_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+    return {"indexes": batch[-1].detach()}
+
+
+def _momentum_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+    from solo.methods.base import BaseMomentumMethod
+
+    with torch.no_grad():
+        large = crops[: model.num_large_crops]
+        feats = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
+        targets = [model.momentum_projector(f).detach() for f in feats]
+    return {"targets": targets}
+
+
+def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.simclr import simclr_loss_func
+
+    z = H.reshape(-1, H.shape[-1])  # (V * N, p), views concatenated as solo-learn does
+    indexes = ctx["indexes"].repeat(H.shape[0])
+    return simclr_loss_func(z, indexes=indexes, temperature=model.temperature)
+
+
+def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.byol import byol_loss_func
+
+    P = [frozen_call(model.predictor, H[v]) for v in range(H.shape[0])]
+    loss = H.new_zeros(())
+    for v1 in range(model.num_large_crops):
+        for v2 in range(H.shape[0]):
+            if v2 != v1:
+                loss = loss + byol_loss_func(P[v2], ctx["targets"][v1].to(H))
+    return loss
+
+
+def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.mocov3 import mocov3_loss_func
+
+    Q = [frozen_call(model.predictor, H[v]) for v in range(2)]
+    K = [k.to(H) for k in ctx["targets"]]
+    t = model.temperature
+    return mocov3_loss_func(Q[0], K[1], temperature=t) + mocov3_loss_func(Q[1], K[0], temperature=t)
+
+
+def _simsiam(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.simsiam import simsiam_loss_func
+
+    P = [frozen_call(model.predictor, H[v]) for v in range(2)]
+    return simsiam_loss_func(P[0], H[1]) / 2 + simsiam_loss_func(P[1], H[0]) / 2
+
+
+def _vicreg(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.vicreg import vicreg_loss_func
+
+    return vicreg_loss_func(
+        H[0],
+        H[1],
+        sim_loss_weight=model.sim_loss_weight,
+        var_loss_weight=model.var_loss_weight,
+        cov_loss_weight=model.cov_loss_weight,
+    )
+
+
+def _vibcreg(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.vibcreg import vibcreg_loss_func
+
+    return vibcreg_loss_func(
+        H[0],
+        H[1],
+        sim_loss_weight=model.sim_loss_weight,
+        var_loss_weight=model.var_loss_weight,
+        cov_loss_weight=model.cov_loss_weight,
+    )
+
+
+def _barlow(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    from solo.losses.barlow import barlow_loss_func
+
+    return barlow_loss_func(H[0], H[1], lamb=model.lamb, scale_loss=model.scale_loss)
+
+
+SUPPORTED: dict[str, LossSpec] = {
+    "simclr": LossSpec(_index_context, _contrastive),
+    "supcon": LossSpec(_label_context, _contrastive),
+    "byol": LossSpec(_momentum_context, _byol, momentum=True),
+    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True),
+    "simsiam": LossSpec(_no_context, _simsiam),
+    "vicreg": LossSpec(_no_context, _vicreg),
+    "vibcreg": LossSpec(_no_context, _vibcreg),
+    "barlow_twins": LossSpec(_no_context, _barlow),
+}
+
+UNSUPPORTED = (
+    "all4one",
+    "deepclusterv2",
+    "dino",
+    "mae",
+    "mocov2plus",
+    "nnbyol",
+    "nnclr",
+    "nnsiam",
+    "ressl",
+    "swav",
+    "wmse",
+)

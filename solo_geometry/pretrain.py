@@ -1,0 +1,167 @@
+"""``solo-geometry pretrain``: run a solo-learn recipe on the solo-learn or the lightly host.
+
+::
+
+    solo-geometry pretrain --config zoo/recipes/digits/byol.yaml --host auto +geometry=on
+
+``--host auto`` (the default) uses solo-learn when it is importable and the lightly host
+otherwise; the command says which host it used and prints the run folder. Overrides use Hydra's
+syntax, exactly as with solo-learn's ``main_pretrain.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "HOSTS",
+    "add_pretrain_parser",
+    "pretrain",
+    "resolve_host",
+    "solo_available",
+]
+
+HOSTS = ("auto", "solo", "lightly")
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+def solo_available() -> bool:
+    """Whether solo-learn (1.0.6, the ``solo`` package) can be imported here."""
+    try:
+        importlib.import_module("solo")
+        importlib.import_module("solo.methods")
+    except Exception:  # noqa: BLE001 - any failure to import means "not usable here"
+        return False
+    return True
+
+
+def resolve_host(host: str) -> tuple[str, str]:
+    """Choose the host.
+
+    Args:
+        host: ``auto``, ``solo`` or ``lightly``.
+
+    Returns:
+        ``(host, reason)``: the host to use and a short reason for ``auto``'s choice.
+
+    Raises:
+        ValueError: on an unknown host name.
+        ModuleNotFoundError: for ``solo`` when solo-learn is not importable.
+    """
+    if host not in HOSTS:
+        raise ValueError(f"unknown host {host!r}; choose from {list(HOSTS)}")
+    if host == "lightly":
+        return "lightly", "asked for"
+    available = solo_available()
+    if host == "solo":
+        if not available:
+            raise ModuleNotFoundError(
+                "--host solo needs solo-learn 1.0.6 (pip install 'solo-geometry[solo]'); "
+                "use --host lightly or --host auto"
+            )
+        return "solo", "asked for"
+    if available:
+        return "solo", "auto: solo-learn is importable"
+    return "lightly", "auto: solo-learn is not importable"
+
+
+def pretrain(
+    config: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    host: str = "auto",
+    runs_root: str | Path = DEFAULT_RUNS_ROOT,
+    solo_root: str | Path | None = None,
+) -> tuple[str, Path]:
+    """Pretrain a recipe on the chosen host.
+
+    Args:
+        config: the recipe YAML (solo-learn's schema).
+        overrides: Hydra overrides (``+geometry=on`` ...).
+        host: ``auto``, ``solo`` or ``lightly``.
+        runs_root: folder under which the run folder is created.
+        solo_root: solo-learn checkout for the solo host (None: found automatically).
+
+    Returns:
+        ``(host used, run folder)``.
+
+    Raises:
+        ValueError: unknown host, bad recipe field or override.
+        FileNotFoundError: missing recipe or data folder.
+        ModuleNotFoundError: ``--host solo`` without solo-learn.
+    """
+    chosen, reason = resolve_host(host)
+    print(f"solo-geometry pretrain: host {chosen} ({reason})", flush=True)
+    if not Path(config).is_file():
+        raise FileNotFoundError(f"recipe file {str(config)!r} not found")
+    if chosen == "solo":
+        from solo_geometry.hosts.solo import launch as solo_launch
+
+        run = solo_launch(
+            Path(config),
+            list(overrides),
+            solo_root=None if solo_root is None else Path(solo_root),
+            runs_root=Path(runs_root),
+        )
+    else:
+        from solo_geometry.hosts.lightly import launch as lightly_launch
+
+        run = lightly_launch(config, list(overrides), runs_root=runs_root)
+    print(f"solo-geometry pretrain: host {chosen}, run folder {run}", flush=True)
+    return chosen, run
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Entry of the ``pretrain`` subcommand."""
+    odd = [a for a in args.overrides if "=" not in a and not a.startswith("~")]
+    if odd:
+        raise ValueError(f"overrides must look like key=value, +group=option or ~key; got {odd}")
+    pretrain(
+        args.config,
+        args.overrides,
+        host=args.host,
+        runs_root=args.runs_root,
+        solo_root=args.solo_root,
+    )
+    return 0
+
+
+def add_pretrain_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``pretrain`` on the ``solo-geometry`` command.
+
+    Args:
+        subparsers: the command's subparsers.
+
+    Returns:
+        The new subparser (its ``func`` default runs the command).
+    """
+    parser = subparsers.add_parser(
+        "pretrain",
+        help="pretrain a solo-learn recipe (solo-learn or lightly host)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--config", type=Path, required=True, help="recipe YAML file")
+    parser.add_argument(
+        "--host",
+        choices=HOSTS,
+        default="auto",
+        help="auto: solo-learn when importable, else lightly (default: auto)",
+    )
+    parser.add_argument(
+        "--runs-root",
+        type=Path,
+        default=DEFAULT_RUNS_ROOT,
+        help="folder for run folders (default: runs)",
+    )
+    parser.add_argument(
+        "--solo-root",
+        type=Path,
+        default=None,
+        help="solo-learn checkout for --host solo (default: found)",
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +geometry=on")
+    parser.set_defaults(func=_run)
+    return parser

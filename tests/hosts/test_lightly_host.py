@@ -1,0 +1,255 @@
+"""The lightly host end to end: training, run folder, geometry view, CLI errors, both hosts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_lightly_support import write_recipe  # noqa: E402
+
+from solo_geometry.data import make_digits  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+METHODS = ["simclr", "byol", "vicreg", "barlow_twins"]
+# Small measurements: every step, 8 samples, 5 Lanczos steps.
+GEOMETRY = [
+    "+geometry=on",
+    "geometry.every_n_steps=1",
+    "geometry.max_samples=8",
+    "geometry.lanczos_steps=5",
+    "geometry.measure.augment_samples=4",
+    "geometry.measure.density_probes=1",
+]
+# Blocks `import solo` in a child process, as on a machine without solo-learn.
+BLOCK_SOLO = textwrap.dedent(
+    """
+    import sys, importlib.abc
+    class _Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "solo" or name.startswith("solo."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+            return None
+    sys.meta_path.insert(0, _Block())
+    from solo_geometry.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)
+
+
+@pytest.fixture(scope="module")
+def probe_data(digits: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 validation images per class: the probes' folder, kept small for 2 cores."""
+    out = tmp_path_factory.mktemp("probe-data")
+    for cls in sorted(p for p in (digits / "val").iterdir() if p.is_dir()):
+        (out / cls.name).mkdir()
+        for png in sorted(cls.glob("*.png"))[:12]:
+            shutil.copy(png, out / cls.name / png.name)
+    return out
+
+
+def _geometry(probe_data: Path) -> list[str]:
+    return [*GEOMETRY, f"geometry.probes.data={probe_data}"]
+
+
+def _cli(
+    args: list[str], *, block_solo: bool = False, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    code = (
+        BLOCK_SOLO
+        if block_solo
+        else "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def _check_run_folder(run: Path) -> list[dict]:
+    assert (run / "config.yaml").is_file()
+    assert list((run / "checkpoints").rglob("*.ckpt")), sorted(run.rglob("*"))
+    assert not (run / ".incomplete").exists()
+    records = [json.loads(x) for x in (run / "geometry.jsonl").read_text().splitlines()]
+    ok = [r for r in records if r["status"] == "ok"]
+    assert ok, records
+    for key in ("heff/lambda_min", "m/lambda_min", "interaction_ratio", "z/effective_rank"):
+        assert key in ok[0], sorted(ok[0])
+    probes = json.loads((run / "probes.json").read_text())
+    assert {(p["features"], p["target"]) for p in probes["probes"]} >= {
+        ("z", "class"),
+        ("h", "class"),
+    }
+    assert (run / "report" / "index.html").is_file()
+    return ok
+
+
+@pytest.mark.slow
+class TestTraining:
+    @pytest.mark.parametrize("method", ["simclr", "vicreg", "barlow_twins"])
+    def test_method_writes_run_folder(
+        self, method: str, digits: Path, probe_data: Path, tmp_path: Path
+    ) -> None:
+        from solo_geometry.hosts.lightly import launch
+
+        recipe = write_recipe(tmp_path / "recipes", method, digits)
+        run = launch(recipe, _geometry(probe_data), runs_root=tmp_path / "runs")
+        ok = _check_run_folder(run)
+        assert [r["step"] for r in ok][0] == 0
+        assert ok[-1]["step"] == 2  # the final measurement after 2 steps
+
+    def test_byol_smooth_head_via_cli_without_solo(
+        self, digits: Path, probe_data: Path, tmp_path: Path
+    ) -> None:
+        """BYOL through ``solo-geometry pretrain`` in a process where solo-learn is blocked."""
+        recipe = write_recipe(tmp_path / "recipes", "byol", digits)
+        args = ["--config", str(recipe), "--runs-root", str(tmp_path / "r")]
+        overrides = [*_geometry(probe_data), "geometry.head.name=smooth_mlp"]
+        result = _cli(["pretrain", *args, *overrides], block_solo=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "host lightly (auto: solo-learn is not importable)" in result.stdout
+        runs = list((tmp_path / "r").iterdir())
+        assert len(runs) == 1 and str(runs[0]) in result.stdout
+        ok = _check_run_folder(runs[0])
+        assert ok[0]["head"] == "smooth_mlp"
+        assert ok[-1]["step"] == 2
+
+    def test_geometry_off_writes_no_geometry(self, digits: Path, tmp_path: Path) -> None:
+        from solo_geometry.hosts.lightly import launch
+
+        recipe = write_recipe(tmp_path / "recipes", "simclr", digits)
+        run = launch(recipe, ["+geometry=off"], runs_root=tmp_path / "runs")
+        assert (run / "checkpoints" / "last.ckpt").is_file()
+        assert not (run / "geometry.jsonl").exists()
+
+
+class TestGeometryView:
+    @pytest.mark.parametrize("method", METHODS)
+    def test_view_matches_training_loss(self, method: str, digits: Path, tmp_path: Path) -> None:
+        from solo_geometry.hosts.lightly import prepare
+        from solo_geometry.hosts.lightly_module import LightlyMethod
+        from solo_geometry.recipe import load_recipe
+
+        cfg = load_recipe(write_recipe(tmp_path, method, digits), ["+geometry=on"])
+        recipe, geometry = prepare(cfg)
+        model = LightlyMethod(recipe, 10, geometry).train()
+        torch.manual_seed(0)
+        views = [torch.randn(6, 3, 32, 32), torch.randn(6, 3, 32, 32)]
+        batch = (torch.arange(6), views, torch.zeros(6, dtype=torch.long))
+        buffers = {k: b.clone() for k, b in model.named_buffers()}
+        view = model.geometry_view(batch)
+        for k, b in model.named_buffers():
+            torch.testing.assert_close(b, buffers[k], msg=k)
+        assert view.features.shape == (2, 6, model.features_dim)
+        assert not view.features.requires_grad
+        with torch.no_grad():
+            H = torch.stack([model.projector(model.backbone(x)) for x in views])
+            want = model.objective(H, model._targets(views))
+            got = view.loss_of_features(view.features)
+        torch.testing.assert_close(got, want)
+        assert view.loss_of_outputs is not None
+        H64 = H.double()
+        assert view.loss_of_outputs(H64).dtype == torch.float64  # BYOL: float64 predictor copy
+        torch.testing.assert_close(
+            view.loss_of_outputs(H[:, :4]).double(),
+            view.loss_of_outputs(H64[:, :4]),
+            rtol=1e-4,
+            atol=1e-4,
+        )
+
+
+class TestErrors:
+    def test_unsupported_field(self, digits: Path, tmp_path: Path) -> None:
+        recipe = write_recipe(tmp_path, "byol", digits, mixup={"alpha": 0.2})
+        result = _cli(
+            [
+                "pretrain",
+                "--config",
+                str(recipe),
+                "--host",
+                "lightly",
+                "--runs-root",
+                str(tmp_path / "r"),
+            ]
+        )
+        assert result.returncode != 0
+        assert "mixup" in result.stderr and "not supported" in result.stderr
+        assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+    def test_missing_data_folder(self, tmp_path: Path) -> None:
+        recipe = write_recipe(tmp_path, "simclr", tmp_path / "no-such-data")
+        result = _cli(
+            [
+                "pretrain",
+                "--config",
+                str(recipe),
+                "--host",
+                "lightly",
+                "--runs-root",
+                str(tmp_path / "r"),
+            ]
+        )
+        assert result.returncode != 0
+        assert "data.train_path" in result.stderr and "not found" in result.stderr
+        assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+    def test_unknown_host(self, tmp_path: Path) -> None:
+        result = _cli(["pretrain", "--config", "x.yaml", "--host", "moco"])
+        assert result.returncode != 0
+        assert "moco" in result.stderr and "lightly" in result.stderr
+
+    def test_missing_recipe(self, tmp_path: Path) -> None:
+        result = _cli(["pretrain", "--config", str(tmp_path / "nope.yaml"), "--host", "lightly"])
+        assert result.returncode != 0 and "nope.yaml" in result.stderr
+
+    def test_solo_host_without_solo(self, tmp_path: Path) -> None:
+        result = _cli(["pretrain", "--config", "x.yaml", "--host", "solo"], block_solo=True)
+        assert result.returncode != 0 and "solo-learn" in result.stderr
+
+
+@pytest.mark.solo
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("solo") is None, reason="solo-learn 1.0.6 is not installed here"
+)
+class TestBothHosts:
+    def test_same_recipe_both_hosts_one_report(
+        self, digits: Path, probe_data: Path, tmp_path: Path
+    ) -> None:
+        from solo_geometry.pretrain import pretrain
+        from solo_geometry.report import write_report
+
+        checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
+        recipe = write_recipe(tmp_path / "recipes", "byol", digits, checkpoint=checkpoint)
+        runs = {}
+        for host in ("solo", "lightly"):
+            used, runs[host] = pretrain(
+                recipe, _geometry(probe_data), host=host, runs_root=tmp_path / "runs" / host
+            )
+            assert used == host
+            _check_run_folder(runs[host])
+        index = write_report([runs["solo"], runs["lightly"]], tmp_path / "overlay")
+        text = Path(index).read_text()
+        assert runs["solo"].name in text and runs["lightly"].name in text

@@ -1,0 +1,246 @@
+"""End-to-end runs: solo-learn's unmodified main_pretrain.py and our launcher, as subprocesses.
+
+Real solo-learn 1.0.6, real Lightning Trainer, the digits data on disk, a couple of steps each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from test_solo_helpers import (
+    GEOMETRY_TINY,
+    METHODS4,
+    RECIPES,
+    REPO,
+    SOLO_REASON,
+    TINY,
+    env,
+    main_pretrain,
+    run,
+    solo_root,
+    tail,
+    write_digits,
+)
+
+pytest.importorskip("solo", reason=SOLO_REASON)
+
+DOCUMENTED = [
+    *(f"{op}/{q}" for op in ("heff", "gn", "m")
+      for q in ("lambda_min", "lambda_max", "neg_count", "neg_mass", "cond")),
+    "interaction_ratio",
+    *(f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "effective_rank")),
+    "rho/brightness",
+]  # fmt: skip
+
+
+def _records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "geometry.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _check_records(records: list[dict], steps: list[int]) -> None:
+    assert [r["step"] for r in records] == steps
+    for r in records:
+        assert r["status"] == "ok", r.get("error")
+        for key in ("step", "epoch", "n_skipped", "head", *DOCUMENTED):
+            assert key in r, key
+        for key in DOCUMENTED:
+            if r[key] is None:  # undefined cond: no eigenvalue above the floor (ReLU head's M)
+                assert key in ("m/cond", "gn/cond"), key
+                continue
+            assert math.isfinite(r[key]), (key, r[key])
+    for r in (records[0], records[-1]):
+        assert len(r["density"]["nodes"]) == len(r["density"]["weights"]) > 0
+
+
+def _launcher(args: list[str], cwd: Path) -> tuple:
+    proc = run([str(REPO / "scripts" / "main_pretrain.py"), *args], cwd, env=env())
+    return proc, cwd / "runs"
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_digits(tmp_path_factory)
+
+
+def _data(digits_dir: Path) -> list[str]:
+    return [f"data.train_path={digits_dir / 'train'}"]
+
+
+class TestMainPretrain:
+    """solo-learn's own main_pretrain.py with +geometry=on (plugin importable on PYTHONPATH)."""
+
+    @pytest.mark.parametrize(
+        "method",
+        [pytest.param(m, marks=() if m in ("simclr", "byol") else pytest.mark.slow)
+         for m in METHODS4],
+    )  # fmt: skip
+    def test_geometry_on(self, digits: Path, tmp_path: Path, method: str) -> None:
+        proc = main_pretrain(method, [*TINY, *_data(digits), *GEOMETRY_TINY], tmp_path)
+        assert proc.returncode == 0, tail(proc)
+        _check_records(_records(tmp_path), [0, 1, 2])
+        assert (tmp_path / "config.yaml").is_file()
+
+    def test_head_swap_and_pseudo_collapse_in_first_record(
+        self, digits: Path, tmp_path: Path
+    ) -> None:
+        swap = ["geometry.head.name=smooth_mlp", "geometry.head.activation=gelu"]
+        base = [*TINY, *_data(digits), *GEOMETRY_TINY, "++limit_train_batches=1",
+                "geometry.measure.augment=false", *swap]  # fmt: skip
+        plain = main_pretrain("byol", base, tmp_path / "a")
+        collapsed = main_pretrain("byol", [*base, "geometry.init.pseudo_collapse=true"],
+                                  tmp_path / "b")  # fmt: skip
+        assert plain.returncode == 0 and collapsed.returncode == 0, tail(collapsed)
+        first_plain, first = _records(tmp_path / "a")[0], _records(tmp_path / "b")[0]
+        assert first["head"] == first_plain["head"] == "smooth_mlp"
+        assert first["meta"]["geometry"]["head"]["activation"] == "gelu"
+        assert first["meta"]["geometry"]["init"] == {"pseudo_collapse": True, "alpha": 0.1,
+                                                      "backbone": False}  # fmt: skip
+        ratio = first["head/weight_norm"] / first_plain["head/weight_norm"]
+        assert ratio == pytest.approx(0.1, rel=1e-4)  # same seed, every head weight times alpha
+
+    def test_resume_continues_the_file(self, digits: Path, tmp_path: Path) -> None:
+        opts = [*TINY, *_data(digits), *GEOMETRY_TINY, "max_epochs=2", "checkpoint.enabled=True",
+                f"checkpoint.dir={tmp_path / 'ckpt'}", "++checkpoint.keep_prev=True",
+                "geometry.measure.augment=false"]  # fmt: skip
+        first = main_pretrain("simclr", opts, tmp_path)
+        assert first.returncode == 0, tail(first)
+        assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2, 3, 4]
+        mid = next((tmp_path / "ckpt").rglob("*ep=0.ckpt"))
+        again = main_pretrain("simclr", [*opts, f"+resume_from_checkpoint='{mid}'"], tmp_path)
+        assert again.returncode == 0, tail(again)
+        records = _records(tmp_path)
+        assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # no gap, no duplicate
+        assert records[-1]["final"] and all(r["status"] == "ok" for r in records)
+        shutil.copy(mid, tmp_path.parent / "resume-mid.ckpt")
+
+    def test_unknown_head_fails_clearly(self, digits: Path, tmp_path: Path) -> None:
+        proc = main_pretrain("byol", [*TINY, *_data(digits), "+geometry=on",
+                                      "geometry.head.name=nope"], tmp_path)  # fmt: skip
+        assert proc.returncode != 0
+        assert "geometry.head.name: unknown value 'nope'" in proc.stdout + proc.stderr
+        assert not (tmp_path / "geometry.jsonl").exists()
+
+
+class TestCheckpoint:
+    def test_vanilla_solo_loads_backbone_without_plugin(self, digits: Path, tmp_path: Path) -> None:
+        opts = [*TINY, *_data(digits), *GEOMETRY_TINY, "checkpoint.enabled=True",
+                f"checkpoint.dir={tmp_path / 'ckpt'}", "geometry.measure.augment=false",
+                "++limit_train_batches=1"]  # fmt: skip
+        proc = main_pretrain("byol", opts, tmp_path / "run")
+        assert proc.returncode == 0, tail(proc)
+        ckpt = next((tmp_path / "ckpt").rglob("*.ckpt"))
+        code = f"""
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("solo_geometry", "hydra_plugins.solo_geometry")):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+import torch, torchvision, torch.nn as nn
+ckpt = torch.load({str(ckpt)!r}, map_location="cpu")  # main_linear.py's call
+geometry = ckpt["geometry"]
+assert isinstance(geometry, dict) and geometry["summary"]["n_records"] >= 1
+state = ckpt["state_dict"]
+for k in list(state.keys()):  # main_linear.py's loop
+    if "backbone" in k:
+        state[k.replace("backbone.", "")] = state[k]
+    del state[k]
+backbone = torchvision.models.resnet18()
+backbone.fc = nn.Identity()
+result = backbone.load_state_dict(state, strict=False)
+assert result.missing_keys == [], result.missing_keys
+torch.load({str(ckpt)!r}, map_location="cpu", weights_only=True)
+assert not any(m.startswith("solo_geometry") for m in sys.modules)
+print("loaded", len(state))
+"""
+        loaded = run(["-c", code], tmp_path, env=env(block_plugin=True))
+        assert loaded.returncode == 0, tail(loaded)
+        assert loaded.stdout.strip().startswith("loaded")
+
+
+class TestLauncher:
+    @pytest.mark.parametrize(
+        "method", [pytest.param(m, marks=() if m == "byol" else pytest.mark.slow) for m in METHODS4]
+    )
+    def test_geometry_on(self, digits: Path, tmp_path: Path, method: str) -> None:
+        args = ["--config", str(RECIPES / f"{method}.yaml"), "--runs-root", "runs",
+                *TINY, *_data(digits), *GEOMETRY_TINY]  # fmt: skip
+        proc, runs = _launcher(args, tmp_path)
+        assert proc.returncode == 0, tail(proc)
+        (run_dir,) = runs.iterdir()
+        assert run_dir.name.startswith(f"{method}-") and f"run folder: {run_dir}" in proc.stdout
+        _check_records(_records(run_dir), [0, 1, 2])
+        assert (run_dir / "config.yaml").is_file() and not (run_dir / ".incomplete").exists()
+        assert not (tmp_path / "lightning_logs").exists()
+
+    def test_geometry_off_writes_no_file(self, digits: Path, tmp_path: Path) -> None:
+        args = ["--config", str(RECIPES / "vicreg.yaml"), *TINY, *_data(digits), "+geometry=off"]
+        proc, runs = _launcher(args, tmp_path)
+        assert proc.returncode == 0, tail(proc)
+        (run_dir,) = runs.iterdir()
+        assert not (run_dir / "geometry.jsonl").exists() and (run_dir / "config.yaml").exists()
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["+geometry=on", "geometry.head.name=nope"], "geometry.head.name"),
+            (["+geometry=on", "geometry.head.name=smooth_mlp", "geometry.head.activation=sine"],
+             "geometry.head.activation"),
+            (["+geometry=on", "method=swav"], "not supported for method 'swav'"),
+            (["+geometry=on", "geometry.head.nme=x"], "geometry.head.nme"),
+            (["+geometry=on", "stray"], "not a Hydra override"),
+        ],
+    )  # fmt: skip
+    def test_bad_input(self, digits: Path, tmp_path: Path, args: list, message: str) -> None:
+        recipe = ["--config", str(RECIPES / "byol.yaml")]
+        proc, runs = _launcher([*recipe, *TINY, *_data(digits), *args], tmp_path)
+        assert proc.returncode != 0
+        assert message in proc.stderr, tail(proc)
+        assert not runs.exists() or not any(runs.iterdir())
+
+    def test_plain_geometry_on_without_group(self, digits: Path, tmp_path: Path) -> None:
+        recipe = tmp_path / "byol-on.yaml"
+        recipe.write_text((RECIPES / "byol.yaml").read_text() + "geometry: on\n")
+        proc, runs = _launcher(["--config", str(recipe), *TINY, *_data(digits)], tmp_path)
+        assert proc.returncode == 2 and "config group" in proc.stderr, tail(proc)
+        assert not runs.exists() or not any(runs.iterdir())
+
+    @pytest.mark.parametrize("config", ["missing.yaml", ".", "notes.txt"])
+    def test_malformed_recipe_path(self, tmp_path: Path, config: str) -> None:
+        (tmp_path / "notes.txt").write_text("method: byol\n")
+        proc, runs = _launcher(["--config", config], tmp_path)
+        assert proc.returncode == 2 and "recipe" in proc.stderr, tail(proc)
+        assert not runs.exists()
+
+    def test_failing_run_leaves_no_folder(self, tmp_path: Path) -> None:
+        args = ["--config", str(RECIPES / "byol.yaml"), *TINY, "data.train_path=/nonexistent"]
+        proc, runs = _launcher(args, tmp_path)
+        assert proc.returncode == 1 and "exited with status" in proc.stderr, tail(proc)
+        assert "folder removed" in proc.stdout and not any(runs.iterdir())
+
+    def test_solo_root_errors(self, tmp_path: Path) -> None:
+        args = ["--config", str(RECIPES / "byol.yaml"), "--solo-root", str(tmp_path)]
+        proc, runs = _launcher(args, tmp_path)
+        assert (
+            proc.returncode == 2
+            and "--solo-root" in proc.stderr
+            and "SOLO_LEARN_ROOT" in (proc.stderr)
+        ), tail(proc)
+        assert not runs.exists()
+
+    def test_solo_root_from_environment(self, tmp_path: Path) -> None:
+        from solo_geometry.hosts.solo import find_solo_root
+
+        root = solo_root()
+        assert find_solo_root() == root  # next to the installed package
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SOLO_LEARN_ROOT", str(root))
+            assert find_solo_root() == root
+            mp.setenv("SOLO_LEARN_ROOT", str(tmp_path))
+            with pytest.raises(FileNotFoundError, match="SOLO_LEARN_ROOT"):
+                find_solo_root()

@@ -1,0 +1,76 @@
+"""Shared helpers of the solo-learn host tests (real solo-learn, real digits data)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "zoo" / "recipes" / "digits"
+METHODS4 = ("simclr", "byol", "vicreg", "barlow_twins")
+SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', see DEVELOPERS.md)"
+# Tiny, CPU-sized runs: a few steps of batch 8 on 32x32 digits.
+TINY = [
+    "optimizer.batch_size=8", "data.num_workers=0", "data.val_path=null", "max_epochs=1",
+    "+limit_train_batches=2", "checkpoint.enabled=False", "++enable_progress_bar=False",
+    "method_kwargs.proj_hidden_dim=64", "method_kwargs.proj_output_dim=32",
+    "++method_kwargs.pred_hidden_dim=64",
+]  # fmt: skip
+GEOMETRY_TINY = [
+    "+geometry=on", "geometry.every_n_steps=1", "geometry.max_samples=8",
+    "geometry.lanczos_steps=4", "geometry.probes.enabled=false",
+    "geometry.measure.augment_families=[brightness]", "geometry.measure.augment_samples=4",
+    "geometry.measure.density_probes=1",
+]  # fmt: skip
+
+
+def solo_root() -> Path:
+    """The solo-learn checkout of the installed ``solo`` package (skips when absent)."""
+    solo = pytest.importorskip("solo", reason=SOLO_REASON)
+    root = Path(solo.__file__).resolve().parents[1]
+    if not (root / "main_pretrain.py").is_file():
+        pytest.skip(f"solo-learn checkout with main_pretrain.py not found next to {root}")
+    return root
+
+
+def env(block_plugin: bool = False) -> dict[str, str]:
+    """Environment of a subprocess: this repository importable (or explicitly not)."""
+    out = dict(os.environ)
+    out["PYTHONPATH"] = "" if block_plugin else str(REPO)
+    out.pop("SOLO_LEARN_ROOT", None)
+    return out
+
+
+def run(
+    args: list[str], cwd: Path, timeout: int = 600, **kw: object
+) -> subprocess.CompletedProcess:
+    """Run a Python subprocess and capture its output."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=kw.pop("env", env()), capture_output=True,
+        text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def main_pretrain(method: str, overrides: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """solo-learn's unmodified ``main_pretrain.py`` on a digits recipe, as solo-learn runs it."""
+    root = solo_root()
+    cwd.mkdir(parents=True, exist_ok=True)
+    args = [str(root / "main_pretrain.py"), "--config-path", str(RECIPES), "--config-name",
+            method, f"hydra.run.dir={cwd}", *overrides]  # fmt: skip
+    return run(args, cwd)
+
+
+def tail(proc: subprocess.CompletedProcess) -> str:
+    """The end of a subprocess's output, for assertion messages."""
+    return proc.stdout[-3000:] + "\n--- stderr ---\n" + proc.stderr[-5000:]
+
+
+def write_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded digits data written to disk (train/ and val/ image folders)."""
+    from solo_geometry.data import make_digits
+
+    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)

@@ -1,0 +1,126 @@
+"""Tests of solo_geometry.config: the typed ``geometry`` node and its validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from solo_geometry.config import (
+    GeometryConfig,
+    HeadConfig,
+    as_bool,
+    build_configured_head,
+    geometry_config,
+)
+
+
+def _cfg(node: object) -> OmegaConf:
+    return OmegaConf.create({"method": "byol", "geometry": node})
+
+
+class TestAsBool:
+    @pytest.mark.parametrize(
+        ("value", "expected"),
+        [(True, True), (False, False), ("on", True), ("off", False), ("ON", True),
+         ("no", False), ("yes", True), ("1", True), ("0", False), (0, False)],
+    )  # fmt: skip
+    def test_words(self, value: object, expected: bool) -> None:
+        assert as_bool(value, "k") is expected
+
+    @pytest.mark.parametrize("value", ["maybe", "", 2, None, 0.5])
+    def test_rejects(self, value: object) -> None:
+        with pytest.raises(ValueError, match="k: expected a boolean"):
+            as_bool(value, "k")
+
+
+class TestGeometryConfig:
+    def test_defaults(self) -> None:
+        g = GeometryConfig()
+        assert (g.enabled, g.every_n_steps, g.max_samples, g.lanczos_steps, g.dtype) == (
+            True, 50, 16, 12, "float64",
+        )  # fmt: skip
+        assert g.head.name == "projector"  # geometry on never changes the experiment
+        assert not g.init.pseudo_collapse and g.init.alpha == 0.1
+        assert g.probes.enabled and g.probes.data is None
+
+    def test_absent_is_none(self) -> None:
+        assert geometry_config(OmegaConf.create({"method": "byol"})) is None
+
+    def test_on(self) -> None:
+        g = geometry_config(_cfg({"enabled": True, "every_n_steps": 10}))
+        assert isinstance(g, GeometryConfig) and g.every_n_steps == 10
+
+    @pytest.mark.parametrize("enabled", [False, "off", "false", "no"])
+    def test_off_values(self, enabled: object) -> None:
+        assert geometry_config(_cfg({"enabled": enabled})) is None
+
+    def test_string_off_for_nested_bool_is_false(self) -> None:
+        g = geometry_config(_cfg({"init": {"pseudo_collapse": "off"}}))
+        assert g is not None and g.init.pseudo_collapse is False
+
+    @pytest.mark.parametrize("node", [True, "on", "yes"])
+    def test_plain_on_value_without_group_is_an_error(self, node: object) -> None:
+        with pytest.raises(ValueError, match="config group"):
+            geometry_config(_cfg(node))
+
+    def test_yaml_on_without_group(self) -> None:
+        cfg = OmegaConf.create("method: byol\ngeometry: on\n")
+        with pytest.raises(ValueError, match=r"\+geometry=on"):
+            geometry_config(cfg)
+
+    @pytest.mark.parametrize("node", [False, "off"])
+    def test_plain_off_value_is_off(self, node: object) -> None:
+        assert geometry_config(_cfg(node)) is None
+
+    @pytest.mark.parametrize(
+        ("node", "key"),
+        [
+            ({"head": {"nme": "x"}}, "geometry.head.nme"),
+            ({"every_n_step": 3}, "geometry.every_n_step"),
+            ({"every_n_steps": "abc"}, "geometry.every_n_steps"),
+            ({"every_n_steps": 0}, "geometry.every_n_steps"),
+            ({"dtype": "float16"}, "geometry.dtype"),
+            ({"head": {"name": "mlp9"}}, "geometry.head.name"),
+            ({"head": {"activation": "sine"}}, "geometry.head.activation"),
+            ({"head": {"norm": "group"}}, "geometry.head.norm"),
+            ({"measure": {"augment_families": ["blur"]}}, "geometry.measure.augment_families"),
+            ({"init": {"alpha": -1.0}}, "geometry.init.alpha"),
+            ({"enabled": "maybe"}, "geometry.enabled"),
+        ],
+    )
+    def test_bad_input_names_the_key(self, node: dict, key: str) -> None:
+        with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+            geometry_config(_cfg(node))
+
+    def test_unknown_head_lists_choices(self) -> None:
+        with pytest.raises(ValueError, match="smooth_mlp"):
+            geometry_config(_cfg({"head": {"name": "nope"}}))
+
+
+class TestBuildConfiguredHead:
+    def test_smooth_mlp(self) -> None:
+        head = build_configured_head(
+            HeadConfig(name="smooth_mlp", activation="gelu", hidden_dim=16), 8, 4
+        )
+        assert head(torch.randn(5, 8)).shape == (5, 4)
+        assert any(isinstance(m, torch.nn.GELU) for m in head.modules())
+
+    def test_norm_none(self) -> None:
+        head = build_configured_head(HeadConfig(name="smooth_mlp", norm="none"), 8, 4)
+        assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in head.modules())
+
+    def test_metric_linear(self) -> None:
+        head = build_configured_head(HeadConfig(name="metric_linear"), 8, 4)
+        assert head(torch.randn(5, 8)).shape == (5, 4)
+
+    def test_projector_is_not_built(self) -> None:
+        with pytest.raises(ValueError, match="projector"):
+            build_configured_head(HeadConfig(), 8, 4)
+
+    def test_roundtrip_plain_types(self) -> None:
+        plain = dataclasses.asdict(GeometryConfig())
+        assert OmegaConf.to_object(OmegaConf.structured(GeometryConfig(**{})))  # builds
+        assert isinstance(plain["measure"]["augment_families"], list)

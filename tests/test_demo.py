@@ -1,0 +1,131 @@
+"""The demo (``make demo``): findings read back from run files, and the reduced form end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solo_geometry.demo import (
+    FULL,
+    QUICK,
+    QUICK_ENV,
+    add_demo_parser,
+    demo_overrides,
+    findings,
+    format_findings,
+    run_demo,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fake_run(run: Path) -> Path:
+    run.mkdir(parents=True)
+    records = [
+        {"step": 0, "status": "ok", "m/lambda_min": -0.25, "interaction_ratio": 0.5},
+        {"step": 5, "status": "skipped", "error": "x"},
+        {"step": 10, "status": "ok", "m/lambda_min": -0.125, "interaction_ratio": 0.75},
+    ]
+    (run / "geometry.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    probes = {
+        "probes": [
+            {"features": "z", "probe": "linear", "target": "class", "accuracy": 0.9},
+            {"features": "h", "probe": "linear", "target": "class", "accuracy": 0.8},
+            {"features": "z", "probe": "linear", "target": "rotation", "accuracy": 0.7},
+        ],
+        "gaps": {},
+        "orbits": {"brightness": {"compression_mean": 2.5, "compression_std": 0.5}},
+    }
+    (run / "probes.json").write_text(json.dumps(probes))
+    return run
+
+
+class TestFindings:
+    def test_reads_first_and_last_ok_record(self, tmp_path: Path) -> None:
+        result = findings(_fake_run(tmp_path / "run"))
+        assert result["n_records"] == 2
+        assert [g["step"] for g in result["geometry"]] == [0, 10]
+        assert result["geometry"][1]["m/lambda_min"] == -0.125
+        assert result["orbits"] == {"brightness": (2.5, 0.5)}
+        assert ("class", "linear", 0.9, 0.8) in result["probes"]
+        assert ("rotation", "linear", 0.7, None) in result["probes"]
+
+    def test_table_text(self, tmp_path: Path) -> None:
+        result = findings(_fake_run(tmp_path / "run"))
+        text = format_findings({**result, "host": "lightly", "run": "R"})
+        assert "host used:  lightly" in text and "run folder: R" in text
+        assert "-2.500e-01" in text and "+7.500e-01" in text
+        assert "brightness" in text and "2.500 +- 0.500" in text
+        assert "+0.100" in text  # Z - H on the class probe
+
+    def test_missing_files(self, tmp_path: Path) -> None:
+        result = findings(tmp_path)
+        assert result == {"geometry": [], "n_records": 0, "orbits": {}, "probes": []}
+        assert "no successful measurement" in format_findings(result)
+
+
+class TestSettings:
+    def test_quick_is_smaller(self) -> None:
+        assert (
+            QUICK.max_epochs * QUICK.limit_train_batches
+            < FULL.max_epochs * FULL.limit_train_batches
+        )
+        assert QUICK.max_samples < FULL.max_samples
+
+    def test_overrides_switch_geometry_on_with_smooth_head(self, tmp_path: Path) -> None:
+        ov = demo_overrides(tmp_path, QUICK)
+        assert "+geometry=on" in ov
+        assert "geometry.head.name=smooth_mlp" in ov and "geometry.head.activation=swish" in ov
+        assert f"data.train_path={(tmp_path / 'train').resolve()}" in ov
+
+    def test_parser(self) -> None:
+        parser = argparse.ArgumentParser()
+        add_demo_parser(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(["demo", "--quick", "--host", "lightly", "--out", "x"])
+        assert (args.quick, args.host, args.out) == (True, "lightly", Path("x"))
+
+    def test_missing_recipe(self, tmp_path: Path) -> None:
+        with pytest.raises(FileNotFoundError, match="nope"):
+            run_demo(tmp_path, quick=True, recipe=tmp_path / "nope.yaml")
+
+
+@pytest.mark.slow
+class TestQuickDemo:
+    def test_lightly_host(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        result = run_demo(tmp_path / "demo", quick=True, host="lightly")
+        out = capsys.readouterr().out
+        run = Path(result["run"])
+        assert result["host"] == "lightly"
+        assert run.is_dir() and str(run) in out
+        for stage in range(1, 5):
+            assert f"[demo {stage}/4]" in out
+        assert result["n_records"] >= 2  # first and last measurement
+        assert result["geometry"][0]["m/lambda_min"] is not None
+        assert result["orbits"] and result["probes"]
+        assert (run / "report" / "index.html").is_file()
+        assert "lambda_min(M)" in out and "Z - H" in out
+
+    def test_make_demo_reduced_by_env(self, tmp_path: Path) -> None:
+        """What ``make demo`` runs (host auto), cut down by the environment variable."""
+        env = {
+            **os.environ,
+            QUICK_ENV: "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "solo_geometry.cli", "demo", "--out", str(tmp_path / "d")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "quick form" in proc.stdout
+        assert "host used:" in proc.stdout and "run folder:" in proc.stdout
+        assert "probe accuracy" in proc.stdout

@@ -1,0 +1,303 @@
+"""Tests of solo_geometry.monitor.GeometryMonitor with a real Lightning Trainer.
+
+The module under test is a small BoringModel-like LightningModule implementing
+``geometry_view`` (conv backbone with BatchNorm, BN + SiLU head with dropout, VICReg-style loss),
+so every kind of state the monitor must leave alone exists: parameters, grads, optimiser
+moments, BN running statistics, RNG consumption (dropout, shuffling) and train/eval modes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from solo_geometry.monitor import (
+    GeometryAware,
+    GeometryMonitor,
+    GeometryView,
+    MonitorConfig,
+    preserved_state,
+    read_records,
+    subsample,
+)
+
+HESSIAN_KEYS = [
+    f"{op}/{q}"
+    for op in ("heff", "gn", "m")
+    for q in ("lambda_min", "lambda_max", "neg_count", "neg_mass", "cond")
+] + ["interaction_ratio"]
+STATS_KEYS = [f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank",
+                                                      "effective_rank")]  # fmt: skip
+
+
+class TwoViews(Dataset):
+    """Random images in two noisy views, solo-learn's batch layout [index, [X1, X2], y]."""
+
+    def __init__(self, n: int = 32) -> None:
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.rand(n, 3, 8, 8, generator=g)
+        self.noise = 0.05 * torch.randn(2, n, 3, 8, 8, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> Any:
+        return i, [self.x[i] + self.noise[0, i], self.x[i] + self.noise[1, i]], 0
+
+
+class BoringGeometry(pl.LightningModule):
+    """A minimal SSL module with a BN backbone, a BN + dropout head and ``geometry_view``."""
+
+    def __init__(self, fail_at: tuple[int, ...] = (), nan_at: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        )  # fmt: skip
+        self.projector = nn.Sequential(
+            nn.Linear(8, 16), nn.BatchNorm1d(16), nn.SiLU(), nn.Linear(16, 6)
+        )
+        self.dropout = nn.Dropout(0.2)
+        self.fail_at, self.nan_at = fail_at, nan_at
+
+    def ssl_loss(self, H: Tensor) -> Tensor:
+        h1, h2 = H[0], H[1]
+        std = torch.sqrt(H.var(dim=1) + 1e-4)
+        return F.mse_loss(h1, h2) + F.relu(1 - std).mean()
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        _, X, _ = batch
+        H = torch.stack([self.projector(self.dropout(self.backbone(x))) for x in X])
+        return self.ssl_loss(H)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    def geometry_view(self, batch: Any) -> GeometryView:
+        step = self.trainer.global_step if self._trainer is not None else -1
+        if step in self.fail_at:
+            self.projector[1].running_mean.add_(1.0)  # state damage the monitor must undo
+            self.eval()
+            raise RuntimeError("boom")
+        _, X, _ = batch
+        with torch.no_grad():
+            Z = torch.stack([self.backbone(x) for x in X])  # (V, N, d)
+        scale = math.nan if step in self.nan_at else 1.0
+
+        def loss_of_outputs(H: Tensor) -> Tensor:
+            return self.ssl_loss(H) * scale
+
+        def loss_of_features(Z_: Tensor) -> Tensor:
+            return loss_of_outputs(torch.stack([self.projector(z) for z in Z_]))
+
+        return GeometryView(Z, self.projector, loss_of_features, self.backbone, X[0],
+                            loss_of_outputs)  # fmt: skip
+
+
+def _config(out: Path, **kw: Any) -> MonitorConfig:
+    base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, augment_samples=4,
+                augment_families=["brightness"], density_probes=1, out_dir=str(out))  # fmt: skip
+    base.update(kw)
+    return MonitorConfig(**base)
+
+
+def _fit(
+    tmp: Path,
+    callbacks: list,
+    make: Any = BoringGeometry,
+    *,
+    steps: int = 6,
+    ckpt: str | None = None,
+    logger: Any = False,
+) -> tuple[BoringGeometry, pl.Trainer]:
+    pl.seed_everything(0, verbose=False)
+    model = make()
+    trainer = pl.Trainer(
+        max_steps=steps, accelerator="cpu", devices=1, logger=logger, callbacks=callbacks,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
+    )  # fmt: skip
+    loader = DataLoader(TwoViews(), batch_size=8, shuffle=True)
+    trainer.fit(model, loader, ckpt_path=ckpt)
+    return model, trainer
+
+
+def _state(model: pl.LightningModule, trainer: pl.Trainer) -> dict[str, Tensor]:
+    out = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
+    opt = trainer.optimizers[0].state_dict()["state"]
+    for i, s in opt.items():
+        out.update({f"opt.{i}.{k}": torch.as_tensor(v).clone() for k, v in s.items()})
+    out["rng"] = torch.get_rng_state()
+    return out
+
+
+class TestMonitorConfig:
+    @pytest.mark.parametrize(
+        ("kw", "match"),
+        [({"every_n_steps": 0}, "every_n_steps"), ({"max_samples": 1}, "max_samples"),
+         ({"dtype": "half"}, "dtype"), ({"lanczos_steps": 0}, "lanczos_steps")],
+    )  # fmt: skip
+    def test_rejects(self, kw: dict, match: str) -> None:
+        with pytest.raises(ValueError, match=match):
+            MonitorConfig(**kw)
+
+    def test_from_geometry(self) -> None:
+        from solo_geometry.config import GeometryConfig
+
+        cfg = MonitorConfig.from_geometry(GeometryConfig(every_n_steps=7), out_dir="x")
+        assert (cfg.every_n_steps, cfg.out_dir, cfg.head_name) == (7, "x", "projector")
+        assert cfg.augment_families == ["brightness"] and cfg.max_samples == 16
+
+    def test_module_without_view(self, tmp_path: Path) -> None:
+        class Plain(BoringGeometry):
+            geometry_view = None  # type: ignore[assignment]
+
+        with pytest.raises(TypeError, match="geometry_view"):
+            _fit(tmp_path, [GeometryMonitor(_config(tmp_path))], Plain)
+
+
+class TestHelpers:
+    def test_preserved_state_restores_everything(self) -> None:
+        model = BoringGeometry()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        rng = torch.get_rng_state()
+        with pytest.raises(RuntimeError), preserved_state(model):
+            model.eval()
+            model.projector.train()
+            model.projector(torch.randn(4, 8))
+            model.backbone[1].running_var.mul_(3)
+            torch.rand(3)
+            raise RuntimeError
+        assert model.training and all(m.training for m in model.modules())
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        assert torch.equal(rng, torch.get_rng_state())
+
+    def test_subsample(self) -> None:
+        batch = [torch.arange(10), [torch.ones(10, 3), torch.ones(10, 3)], torch.zeros(10), "x"]
+        out = subsample(batch, 4)
+        assert out[0].tolist() == [0, 1, 2, 3] and out[1][1].shape == (4, 3)
+        assert out[3] == "x" and subsample(batch, 20) is batch
+
+    def test_protocol(self) -> None:
+        assert isinstance(BoringGeometry(), GeometryAware)
+
+
+class TestGeometryMonitor:
+    def test_never_alters_training(self, tmp_path: Path) -> None:
+        ref_model, ref_trainer = _fit(tmp_path / "a", [], steps=9)
+        ref = _state(ref_model, ref_trainer)
+        monitor = GeometryMonitor(_config(tmp_path / "b", every_n_steps=1))
+        model, trainer = _fit(tmp_path / "b", [monitor], steps=9)
+        got = _state(model, trainer)
+        assert ref.keys() == got.keys()
+        assert [k for k in ref if not torch.equal(ref[k], got[k])] == []
+        assert all(m.training for m in model.modules())
+        assert monitor.n_records == 10  # steps 0..8 and the final one
+
+    def test_records(self, tmp_path: Path) -> None:
+        monitor = GeometryMonitor(_config(tmp_path), meta={"method": "boring"})
+        _fit(tmp_path, [monitor])
+        records = read_records(tmp_path)
+        assert [r["step"] for r in records] == [0, 2, 4, 6]
+        assert [r["status"] for r in records] == ["ok"] * 4, records[0].get("error")
+        for r in records:
+            for key in [*HESSIAN_KEYS, *STATS_KEYS, "rho/brightness", "head/weight_norm"]:
+                assert math.isfinite(r[key]), key
+            assert r["head"] == "Sequential" and r["n_skipped"] == 0
+        assert "density" in records[0] and "density" in records[-1] and records[-1]["final"]
+        assert "density" not in records[1]
+        assert math.isclose(sum(records[0]["density"]["weights"]), 1.0, rel_tol=1e-6)
+        assert records[0]["meta"] == {"method": "boring"}
+
+    def test_failures_are_skipped_warned_once_and_counted(self, tmp_path: Path) -> None:
+        ref_model, _ = _fit(tmp_path / "ref", [])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model, _ = _fit(tmp_path, [GeometryMonitor(_config(tmp_path))],
+                            lambda: BoringGeometry(fail_at=(0, 4), nan_at=(2,)))  # fmt: skip
+        records = read_records(tmp_path)
+        assert [r["status"] for r in records] == ["skipped", "skipped", "skipped", "ok"]
+        assert [r["n_skipped"] for r in records] == [1, 2, 3, 3]
+        assert "RuntimeError: boom" in records[0]["error"]
+        assert records[1]["error"]  # NaN loss: non-finite spectra or a failed eigensolver
+        ours = [w for w in caught if "GeometryMonitor" in str(w.message)]
+        assert len(ours) == 1  # warned once, then only counted
+        for k, v in ref_model.state_dict().items():  # damage undone, training unchanged
+            assert torch.equal(v, model.state_dict()[k]), k
+
+    def test_logs_under_geometry(self, tmp_path: Path) -> None:
+        from lightning.pytorch.loggers import CSVLogger
+
+        _, trainer = _fit(tmp_path, [GeometryMonitor(_config(tmp_path))],
+                          logger=CSVLogger(tmp_path / "logs"))  # fmt: skip
+        assert "geometry/heff/lambda_max" in trainer.callback_metrics
+        text = next((tmp_path / "logs").rglob("metrics.csv")).read_text()
+        assert "geometry/z/effective_rank" in text
+
+    def test_no_file_on_other_ranks(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(pl.Trainer, "is_global_zero", property(lambda self: False))
+        _fit(tmp_path, [GeometryMonitor(_config(tmp_path))])
+        assert not (tmp_path / "geometry.jsonl").exists()
+
+    def test_checkpoint_entry_and_resume(self, tmp_path: Path) -> None:
+        ckpts = tmp_path / "ckpt"
+        saver = ModelCheckpoint(dirpath=ckpts, every_n_train_steps=3, save_top_k=-1)
+        _fit(tmp_path, [GeometryMonitor(_config(tmp_path)), saver])
+        assert [r["step"] for r in read_records(tmp_path)] == [0, 2, 4, 6]
+        mid = next(p for p in ckpts.glob("*.ckpt") if "step=3" in p.name)
+        ckpt = torch.load(mid, map_location="cpu", weights_only=True)  # plain types only
+        entry = ckpt["geometry"]
+        assert entry["summary"] == {"n_records": 2, "n_skipped": 0, "last_step": 2}
+        assert entry["config"]["every_n_steps"] == 2 and entry["last"]["step"] == 2
+        json.dumps(entry)
+        monitor = GeometryMonitor(_config(tmp_path))
+        _fit(tmp_path, [monitor], ckpt=str(mid))
+        records = read_records(tmp_path)
+        assert [r["step"] for r in records] == [0, 2, 4, 6]  # no gap, no duplicate
+        assert monitor.n_records == 4 and records[-1]["final"]
+
+    def test_fresh_run_overwrites(self, tmp_path: Path) -> None:
+        (tmp_path / "geometry.jsonl").write_text('{"step": 99}\n')
+        with pytest.warns(UserWarning, match="overwriting"):
+            _fit(tmp_path, [GeometryMonitor(_config(tmp_path))], steps=1)
+        assert [r["step"] for r in read_records(tmp_path)] == [0, 1]
+
+    def test_non_finite_metric_is_skipped(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import solo_geometry.monitor as monitor_module
+
+        real = monitor_module.measure
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            metrics, density = real(*args, **kwargs)
+            return {**metrics, "z/cond": math.inf}, density
+
+        monkeypatch.setattr(monitor_module, "measure", fake)
+        _fit(tmp_path, [GeometryMonitor(_config(tmp_path, augment=False))], steps=1)
+        record = read_records(tmp_path)[0]
+        assert record["status"] == "skipped" and "FloatingPointError" in record["error"]
+        assert "z/cond" in record["error"]
+
+    def test_hessian_only_without_output_loss(self, tmp_path: Path) -> None:
+        class FeaturesOnly(BoringGeometry):
+            def geometry_view(self, batch: Any) -> GeometryView:
+                view = super().geometry_view(batch)
+                return GeometryView(view.features, view.head, view.loss_of_features)
+
+        monitor = GeometryMonitor(_config(tmp_path, augment=False))
+        _fit(tmp_path, [monitor], FeaturesOnly, steps=1)
+        record = read_records(tmp_path)[0]
+        assert record["status"] == "ok", record.get("error")
+        assert "heff/lambda_max" in record and "gn/lambda_max" not in record
