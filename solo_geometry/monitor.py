@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,6 +35,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 from typing_extensions import override
+
+from solo_geometry.config import MeasureConfig
 
 __all__ = [
     "GeometryAware",
@@ -91,13 +93,8 @@ class MonitorConfig:
     max_samples: int = 16
     lanczos_steps: int = 12
     dtype: str = "float64"
-    hessian: bool = True
-    stats: bool = True
-    augment: bool = True
-    augment_families: list[str] = field(default_factory=lambda: ["brightness"])
-    augment_samples: int = 8
-    density_probes: int = 2
-    tau: float | None = None
+    # Which measurements, shared with the ``geometry.measure`` node of the config group.
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
     # Folder of geometry.jsonl; None: the trainer's default_root_dir.
     out_dir: str | None = None
     # Name recorded as "head" in every record; None: the head's class name.
@@ -106,9 +103,15 @@ class MonitorConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("every_n_steps", "lanczos_steps", "augment_samples", "density_probes"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        counts = {
+            "every_n_steps": self.every_n_steps,
+            "lanczos_steps": self.lanczos_steps,
+            "measure.augment_samples": self.measure.augment_samples,
+            "measure.density_probes": self.measure.density_probes,
+        }
+        for name, value in counts.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if not isinstance(self.max_samples, int) or self.max_samples < 2:
             raise ValueError(f"max_samples must be an int >= 2, got {self.max_samples!r}")
         if self.dtype not in ("float64", "float32"):
@@ -122,11 +125,10 @@ class MonitorConfig:
             "max_samples": gcfg.max_samples,
             "lanczos_steps": gcfg.lanczos_steps,
             "dtype": gcfg.dtype,
+            "measure": MeasureConfig(**asdict(gcfg.measure)),
             "out_dir": gcfg.out_dir,
             "head_name": gcfg.head.name,
         }
-        names = {f.name for f in fields(cls)}
-        values.update({k: v for k, v in asdict(gcfg.measure).items() if k in names})
         values.update(overrides)
         return cls(**values)
 
@@ -142,7 +144,7 @@ def _weight_norm(head: nn.Module) -> float:
 def _hessian(view: GeometryView, Z: Tensor, cfg: MonitorConfig, gen: torch.Generator) -> dict:
     from solo_geometry.geometry.spectrum import effective_hessian_spectrum
 
-    options = dict(steps=cfg.lanczos_steps, dtype=getattr(torch, cfg.dtype), tau=cfg.tau,
+    options = dict(steps=cfg.lanczos_steps, dtype=getattr(torch, cfg.dtype), tau=cfg.measure.tau,
                    max_samples=cfg.max_samples, generator=gen)  # fmt: skip
     if view.loss_of_outputs is None:  # no split into GN + M possible: H_eff alone
 
@@ -172,10 +174,10 @@ def _rho(view: GeometryView, Z: Tensor, cfg: MonitorConfig, gen: torch.Generator
 
     if view.backbone is None or view.images is None:
         return {}
-    m = min(cfg.augment_samples, Z.shape[1])
+    m = min(cfg.measure.augment_samples, Z.shape[1])
     images, z0 = view.images[:m], Z[0, :m]  # (m, C, H, W), (m, d)
     out = {}
-    for family in cfg.augment_families:
+    for family in cfg.measure.augment_families:
         tangents = augmentation_tangents(view.backbone, images, family)  # (m, d)
         out[f"rho/{family}"] = float(metric_singularity(view.head, z0, tangents, generator=gen))
     return out
@@ -187,7 +189,8 @@ def _density(view: GeometryView, Z: Tensor, cfg: MonitorConfig, gen: torch.Gener
 
     assert view.loss_of_outputs is not None
     ops = head_operators(view.head, view.loss_of_outputs, Z, dtype=getattr(torch, cfg.dtype))
-    dens = slq_density(ops.heff, ops.dim, steps=cfg.lanczos_steps, probes=cfg.density_probes,
+    probes = cfg.measure.density_probes
+    dens = slq_density(ops.heff, ops.dim, steps=cfg.lanczos_steps, probes=probes,
                        generator=gen, dtype=ops.dtype, device=Z.device)  # fmt: skip
     return {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()}
 
@@ -208,14 +211,14 @@ def measure(
     gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
     Z = view.features.detach()  # (V, N, d)
     metrics: dict[str, float] = {"head/weight_norm": _weight_norm(view.head)}
-    if cfg.hessian:
+    if cfg.measure.hessian:
         metrics.update(_hessian(view, Z, cfg, gen))
-    if cfg.stats:
+    if cfg.measure.stats:
         metrics.update(_stats(view, Z))
-    if cfg.augment:
+    if cfg.measure.augment:
         metrics.update(_rho(view, Z, cfg, gen))
     dens = None
-    if density and cfg.hessian and view.loss_of_outputs is not None:
+    if density and cfg.measure.hessian and view.loss_of_outputs is not None:
         dens = _density(view, Z, cfg, gen)
     return {k: float(v) for k, v in metrics.items()}, dens
 

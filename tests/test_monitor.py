@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
+from solo_geometry.config import MeasureConfig
 from solo_geometry.monitor import (
     GeometryAware,
     GeometryMonitor,
@@ -105,9 +106,10 @@ class BoringGeometry(pl.LightningModule):
                             loss_of_outputs)  # fmt: skip
 
 
-def _config(out: Path, **kw: Any) -> MonitorConfig:
-    base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, augment_samples=4,
-                augment_families=["brightness"], density_probes=1, out_dir=str(out))  # fmt: skip
+def _config(out: Path, augment: bool = True, **kw: Any) -> MonitorConfig:
+    measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
+                            density_probes=1)  # fmt: skip
+    base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, measure=measure, out_dir=str(out))
     base.update(kw)
     return MonitorConfig(**base)
 
@@ -157,7 +159,8 @@ class TestMonitorConfig:
 
         cfg = MonitorConfig.from_geometry(GeometryConfig(every_n_steps=7), out_dir="x")
         assert (cfg.every_n_steps, cfg.out_dir, cfg.head_name) == (7, "x", "projector")
-        assert cfg.augment_families == ["brightness"] and cfg.max_samples == 16
+        assert cfg.measure.augment_families == ["brightness"] and cfg.max_samples == 16
+        assert cfg.measure == GeometryConfig().measure
 
     def test_module_without_view(self, tmp_path: Path) -> None:
         class Plain(BoringGeometry):
