@@ -63,13 +63,15 @@ def _solo_projector(method: str, d: int, hidden: int, out: int) -> nn.Module:
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """(checkpoint file, run folder) for a run folder or a checkpoint path."""
     if path.is_dir():
-        ckpts = sorted((path / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        ckpts = sorted((path / "checkpoints").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         if not ckpts:
-            raise ValueError(f"run folder {str(path)!r} has no checkpoints/*.ckpt")
+            raise ValueError(f"run folder {str(path)!r} has no checkpoints/**/*.ckpt")
         return ckpts[-1], path
     if not path.is_file():
         raise ValueError(f"{str(path)!r} is neither a run folder nor a checkpoint file")
-    return path, path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    # the run folder holds checkpoints/ (lightly: checkpoints/x.ckpt; solo: checkpoints/<m>/<id>/)
+    runs = [p.parent for p in path.parents if p.name == "checkpoints"]
+    return path, runs[0] if runs else path.parent
 
 
 def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[str, Any]:
@@ -129,7 +131,7 @@ def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
     """Rebuild backbone and head from a run folder or checkpoint, without solo-learn.
 
     Args:
-        run_or_checkpoint: a run folder (newest ``checkpoints/*.ckpt``) or a ``.ckpt`` file.
+        run_or_checkpoint: a run folder (newest ``checkpoints/**/*.ckpt``) or a ``.ckpt`` file.
 
     Returns:
         The loaded model, in eval mode on CPU.

@@ -212,7 +212,9 @@ def plot_umap(
         for space, ax in zip(("z", "h"), row, strict=True):
             emb, method = _embed(np.asarray(data[space], dtype=np.float32)[keep], seed)
             colour = np.asarray(data[colour_key])[keep]
-            sc = ax.scatter(emb[:, 0], emb[:, 1], c=colour, s=6, cmap="viridis")
+            # classes are categories (tab10); an augmentation parameter is ordered (viridis)
+            cmap = "tab10" if colour_label == "class" else "viridis"
+            sc = ax.scatter(emb[:, 0], emb[:, 1], c=colour, s=6, cmap=cmap)
             fig.colorbar(sc, ax=ax, label=colour_label)
             feats = "Z (backbone)" if space == "z" else "H (head)"
             ax.set_title(f"{name}: {method} of {feats}", fontsize=9)
