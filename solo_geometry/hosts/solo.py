@@ -162,7 +162,8 @@ def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_r
     config = Path(config).expanduser().resolve()
     root = find_solo_root(solo_root)
     cfg = check_recipe(config, list(overrides))
-    run = new_run_dir(Path(runs_root).expanduser().resolve(), config.stem)
+    name = str(cfg.get("name") or config.stem)  # the recipe's name, as the lightly host names runs
+    run = new_run_dir(Path(runs_root).expanduser().resolve(), name)
     print(f"solo-geometry: run folder {run}", flush=True)
     ok = False
     try:
