@@ -57,13 +57,13 @@ class DemoSettings:
     num_workers: int
 
 
-# 30 BYOL steps of 32 images, 4 measurements: about 11 minutes for 40 steps were measured on 2
-# cores shared with other jobs (load ~7), hence 30; an idle machine needs well under 10.
+# 6 epochs of 45 BYOL steps of 32 images (the whole train split each epoch), a measurement
+# every 30 steps. `make demo` on an idle 2-core machine: see README (well under 10 minutes).
 FULL = DemoSettings(
-    max_epochs=3,
-    limit_train_batches=10,
+    max_epochs=6,
+    limit_train_batches=45,
     batch_size=32,
-    every_n_steps=10,
+    every_n_steps=30,
     max_samples=32,
     lanczos_steps=20,
     augment_samples=16,

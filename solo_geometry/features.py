@@ -267,11 +267,14 @@ def extract_features(
     return feats
 
 
-def probe_splits(data_dir: Path, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
+def probe_splits(
+    data_dir: Path | tuple[Path, Path], seed: int
+) -> dict[str, tuple[Tensor, Tensor]]:
     """Train and held-out (images, labels) of a labelled image folder.
 
     Args:
-        data_dir: ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders, or one class
+        data_dir: a pair (train folder, held-out folder) of class folders;
+            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders; or one class
             folder, then split 50/50 (stratified, seeded) into train and held-out.
         seed: fixes the 50/50 split.
 
@@ -280,6 +283,9 @@ def probe_splits(data_dir: Path, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
     """
     from solo_geometry.probes import stratified_split
 
+    if isinstance(data_dir, tuple):
+        train_dir, held_dir = data_dir
+        return {"train": load_image_folder(train_dir)[:2], "test": load_image_folder(held_dir)[:2]}
     held = next((data_dir / s for s in ("val", "test") if (data_dir / s).is_dir()), None)
     if (data_dir / "train").is_dir() and held is not None:
         train = load_image_folder(data_dir / "train")

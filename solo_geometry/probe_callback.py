@@ -31,18 +31,27 @@ class ProbeCallback(Callback):
         data_dir: a labelled image folder (``<class>/*.png``, or with ``train/`` and ``val/``);
             None or missing: the probes are skipped with a note.
         run_dir: where ``probes.json`` and ``report/`` go; None: the trainer's root dir.
+        train_dir: a labelled folder (the recipe's train split) to fit the probes on, scored
+            on ``data_dir``; None or missing: ``data_dir`` alone provides both splits.
 
     Raises:
         TypeError: if ``cfg`` is not a :class:`ProbesConfig`.
     """
 
-    def __init__(self, cfg: ProbesConfig, data_dir: str | Path | None, run_dir: str | Path | None):
+    def __init__(
+        self,
+        cfg: ProbesConfig,
+        data_dir: str | Path | None,
+        run_dir: str | Path | None,
+        train_dir: str | Path | None = None,
+    ) -> None:
         super().__init__()
         if not isinstance(cfg, ProbesConfig):
             raise TypeError(f"cfg must be a ProbesConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.data_dir = Path(data_dir) if data_dir else None
         self.run_dir = Path(run_dir) if run_dir else None
+        self.train_dir = Path(train_dir) if train_dir else None
         self.result: dict[str, Any] | None = None
 
     @override
@@ -68,11 +77,14 @@ class ProbeCallback(Callback):
         if not isinstance(backbone, nn.Module) or not isinstance(head, nn.Module):
             raise TypeError(f"{type(pl_module).__name__} needs 'backbone' and 'projector' modules")
         assert self.data_dir is not None
+        data: Path | tuple[Path, Path] = self.data_dir
+        if self.train_dir is not None and self.train_dir.is_dir():
+            data = (self.train_dir, self.data_dir)  # fit on the train split, score on held-out
         was_training = pl_module.training
         try:
             pl_module.eval()
             result = probe_report(
-                backbone, head, self.data_dir, run,
+                backbone, head, data, run,
                 batch_size=self.cfg.batch_size, device=pl_module.device,
             )  # fmt: skip
         finally:

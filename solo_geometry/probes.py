@@ -346,7 +346,7 @@ def _gaps(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def probe_report(
     backbone: nn.Module,
     head: nn.Module,
-    data_dir: str | Path,
+    data_dir: str | Path | tuple[Path, Path],
     out_dir: str | Path,
     *,
     batch_size: int = 256,
@@ -368,7 +368,8 @@ def probe_report(
     Args:
         backbone: images (N, 3, H, W) -> Z (N, d); put in eval mode, mode restored.
         head: Z (N, d) -> H (N, p); same.
-        data_dir: ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders, or one class
+        data_dir: a pair (probe-train folder, held-out folder) of class folders;
+            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders; or one class
             folder split 50/50 (stratified, seeded) into probe-train and held-out.
         out_dir: run folder for ``probes.json`` and the feature cache ``features.pt``.
         batch_size: images per forward pass.
@@ -407,7 +408,7 @@ def probe_report(
         if bad:
             raise ValueError(f"unknown {kind} {bad[0]!r}; choose from {sorted(choices)}")
     out = Path(out_dir)
-    splits = probe_splits(Path(data_dir), seed)
+    splits = probe_splits(data_dir if isinstance(data_dir, tuple) else Path(data_dir), seed)
     cache = out / "features.pt"
 
     def extract(data: Any, name: str, extras: dict[str, Tensor] | None = None) -> Any:

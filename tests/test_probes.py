@@ -289,3 +289,15 @@ class TestProbeCommand:
         (run / "config.yaml").write_text(yaml.safe_dump(cfg | {"method": "dino"}))
         with pytest.raises(ValueError, match="'dino'.*barlow_twins"):
             load_model(run)
+
+
+class TestProbeSplits:
+    def test_pair_of_folders_fits_on_train_and_scores_on_held_out(self, tmp_path: Path) -> None:
+        from solo_geometry.features import probe_splits
+
+        root = _image_folder(tmp_path / "data", n_per_class=4)
+        (root / "val" / "2" / "0.png").unlink()  # held-out: 11 images, train: 12
+        pair = probe_splits((root / "train", root / "val"), seed=0)
+        assert len(pair["train"][1]) == 12 and len(pair["test"][1]) == 11
+        alone = probe_splits(root / "val", seed=0)  # one folder: split 50/50
+        assert len(alone["train"][1]) + len(alone["test"][1]) == 11
