@@ -180,8 +180,13 @@ def _modules_mode(modules: Sequence[nn.Module]) -> list[bool]:
 
 @torch.no_grad()
 def _forward(
-    backbone: nn.Module, head: nn.Module, loader: DataLoader, device: torch.device,
-    normalize: Callable[[Tensor], Tensor], progress: bool, desc: str,
+    backbone: nn.Module,
+    head: nn.Module,
+    loader: DataLoader,
+    device: torch.device,
+    normalize: Callable[[Tensor], Tensor],
+    progress: bool,
+    desc: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     zs, hs, ys = [], [], []
     bar = None
@@ -267,9 +272,7 @@ def extract_features(
     return feats
 
 
-def probe_splits(
-    data_dir: Path | tuple[Path, Path], seed: int
-) -> dict[str, tuple[Tensor, Tensor]]:
+def probe_splits(data_dir: Path | tuple[Path, Path], seed: int) -> dict[str, tuple[Tensor, Tensor]]:
     """Train and held-out (images, labels) of a labelled image folder.
 
     Args:
@@ -323,12 +326,12 @@ def target_set(
     return apply_augmentation(images, "brightness", t), binned
 
 
-
 # Orbit parameter range per family (t = 0 is the identity; units: see geometry/augment.py).
 ORBIT_T_MAX: dict[str, float] = {
     "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1,
     "rotation": 0.5, "scale": 0.3, "translation": 0.15,
 }  # fmt: skip
+
 
 def orbit_table(
     extract: Any, images: Tensor, labels: Tensor, families: Sequence[str], k: int

@@ -262,7 +262,11 @@ class TestProbeCommand:
                     "--targets", "class") == 0  # fmt: skip
         probes = json.loads((run / "probes.json").read_text())["probes"]
         assert {(p["features"], p["probe"]) for p in probes} == {
-            ("z", "linear"), ("z", "mlp"), ("h", "linear"), ("h", "mlp")}
+            ("z", "linear"),
+            ("z", "mlp"),
+            ("h", "linear"),
+            ("h", "mlp"),
+        }
 
     def test_bad_inputs_exit_nonzero_and_write_nothing(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

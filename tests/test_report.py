@@ -28,8 +28,12 @@ def _record(step: int, head_scale: float, rng: np.random.Generator, density: boo
                 f"{op}/cond": float(10 ** rng.uniform(2, 5))}  # fmt: skip
     rec["interaction_ratio"] = 0.2 + 0.01 * step / 50
     for x, dim in (("z", 512), ("h", 128)):
-        rec |= {f"{x}/normalized_std": 1 / np.sqrt(dim) * (1 - np.exp(-step / 100 - 0.1)),
-                f"{x}/cond": 1e3, f"{x}/rank": dim // 2, f"{x}/effective_rank": dim / 3 + step / 10}
+        rec |= {
+            f"{x}/normalized_std": 1 / np.sqrt(dim) * (1 - np.exp(-step / 100 - 0.1)),
+            f"{x}/cond": 1e3,
+            f"{x}/rank": dim // 2,
+            f"{x}/effective_rank": dim / 3 + step / 10,
+        }
     rec |= {f"rho/{f}": float(10 ** rng.uniform(-3, 0)) for f in FAMILIES}
     if density:
         nodes = np.sort(rng.normal(0.5, 0.6, 40)) * head_scale
@@ -38,14 +42,25 @@ def _record(step: int, head_scale: float, rng: np.random.Generator, density: boo
 
 
 def _probes_json() -> dict:
-    rows = [{"features": f, "probe": p, "target": t, "accuracy": acc, "chance": 0.1}
-            for f, base in (("z", 0.9), ("h", 0.7)) for p in ("linear", "mlp")
-            for t, acc in (("class", base), ("rotation", base - 0.3), ("jitter", base - 0.4))]
+    rows = [
+        {"features": f, "probe": p, "target": t, "accuracy": acc, "chance": 0.1}
+        for f, base in (("z", 0.9), ("h", 0.7))
+        for p in ("linear", "mlp")
+        for t, acc in (("class", base), ("rotation", base - 0.3), ("jitter", base - 0.4))
+    ]
     metrics = {k: 0.5 for k in ("spread_mean", "spread_std", "d_intra_mean", "d_intra_std",
                                 "d_inter_mean", "d_inter_std", "separation_mean",
                                 "separation_std")}  # fmt: skip
-    orbits = {f: {"z": metrics, "h": metrics, "compression_mean": 2.0 + i,
-                  "compression_std": 0.3, "t_max": 0.4} for i, f in enumerate(FAMILIES)}
+    orbits = {
+        f: {
+            "z": metrics,
+            "h": metrics,
+            "compression_mean": 2.0 + i,
+            "compression_std": 0.3,
+            "t_max": 0.4,
+        }
+        for i, f in enumerate(FAMILIES)
+    }
     return {"probes": rows, "gaps": {"z_minus_h": {"linear/class": 0.2},
             "mlp_minus_linear": {"z/class": 0.0}}, "orbits": orbits}  # fmt: skip
 
@@ -56,14 +71,28 @@ def _features(n: int) -> dict:
     z = torch.randn(n, 16, generator=gen) + labels[:, None].float()
     k = 4
     t = torch.linspace(-0.4, 0.4, k).repeat(n // k)
-    sets = {"test/class": {"z": z, "h": z[:, :8], "labels": labels},
-            "test/orbit/brightness": {"z": z, "h": z[:, :8] * 0.1, "labels": labels,
-                                      "orbit": torch.arange(n // k).repeat_interleave(k), "t": t}}
+    sets = {
+        "test/class": {"z": z, "h": z[:, :8], "labels": labels},
+        "test/orbit/brightness": {
+            "z": z,
+            "h": z[:, :8] * 0.1,
+            "labels": labels,
+            "orbit": torch.arange(n // k).repeat_interleave(k),
+            "t": t,
+        },
+    }
     return {"format": 1, "tag": None, "sets": sets, "meta": {}}
 
 
-def make_run(root: Path, name: str, *, scale: float = 1.0, corrupt: bool = False,
-             probes: bool = True, n_features: int | None = 40) -> Path:
+def make_run(
+    root: Path,
+    name: str,
+    *,
+    scale: float = 1.0,
+    corrupt: bool = False,
+    probes: bool = True,
+    n_features: int | None = 40,
+) -> Path:
     run = root / name
     run.mkdir(parents=True)
     rng = np.random.default_rng(int(scale * 10))
@@ -186,11 +215,19 @@ class TestRealRun:
 
         data = make_digits(tmp_path / "digits", size=32)
         recipe = support.write_recipe(tmp_path / "recipes", "byol", data)
-        run = launch(recipe, ["+geometry=on", "geometry.every_n_steps=1",
-                              "geometry.max_samples=8", "geometry.lanczos_steps=5",
-                              "geometry.measure.augment_samples=4",
-                              "geometry.measure.density_probes=1",
-                              "geometry.probes.enabled=false"], runs_root=tmp_path / "runs")
+        run = launch(
+            recipe,
+            [
+                "+geometry=on",
+                "geometry.every_n_steps=1",
+                "geometry.max_samples=8",
+                "geometry.lanczos_steps=5",
+                "geometry.measure.augment_samples=4",
+                "geometry.measure.density_probes=1",
+                "geometry.probes.enabled=false",
+            ],
+            runs_root=tmp_path / "runs",
+        )
         assert cli_main(["probe", str(run), "--data", str(data), "--quiet",
                          "--targets", "class", "rotation"]) == 0  # fmt: skip
         assert (run / "features.pt").is_file() and (run / "probes.json").is_file()
