@@ -126,6 +126,22 @@ def _accuracy(logits: Tensor, y: Tensor) -> float:
     return float((logits.argmax(1) == y).double().mean()) if len(y) else math.nan
 
 
+def _prepare(
+    x_tr: Tensor,
+    y_tr: Tensor,
+    x_te: Tensor,
+    y_te: Tensor,
+    device: str | torch.device | None,
+    dtype: torch.dtype,
+) -> tuple[torch.device, Tensor, Tensor, Tensor, Tensor, int]:
+    """Device, standardised features, long labels and the class count shared by both probes."""
+    dev = torch.device(device) if device is not None else x_tr.device
+    xtr, xte = standardize(x_tr.to(dev, dtype), x_te.to(dev, dtype))
+    ytr, yte = y_tr.to(dev, torch.long), y_te.to(dev, torch.long)
+    n_classes = int(max(int(ytr.max()), int(yte.max()) if len(yte) else 0)) + 1
+    return dev, xtr, ytr, xte, yte, n_classes
+
+
 def linear_probe(
     x_tr: Tensor,
     y_tr: Tensor,
@@ -178,10 +194,7 @@ def linear_probe(
     _check_inputs(x_tr, y_tr, x_te, y_te)
     if not l2_grid or min(l2_grid) < 0:
         raise ValueError(f"l2_grid must be non-empty and non-negative; got {list(l2_grid)}")
-    dev = torch.device(device) if device is not None else x_tr.device
-    xtr, xte = standardize(x_tr.to(dev, dtype), x_te.to(dev, dtype))
-    ytr, yte = y_tr.to(dev, torch.long), y_te.to(dev, torch.long)
-    n_classes = int(max(int(ytr.max()), int(yte.max()) if len(yte) else 0)) + 1
+    dev, xtr, ytr, xte, yte, n_classes = _prepare(x_tr, y_tr, x_te, y_te, device, dtype)
     gen = torch.Generator().manual_seed(seed)
     fit_idx, val_idx = (i.to(dev) for i in stratified_split(ytr, val_fraction, gen))
     if len(fit_idx) > path_rows:  # the path only ranks strengths: a seeded subset of rows
@@ -306,10 +319,7 @@ def mlp_probe(
     for name, value in (("hidden", hidden), ("batch_size", batch_size), ("max_epochs", max_epochs)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1; got {value}")
-    dev = torch.device(device) if device is not None else x_tr.device
-    xtr, xte = standardize(x_tr.to(dev, dtype), x_te.to(dev, dtype))
-    ytr, yte = y_tr.to(dev, torch.long), y_te.to(dev, torch.long)
-    n_classes = int(max(int(ytr.max()), int(yte.max()) if len(yte) else 0)) + 1
+    dev, xtr, ytr, xte, yte, n_classes = _prepare(x_tr, y_tr, x_te, y_te, device, dtype)
     gen = torch.Generator().manual_seed(seed)
     fit_idx, val_idx = (i.to(dev) for i in stratified_split(ytr, val_fraction, gen))
     model = _make_mlp(xtr.shape[1], hidden, n_classes, seed, dev).to(dtype)
