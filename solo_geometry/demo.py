@@ -165,11 +165,11 @@ def _list_outputs(run: Path) -> None:
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
+    """The ok records of ``geometry.jsonl`` (the report's tolerant reader), [] without a file."""
+    from solo_geometry.report import read_geometry
+
     path = run / "geometry.jsonl"
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    return [r for r in (json.loads(x) for x in lines if x.strip()) if r.get("status") == "ok"]
+    return read_geometry(path)[0] if path.exists() else []
 
 
 def findings(run: str | Path) -> dict[str, Any]:

@@ -31,8 +31,9 @@ class ProbeCallback(Callback):
         data_dir: a labelled image folder (``<class>/*.png``, or with ``train/`` and ``val/``);
             None or missing: the probes are skipped with a note.
         run_dir: where ``probes.json`` and ``report/`` go; None: the trainer's root dir.
-        train_dir: a labelled folder (the recipe's train split) to fit the probes on, scored
-            on ``data_dir``; None or missing: ``data_dir`` alone provides both splits.
+        train_dir: the recipe's train split, to fit the probes on (scored on ``data_dir``);
+            unused when ``cfg.data`` names the folder, None or missing: ``data_dir`` alone
+            provides both splits.
 
     Raises:
         TypeError: if ``cfg`` is not a :class:`ProbesConfig`.
@@ -51,7 +52,7 @@ class ProbeCallback(Callback):
         self.cfg = cfg
         self.data_dir = Path(data_dir) if data_dir else None
         self.run_dir = Path(run_dir) if run_dir else None
-        self.train_dir = Path(train_dir) if train_dir else None
+        self.train_dir = Path(train_dir) if train_dir and not cfg.data else None
         self.result: dict[str, Any] | None = None
 
     @override

@@ -98,8 +98,7 @@ def build_callbacks(run: Path, recipe: Any, geometry: Any) -> list[Any]:
         config = MonitorConfig.from_geometry(geometry, out_dir=str(run))
         meta = {"host": HOST, "method": recipe.method, "geometry": asdict(geometry)}
         callbacks.append(GeometryMonitor(config, meta=meta))
-        # probes fit on the recipe's train split unless geometry.probes.data names a folder
-        train = None if geometry.probes.data else recipe.data.get("train_path")
+        train = recipe.data.get("train_path")
         callbacks.append(ProbeCallback(geometry.probes, _probes_dir(recipe, geometry), run, train))
     return callbacks
 

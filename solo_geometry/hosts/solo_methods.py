@@ -167,10 +167,7 @@ class GeometryMethod:
 
             model: Any = self
             data = gcfg.probes.data or OmegaConf.select(model.cfg, "data.val_path", default=None)
-            # probes fit on the recipe's train split unless geometry.probes.data names a folder
-            train = None
-            if not gcfg.probes.data:
-                train = OmegaConf.select(model.cfg, "data.train_path", default=None)
+            train = OmegaConf.select(model.cfg, "data.train_path", default=None)
             callbacks.append(ProbeCallback(gcfg.probes, data, self.geometry_run_dir, train))
         return callbacks
 

@@ -180,37 +180,24 @@ class TestGeometryView:
         )
 
 
+def _pretrain_lightly(recipe: Path, runs_root: Path) -> subprocess.CompletedProcess[str]:
+    """``solo-geometry pretrain`` of ``recipe`` on the lightly host, as a subprocess."""
+    return _cli(
+        ["pretrain", "--config", str(recipe), "--host", "lightly", "--runs-root", str(runs_root)]
+    )
+
+
 class TestErrors:
     def test_unsupported_field(self, digits: Path, tmp_path: Path) -> None:
         recipe = write_recipe(tmp_path, "byol", digits, mixup={"alpha": 0.2})
-        result = _cli(
-            [
-                "pretrain",
-                "--config",
-                str(recipe),
-                "--host",
-                "lightly",
-                "--runs-root",
-                str(tmp_path / "r"),
-            ]
-        )
+        result = _pretrain_lightly(recipe, tmp_path / "r")
         assert result.returncode != 0
         assert "mixup" in result.stderr and "not supported" in result.stderr
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
     def test_missing_data_folder(self, tmp_path: Path) -> None:
         recipe = write_recipe(tmp_path, "simclr", tmp_path / "no-such-data")
-        result = _cli(
-            [
-                "pretrain",
-                "--config",
-                str(recipe),
-                "--host",
-                "lightly",
-                "--runs-root",
-                str(tmp_path / "r"),
-            ]
-        )
+        result = _pretrain_lightly(recipe, tmp_path / "r")
         assert result.returncode != 0
         assert "data.train_path" in result.stderr and "not found" in result.stderr
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
