@@ -5,19 +5,22 @@ strength on the same validation part of train over the same grid (scikit-learn w
 along the path, C = 1 / (lam * N_fit)), refit on the whole train split at the chosen strength,
 score the held-out split. Cases: the digits (N = 1,797) through fixed random ReLU features, and a
 synthetic 10-class mixture (N = 50,000), each at d = 512 and 2,048. Runs are paired: both
-solvers see each case in the same process, one after the other.
+solvers see each case in the same process, alternating, ``--repeats`` times; the table shows
+median times, because scikit-learn's own time varies by 30% from run to run on 2 cores.
 
 Usage:
-    python benchmarks/bench_probes.py            # full table (several minutes on 2 cores)
+    python benchmarks/bench_probes.py            # full table (about 5 minutes on 2 cores)
     python benchmarks/bench_probes.py --quick    # N = 50,000 reduced to 10,000
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -71,22 +74,35 @@ def sklearn_probe(
     return float(final.score(xte, yte))
 
 
-def run_case(name: str, x: torch.Tensor, y: torch.Tensor, cache: Path) -> str:
-    """Cache the features, split 80/20, time both probes; one table row."""
+def _timed(fn: Callable[[], float]) -> tuple[float, float, float]:
+    """(result, wall seconds, process CPU seconds) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def run_case(name: str, x: torch.Tensor, y: torch.Tensor, cache: Path, repeats: int) -> str:
+    """Cache the features, split 80/20, time both probes ``repeats`` times, alternating.
+
+    One table row: accuracies of the first run (both are deterministic), median times.
+    """
     torch.save({"x": x, "y": y}, cache)
     data = torch.load(cache)
     x, y = data["x"], data["y"]
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1))
     tr, te = perm[: int(0.8 * len(y))], perm[int(0.8 * len(y)) :]
-    wall, cpu = time.perf_counter(), time.process_time()
-    ours = linear_probe(x[tr], y[tr], x[te], y[te], seed=0)
-    w_ours, c_ours = time.perf_counter() - wall, time.process_time() - cpu
-    wall, cpu = time.perf_counter(), time.process_time()
-    acc_sk = sklearn_probe(x[tr], y[tr], x[te], y[te], seed=0)
-    w_sk, c_sk = time.perf_counter() - wall, time.process_time() - cpu
+    runs: dict[str, list[tuple[float, float, float]]] = {"ours": [], "skl": []}
+    for _ in range(repeats):
+        runs["ours"].append(
+            _timed(lambda: linear_probe(x[tr], y[tr], x[te], y[te], seed=0).accuracy)
+        )
+        runs["skl"].append(_timed(lambda: sklearn_probe(x[tr], y[tr], x[te], y[te], seed=0)))
+    acc, acc_sk = runs["ours"][0][0], runs["skl"][0][0]
+    w_ours, c_ours = (statistics.median(r[i] for r in runs["ours"]) for i in (1, 2))
+    w_sk, c_sk = (statistics.median(r[i] for r in runs["skl"]) for i in (1, 2))
     return (
-        f"| {name:<18} | {len(y):>6} | {x.shape[1]:>5} | {100 * ours.accuracy:6.2f} | "
-        f"{100 * acc_sk:6.2f} | {100 * (ours.accuracy - acc_sk):+5.2f} | {w_ours:7.2f} | "
+        f"| {name:<18} | {len(y):>6} | {x.shape[1]:>5} | {100 * acc:6.2f} | "
+        f"{100 * acc_sk:6.2f} | {100 * (acc - acc_sk):+5.2f} | {w_ours:7.2f} | "
         f"{w_sk:7.2f} | {w_sk / w_ours:5.1f}x | {c_ours:7.2f} | {c_sk:7.2f} | "
         f"{c_sk / c_ours:5.1f}x |"
     )
@@ -97,10 +113,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N=10,000 instead of 50,000")
     parser.add_argument("--only", choices=("digits", "synthetic"), default=None,
                         help="run only one data set")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="paired runs per case; times are medians (default 3)")  # fmt: skip
     args = parser.parse_args()
     n_big = 10_000 if args.quick else 50_000
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, numpy {np.__version__}")
-    print("s: wall-clock seconds; cpu: process CPU seconds (all threads); ratios skl / ours")
+    print(
+        f"s: median wall-clock seconds of {args.repeats} alternating runs; cpu: process CPU "
+        "seconds (all threads); ratios skl / ours"
+    )
     print(
         "| case               |      N |     d | ours % |  skl % | diff  | ours s  |  skl s  |"
         " wall  | ours cpu| skl cpu |  cpu  |"
@@ -112,10 +133,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for d in (512, 2048) if args.only != "synthetic" else ():
             x, y = digits_features(d)
-            print(run_case("digits random-ReLU", x, y, Path(tmp) / "f.pt"), flush=True)
+            row = run_case("digits random-ReLU", x, y, Path(tmp) / "f.pt", args.repeats)
+            print(row, flush=True)
         for d in (512, 2048) if args.only != "digits" else ():
             x, y = synthetic_features(n_big, d)
-            print(run_case("synthetic mixture", x, y, Path(tmp) / "f.pt"), flush=True)
+            row = run_case("synthetic mixture", x, y, Path(tmp) / "f.pt", args.repeats)
+            print(row, flush=True)
 
 
 if __name__ == "__main__":

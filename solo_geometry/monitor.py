@@ -10,6 +10,12 @@ it measures, on a few samples of the current batch (DESIGN.md section 3):
 * the metric singularity rho of the head along the tangents of colour augmentations;
 * in the first and the final record, the SLQ spectral density of H_eff.
 
+A module that also implements ``geometry_capture(enabled)`` (both hosts do) lets the monitor
+reuse the features its training step computes: at a measured step the monitor switches capture
+on before the step, and measures after the step's backward, before the optimiser changes any
+parameter (``on_after_backward``), so ``geometry_view`` costs no second backbone forward. If no
+backward comes (a skipped step), it measures at the end of the batch from a fresh forward.
+
 It never changes training (no ``.backward()``; module modes, buffers such as BatchNorm running
 statistics and every RNG state are restored in ``finally``) and never stops it (a failed or
 non-finite measurement becomes a ``"skipped"`` record, warned about once and counted).
@@ -43,6 +49,7 @@ __all__ = [
     "GeometryMonitor",
     "GeometryView",
     "MonitorConfig",
+    "kept",
     "measure",
     "preserved_state",
     "read_records",
@@ -78,7 +85,13 @@ class GeometryView:
 
 @runtime_checkable
 class GeometryAware(Protocol):
-    """A LightningModule the monitor can measure."""
+    """A LightningModule the monitor can measure.
+
+    Optionally it also implements ``geometry_capture(enabled: bool) -> None``: while enabled, its
+    training step keeps (detached) the features it computes, and ``geometry_view`` of the first
+    samples of that step's batch uses them instead of running the backbone again. Disabling
+    drops what was kept.
+    """
 
     def geometry_view(self, batch: Any) -> GeometryView:
         """Return the :class:`GeometryView` of ``batch`` (a training batch)."""
@@ -279,6 +292,7 @@ class GeometryMonitor(Callback):
         self._resumed = False
         self._warned: set[str] = set()
         self._batch: Any = None
+        self._pending: tuple[int, Any] | None = None  # (step, batch) waiting for its backward
         self._path: Path | None = None
 
     @property
@@ -311,14 +325,50 @@ class GeometryMonitor(Callback):
             return
         batch = subsample(batch, self.config.max_samples)
         self._batch = move_data_to_device(batch, "cpu")
-        self._record(trainer, pl_module, batch, final=False)
+        capture = getattr(pl_module, "geometry_capture", None)
+        if callable(capture) and self._set_capture(pl_module, True):
+            self._pending = (step, batch)  # measured after this step's backward, on its features
+            return
+        self._record(trainer, pl_module, batch, step=step, final=False)
+
+    @override
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._pending is None:
+            return
+        (step, batch), self._pending = self._pending, None
+        try:
+            self._record(trainer, pl_module, batch, step=step, final=False)
+        finally:
+            self._set_capture(pl_module, False)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int,
+    ) -> None:  # fmt: skip
+        if self._pending is None:
+            return
+        self._set_capture(pl_module, False)  # no backward came: measure from a fresh forward
+        (step, batch), self._pending = self._pending, None
+        self._record(trainer, pl_module, batch, step=step, final=False)
+
+    def _set_capture(self, pl_module: pl.LightningModule, enabled: bool) -> bool:
+        """Switch the module's feature capture; False (warned once) if that raised."""
+        try:
+            pl_module.geometry_capture(enabled)  # type: ignore[operator]
+            return True
+        except Exception as err:  # noqa: BLE001 - capture is an optimisation, never fatal
+            if "capture" not in self._warned:
+                self._warned.add("capture")
+                rank_zero_warn(f"GeometryMonitor: geometry_capture failed ({err!r})")
+            return False
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._batch is None or trainer.global_step == self.last_step:
             return
         batch = move_data_to_device(self._batch, pl_module.device)
-        self._record(trainer, pl_module, batch, final=True)
+        self._record(trainer, pl_module, batch, step=trainer.global_step, final=True)
         self._batch = None
 
     @override
@@ -360,11 +410,12 @@ class GeometryMonitor(Callback):
         self._path.write_text("".join(f"{line}\n" for line in kept))
 
     def _record(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, *, final: bool
-    ) -> None:
-        """Measure, write and log one record; never raises."""
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, *, step: int,
+        final: bool,
+    ) -> None:  # fmt: skip
+        """Measure, write and log one record (parameters before step ``step``); never raises."""
         start = time.perf_counter()
-        record: dict[str, Any] = {"step": trainer.global_step, "epoch": trainer.current_epoch}
+        record: dict[str, Any] = {"step": step, "epoch": trainer.current_epoch}
         try:
             with preserved_state(pl_module):
                 view = pl_module.geometry_view(batch)  # type: ignore[operator]
@@ -442,6 +493,16 @@ def preserved_state(module: nn.Module) -> Iterator[None]:
             with torch.no_grad():
                 for buf, saved in buffers:
                     buf.copy_(saved)
+
+
+def kept(t: Tensor) -> Tensor:
+    """A tensor as a module keeps it for ``geometry_capture``.
+
+    Detached; half precision (an autocast output) is raised to float32, as the monitor's own
+    forward, outside autocast, would give it.
+    """
+    t = t.detach()
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def subsample(batch: Any, n: int) -> Any:

@@ -27,7 +27,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from solo_geometry.features import Features, extract_features
-from solo_geometry.logreg import affine_logits, eigenbasis, fit_logistic, threads_for
+from solo_geometry.logreg import (
+    SMALL_STEP_WORK,
+    affine_logits,
+    eigenbasis,
+    fit_logistic,
+    threads_for,
+)
 
 __all__ = [
     "L2_GRID",
@@ -41,8 +47,11 @@ __all__ = [
     "stratified_split",
 ]
 
+Fit = tuple[Tensor, int]  # (params (r + 1, C), function evaluations)
+
 # L2 strengths (per-sample mean loss + lam/2 ||W||^2), strongest first so warm starts move from
 # the flat, well-conditioned end of the path; lam = 1 / (C * N) in scikit-learn's units.
+
 L2_GRID: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)
 
 
@@ -164,7 +173,8 @@ def linear_probe(
     The L2 path (``l2_grid``, strongest first) is fitted on the fit part of train with warm
     starts and scored on the validation part; the best strength (ties to the stronger) is
     refitted on the whole train split, warm-started from its path solution, and scored on the
-    held-out split. L-BFGS is preconditioned by the feature covariance (see ``fit_logistic``).
+    held-out split. L-BFGS runs in the covariance eigenbasis, damped-preconditioned, and stops on
+    scikit-learn's gradient test (see ``fit_logistic``).
 
     Args:
         x_tr: train features (N, d).
@@ -177,7 +187,8 @@ def linear_probe(
         max_iter: L-BFGS iterations per fit.
         tol: gradient tolerance of the final L-BFGS fit (max-abs, on the mean loss, as
             scikit-learn's).
-        max_rows: train rows used to estimate the covariance that preconditions L-BFGS.
+        max_rows: with at most this many train rows the features are rotated into their
+            covariance eigenbasis; with more, that many rows estimate the preconditioner.
         path_tol: the validation path's tolerance is ``path_tol * tol`` (it only ranks).
         path_rows: at most this many rows of the fit part (a seeded subset) fit the path; the
             chosen strength is then refitted on all of train.
@@ -201,33 +212,29 @@ def linear_probe(
         fit_idx = fit_idx[torch.randperm(len(fit_idx), generator=gen)[:path_rows].to(dev)]
     grid = sorted(set(float(g) for g in l2_grid), reverse=True)
     params, evals, val_acc, path = None, 0, {}, {}
-    with threads_for(float(xtr.numel()) * n_classes if dev.type == "cpu" else math.inf):
-        xfit, precond, basis = eigenbasis(xtr, max_rows, gen)
-        for lam in grid:
-            params, n = fit_logistic(  # the path only ranks strengths: looser tolerance
-                xfit[fit_idx],
-                ytr[fit_idx],
-                n_classes,
-                lam,
-                params,
-                precond,
-                max_iter,
-                path_tol * tol,
-            )
+    xfit, precond, basis = eigenbasis(xtr, max_rows, gen)  # dense and large: all threads
+
+    def fit(rows: Tensor | None, lam: float, init: Tensor | None, gtol: float) -> Fit:
+        x, y = (xfit, ytr) if rows is None else (xfit[rows], ytr[rows])  # None: all of train
+        return fit_logistic(
+            x, y, n_classes, lam, init, precond, max_iter, gtol, basis.weights, xtr.shape[1]
+        )
+
+    with threads_for(float(xfit.numel()) * n_classes if dev.type == "cpu" else math.inf):
+        for lam in grid:  # the path only ranks strengths: looser tolerance
+            params, n = fit(fit_idx, lam, params, path_tol * tol)
             evals, path[lam] = evals + n, params
             val_acc[lam] = _accuracy(affine_logits(params, xfit[val_idx]), ytr[val_idx])
         best = max(grid, key=lambda lam: (val_acc[lam], lam))
-        params, n = fit_logistic(xfit, ytr, n_classes, best, path[best], precond, max_iter, tol)
-        if basis is not None:  # back from the eigenbasis (r, C) to features (d, C)
-            params = torch.cat([basis @ params[:-1], params[-1:]])
+        params, n = fit(None, best, path[best], tol)
     details = {
         "l2": best,
         "val_accuracy": {f"{lam:g}": acc for lam, acc in val_acc.items()},
-        "train_accuracy": _accuracy(affine_logits(params, xtr), ytr),
+        "train_accuracy": _accuracy(affine_logits(params, xfit), ytr),
         "n_classes": n_classes,
         "function_evals": evals + n,
     }
-    return ProbeResult(_accuracy(affine_logits(params, xte), yte), details)
+    return ProbeResult(_accuracy(affine_logits(params, basis.features(xte)), yte), details)
 
 
 def _make_mlp(d: int, hidden: int, n_classes: int, seed: int, dev: torch.device) -> nn.Module:
@@ -324,7 +331,7 @@ def mlp_probe(
     fit_idx, val_idx = (i.to(dev) for i in stratified_split(ytr, val_fraction, gen))
     model = _make_mlp(xtr.shape[1], hidden, n_classes, seed, dev).to(dtype)
     work = float(batch_size) * hidden * (xtr.shape[1] + n_classes)
-    with threads_for(work if dev.type == "cpu" else math.inf):
+    with threads_for(work if dev.type == "cpu" else math.inf, SMALL_STEP_WORK):
         best_acc, best_epoch, epoch = _train_mlp(
             model, (xtr[fit_idx], ytr[fit_idx], xtr[val_idx], ytr[val_idx]), gen,
             lr, weight_decay, batch_size, max_epochs, patience,

@@ -28,6 +28,7 @@ from solo_geometry.monitor import (
     GeometryMonitor,
     GeometryView,
     MonitorConfig,
+    kept,
     preserved_state,
     read_records,
     subsample,
@@ -82,6 +83,11 @@ class BoringGeometry(pl.LightningModule):
         H = torch.stack([self.projector(self.dropout(self.backbone(x))) for x in X])
         return self.ssl_loss(H)
 
+    def features(self, X: list[Tensor]) -> Tensor:
+        """Backbone features (V, N, d) for the view, without gradients."""
+        with torch.no_grad():
+            return torch.stack([self.backbone(x) for x in X])
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=1e-2)
 
@@ -92,8 +98,7 @@ class BoringGeometry(pl.LightningModule):
             self.eval()
             raise RuntimeError("boom")
         _, X, _ = batch
-        with torch.no_grad():
-            Z = torch.stack([self.backbone(x) for x in X])  # (V, N, d)
+        Z = self.features(X)  # (V, N, d)
         scale = math.nan if step in self.nan_at else 1.0
 
         def loss_of_outputs(H: Tensor) -> Tensor:
@@ -104,6 +109,35 @@ class BoringGeometry(pl.LightningModule):
 
         return GeometryView(Z, self.projector, loss_of_features, self.backbone, X[0],
                             loss_of_outputs)  # fmt: skip
+
+
+class CapturingGeometry(BoringGeometry):
+    """BoringGeometry that hands the monitor the features of its training step."""
+
+    def __init__(self, skip_first: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.kept: dict[str, Tensor] | None = None
+        self.skip_first = skip_first  # first batches whose training_step returns None
+        self.fresh_forwards = 0  # views that ran the backbone themselves
+
+    def geometry_capture(self, enabled: bool) -> None:
+        self.kept = {} if enabled else None
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        if self.skip_first:  # Lightning skips backward and the optimiser step
+            self.skip_first -= 1
+            return None
+        _, X, _ = batch
+        feats = [self.backbone(x) for x in X]
+        if self.kept is not None:
+            self.kept["Z"] = torch.stack(feats).detach()  # (V, B, d)
+        return self.ssl_loss(torch.stack([self.projector(self.dropout(f)) for f in feats]))
+
+    def features(self, X: list[Tensor]) -> Tensor:
+        if self.kept and "Z" in self.kept:
+            return self.kept["Z"][:, : X[0].shape[0]]
+        self.fresh_forwards += 1
+        return super().features(X)
 
 
 def _config(out: Path, augment: bool = True, **kw: Any) -> MonitorConfig:
@@ -192,16 +226,23 @@ class TestHelpers:
         assert out[0].tolist() == [0, 1, 2, 3] and out[1][1].shape == (4, 3)
         assert out[3] == "x" and subsample(batch, 20) is batch
 
+    def test_kept_detaches_and_raises_half_precision(self) -> None:
+        x = torch.randn(3, 4, requires_grad=True)
+        half = kept((x * 2).to(torch.bfloat16))
+        assert half.dtype == torch.float32 and not half.requires_grad
+        assert kept(x.double()).dtype == torch.float64 and not kept(x).requires_grad
+
     def test_protocol(self) -> None:
         assert isinstance(BoringGeometry(), GeometryAware)
 
 
 class TestGeometryMonitor:
-    def test_never_alters_training(self, tmp_path: Path) -> None:
-        ref_model, ref_trainer = _fit(tmp_path / "a", [], steps=9)
+    @pytest.mark.parametrize("make", [BoringGeometry, CapturingGeometry])
+    def test_never_alters_training(self, tmp_path: Path, make: Any) -> None:
+        ref_model, ref_trainer = _fit(tmp_path / "a", [], make, steps=9)
         ref = _state(ref_model, ref_trainer)
         monitor = GeometryMonitor(_config(tmp_path / "b", every_n_steps=1))
-        model, trainer = _fit(tmp_path / "b", [monitor], steps=9)
+        model, trainer = _fit(tmp_path / "b", [monitor], make, steps=9)
         got = _state(model, trainer)
         assert ref.keys() == got.keys()
         assert [k for k in ref if not torch.equal(ref[k], got[k])] == []
@@ -222,6 +263,34 @@ class TestGeometryMonitor:
         assert "density" not in records[1]
         assert math.isclose(sum(records[0]["density"]["weights"]), 1.0, rel_tol=1e-6)
         assert records[0]["meta"] == {"method": "boring"}
+
+    def test_measures_on_the_training_steps_features(self, tmp_path: Path) -> None:
+        views: list[Tensor] = []
+
+        class Spy(CapturingGeometry):
+            def geometry_view(self, batch: Any) -> GeometryView:
+                view = super().geometry_view(batch)
+                views.append(view.features)
+                return view
+
+        monitor = GeometryMonitor(_config(tmp_path))
+        model, trainer = _fit(tmp_path, [monitor], Spy)
+        assert "geometry/heff/lambda_max" in trainer.callback_metrics  # logged after backward
+        records = read_records(tmp_path)
+        assert [r["step"] for r in records] == [0, 2, 4, 6]
+        assert [r["status"] for r in records] == ["ok"] * 4, records[0].get("error")
+        assert model.fresh_forwards == 1  # only the final record, after training, ran its own
+        assert model.kept is None  # capture switched off after each measurement
+        assert [v.shape for v in views] == [torch.Size([2, 8, 8])] * 4
+
+    def test_step_without_backward_is_measured_at_batch_end(self, tmp_path: Path) -> None:
+        monitor = GeometryMonitor(_config(tmp_path))
+        model, _ = _fit(tmp_path, [monitor], lambda: CapturingGeometry(skip_first=1), steps=3)
+        records = read_records(tmp_path)
+        assert [r["step"] for r in records] == [0, 2, 3]
+        assert [r["status"] for r in records] == ["ok"] * 3, records[0].get("error")
+        assert model.fresh_forwards == 2  # the skipped step 0 and the final record
+        assert model.kept is None
 
     def test_failures_are_skipped_warned_once_and_counted(self, tmp_path: Path) -> None:
         ref_model, _ = _fit(tmp_path / "ref", [])

@@ -38,6 +38,7 @@ from solo_geometry.hosts.lightly_methods import (
     warmup_cosine_lr,
 )
 from solo_geometry.hosts.lightly_recipe import MOMENTUM_METHODS, ParsedRecipe
+from solo_geometry.monitor import kept
 
 if TYPE_CHECKING:
     from solo_geometry.config import GeometryConfig
@@ -91,6 +92,7 @@ class LightlyMethod(pl.LightningModule):
             deactivate_requires_grad(self.momentum_projector)
         self.objective = Objective(recipe.method, kwargs, predictor)
         self._last_step = 0
+        self._geometry_kept: dict[str, Tensor | None] | None = None  # see geometry_capture
 
     def _initialise(self, geometry: GeometryConfig) -> None:
         """Apply the geometry group's opt-in initialisers (before momentum copies are made)."""
@@ -129,7 +131,11 @@ class LightlyMethod(pl.LightningModule):
         _, views, labels = batch
         feats = [self.backbone(x) for x in views]  # V x (N, d)
         H = torch.stack([self.projector(f) for f in feats])  # (views, batch, p)
-        loss = self.objective(H, self._targets(views))
+        targets = self._targets(views)
+        if self._geometry_kept is not None:  # the monitor measures this step: keep its inputs
+            self._geometry_kept["feats"] = kept(torch.stack(feats))  # (views, batch, d)
+            self._geometry_kept["targets"] = None if targets is None else kept(targets)
+        loss = self.objective(H, targets)
         class_loss, acc1 = self._class_loss(feats, labels)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True)
         self.log_dict({"train_class_loss": class_loss, "train_acc1": acc1}, on_epoch=True)
@@ -199,11 +205,17 @@ class LightlyMethod(pl.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
         return [optimizer], [{"scheduler": scheduler, "interval": sch["interval"], "frequency": 1}]
 
+    def geometry_capture(self, enabled: bool) -> None:
+        """Keep (or stop keeping and drop) the features and targets of the training step."""
+        self._geometry_kept = {} if enabled else None
+
     def geometry_view(self, batch: Any) -> GeometryView:
         """The monitor's view of a training batch (``GeometryAware``).
 
-        Features and targets are computed as in ``training_step`` (training mode, so BatchNorm
-        uses batch statistics) with every buffer restored afterwards and no gradient.
+        Features and targets are those the training step computed when capture is on (the
+        batch being the first samples of that step's); otherwise they are computed as in
+        ``training_step`` (training mode, so BatchNorm uses batch statistics) with every buffer
+        restored afterwards and no gradient.
 
         Args:
             batch: a training batch ``(indexes, [views], labels)``.
@@ -217,12 +229,17 @@ class LightlyMethod(pl.LightningModule):
         from solo_geometry.monitor import GeometryView
 
         _, views, _ = batch
-        modules = [self.backbone] + (
-            [self.momentum_backbone, self.momentum_projector] if self.momentum else []
-        )
-        with torch.no_grad(), frozen_buffers(*modules):
-            Z = torch.stack([self.backbone(x) for x in views]).detach()  # (views, batch, d)
-            targets = self._targets(views)
+        reuse, n = self._geometry_kept or {}, views[0].shape[0]
+        feats = reuse.get("feats")
+        if feats is not None and feats.shape[0] == len(views) and feats.shape[1] >= n:
+            Z, targets = feats[:, :n], reuse["targets"]  # (views, n, d)
+        else:
+            modules = [self.backbone] + (
+                [self.momentum_backbone, self.momentum_projector] if self.momentum else []
+            )
+            with torch.no_grad(), frozen_buffers(*modules):
+                Z = torch.stack([self.backbone(x) for x in views]).detach()  # (views, batch, d)
+                targets = self._targets(views)
         targets = None if targets is None else targets.detach()
         head, objective = self.projector, self.objective
         predictors: dict[torch.dtype, nn.Module] = {}

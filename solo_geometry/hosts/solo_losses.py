@@ -39,12 +39,14 @@ class LossSpec:
     """How to rebuild one method's SSL loss.
 
     Attributes:
-        context: (model, images per crop, batch) -> detached quantities the loss needs.
+        context: (model, images per crop, batch, momentum-backbone features of the large
+            crops kept from the training step (its whole batch) or None) -> detached
+            quantities the loss needs.
         loss: (model, context, H (V, N, p)) -> scalar SSL loss.
         momentum: the method has a momentum projector to keep in sync with the projector.
     """
 
-    context: Callable[[Any, list[Tensor], Any], Context]
+    context: Callable[[Any, list[Tensor], Any, list[Tensor] | None], Context]
     loss: Callable[[Any, Context, Tensor], Tensor]
     momentum: bool = False
 
@@ -72,25 +74,31 @@ def frozen_call(module: nn.Module, x: Tensor) -> Tensor:
     return functional_call(module, state, (x,), strict=False)
 
 
-def _no_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
+
+
+def _no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
     return {}
 
 
-def _index_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+def _index_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
     return {"indexes": batch[0].detach()}
 
 
-def _label_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+def _label_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
     return {"indexes": batch[-1].detach()}
 
 
-def _momentum_context(model: Any, crops: list[Tensor], batch: Any) -> Context:
+def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
     from solo.methods.base import BaseMomentumMethod
 
+    n = crops[0].shape[0]
     with torch.no_grad():
-        large = crops[: model.num_large_crops]
-        feats = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
-        targets = [model.momentum_projector(f).detach() for f in feats]
+        if kept is None:
+            large = crops[: model.num_large_crops]
+            kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
+        # on the whole kept batch, as the training step projected it (its BatchNorm statistics)
+        targets = [model.momentum_projector(f)[:n].detach() for f in kept]
     return {"targets": targets}
 
 

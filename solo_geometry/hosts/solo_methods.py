@@ -28,7 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_geometry.config import GeometryConfig, build_configured_head, geometry_config
 from solo_geometry.hosts.solo_losses import SUPPORTED, UNSUPPORTED, LossSpec, default_dtype
-from solo_geometry.monitor import GeometryMonitor, GeometryView, MonitorConfig
+from solo_geometry.monitor import GeometryMonitor, GeometryView, MonitorConfig, kept
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 
@@ -66,6 +66,8 @@ class GeometryMethod:
     _solo_base: type
     _solo_name: str
     _loss_spec: LossSpec | None
+    # Features kept from the training step while the monitor asks (``geometry_capture``).
+    _geometry_kept: dict[str, list[torch.Tensor]] | None = None
 
     def __new__(cls, cfg: Any = None, *args: Any, **kwargs: Any) -> Any:
         """solo-learn's own class when geometry is off or absent, else this subclass."""
@@ -124,20 +126,58 @@ class GeometryMethod:
         if hasattr(model, "momentum_backbone"):
             initialize_momentum_params(model.backbone, model.momentum_backbone)
 
+    def geometry_capture(self, enabled: bool) -> None:
+        """Keep (or stop keeping and drop) the features the training step computes.
+
+        While enabled, the features of every crop from the backbone (``forward``,
+        ``multicrop_forward``) and from the momentum backbone (``momentum_forward``) are kept
+        detached, in call order, and ``geometry_view`` uses them instead of a second forward.
+        """
+        self._geometry_kept = {"feats": [], "momentum_feats": []} if enabled else None
+
+    def _keep(self, key: str, out: dict[str, Any]) -> dict[str, Any]:
+        model: Any = self
+        if self._geometry_kept is not None and model.training:
+            self._geometry_kept[key].append(kept(out["feats"]))
+        return out
+
+    def forward(self, X: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """solo-learn's ``forward``, its backbone features kept while capture is on."""
+        return self._keep("feats", super().forward(X, *args, **kwargs))  # type: ignore[misc]
+
+    def multicrop_forward(self, X: torch.Tensor) -> dict[str, Any]:
+        """solo-learn's ``multicrop_forward``, its features kept while capture is on."""
+        return self._keep("feats", super().multicrop_forward(X))  # type: ignore[misc]
+
+    def _kept(self, key: str, count: int, n: int) -> list[torch.Tensor] | None:
+        """The kept tensors, if exactly ``count`` of at least ``n`` rows were kept."""
+        tensors = (self._geometry_kept or {}).get(key, [])
+        if len(tensors) != count or any(f.shape[0] < n for f in tensors):
+            return None
+        return tensors
+
     def geometry_view(self, batch: Any) -> GeometryView:
         """The view of a solo-learn batch ``[indexes, [X_1, ..., X_V], targets]``.
 
-        Z holds the backbone features of every crop (V, N, d), computed in the module's
-        current mode without gradients; the loss closures rebuild the method's SSL loss.
+        Z holds the backbone features of every crop (V, N, d): those the training step computed
+        when capture is on (the batch being the first N samples of that step's), else computed
+        here in the module's current mode without gradients. The loss closures rebuild the
+        method's SSL loss.
         """
         model: Any = self
         spec = model._loss_spec
         crops = [batch[1]] if isinstance(batch[1], torch.Tensor) else list(batch[1])
         from solo.methods.base import BaseMethod
 
+        n = crops[0].shape[0]
+        reuse = self._kept("feats", len(crops), n)
+        reuse_momentum = self._kept("momentum_feats", model.num_large_crops, n)
         with torch.no_grad():
-            feats = [BaseMethod.multicrop_forward(model, x)["feats"].detach() for x in crops]
-            ctx = spec.context(model, crops, batch)
+            if reuse is not None:
+                feats = [f[:n] for f in reuse]  # the step's batch's first n samples
+            else:
+                feats = [BaseMethod.multicrop_forward(model, x)["feats"].detach() for x in crops]
+            ctx = spec.context(model, crops, batch, reuse_momentum)
         Z = torch.stack(feats)  # (V, N, d)
 
         def loss_of_outputs(H: torch.Tensor) -> torch.Tensor:
@@ -191,7 +231,14 @@ def wrap(name: str, base: type) -> type:
         "__qualname__": f"Geometry{base.__name__}",
         "__doc__": f"solo-learn's {base.__name__} with solo-geometry's instrumentation.",
     }
+    if hasattr(base, "momentum_forward"):
+        attrs["momentum_forward"] = _momentum_forward
     return type(f"Geometry{base.__name__}", (GeometryMethod, base), attrs)
+
+
+def _momentum_forward(self: Any, X: torch.Tensor) -> dict[str, Any]:
+    """solo-learn's ``momentum_forward``, its features kept while capture is on."""
+    return self._keep("momentum_feats", self._solo_base.momentum_forward(self, X))
 
 
 def is_wrapped(cls: Any) -> bool:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.data import make_digits  # noqa: E402
@@ -178,6 +179,23 @@ class TestGeometryView:
             rtol=1e-4,
             atol=1e-4,
         )
+
+    @pytest.mark.parametrize("method", ["byol", "vicreg"])
+    def test_captured_view_reuses_the_training_step(
+        self, method: str, digits: Path, tmp_path: Path
+    ) -> None:
+        from solo_geometry.hosts.lightly import prepare
+        from solo_geometry.hosts.lightly_module import LightlyMethod
+        from solo_geometry.recipe import load_recipe
+
+        cfg = load_recipe(write_recipe(tmp_path, method, digits), ["+geometry=on"])
+        recipe, geometry = prepare(cfg)
+        model = LightlyMethod(recipe, 10, geometry).train()
+        torch.manual_seed(0)
+        batch = (torch.arange(6), [torch.randn(6, 3, 32, 32) for _ in range(2)],
+                 torch.zeros(6, dtype=torch.long))  # fmt: skip
+        backbones = [model.backbone] + ([model.momentum_backbone] if model.momentum else [])
+        assert_view_reuses_training_step(model, batch, backbones)
 
 
 def _pretrain_lightly(recipe: Path, runs_root: Path) -> subprocess.CompletedProcess[str]:

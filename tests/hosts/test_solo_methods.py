@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from capture_checks import assert_view_reuses_training_step
 from test_solo_helpers import RECIPES, SOLO_REASON, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
@@ -132,6 +133,13 @@ class TestLossClosure:
         got64 = view.loss_of_outputs(H)
         assert got64.dtype == torch.float64
         torch.testing.assert_close(got64.float(), expected, rtol=1e-4, atol=1e-5)
+
+    @pytest.mark.parametrize("method", ["simclr", "byol", "vicreg", "barlow_twins", "mocov3"])
+    def test_captured_view_reuses_the_training_step(self, digits: Path, method: str) -> None:
+        model = METHODS[method](_cfg(digits, method, GEOMETRY_ON))
+        model.train()
+        momentum = [model.momentum_backbone] if hasattr(model, "momentum_backbone") else []
+        assert_view_reuses_training_step(model, _batch(), [model.backbone, *momentum])
 
     def test_closure_leaves_model_untouched(self, digits: Path) -> None:
         model = METHODS["byol"](_cfg(digits, "byol", GEOMETRY_ON))
