@@ -97,7 +97,7 @@ def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[s
 
 
 def _load_prefix(module: nn.Module, state: dict[str, Tensor], prefix: str) -> None:
-    """Load ``prefix.*`` keys with strict=True; a mismatch names missing and unexpected keys."""
+    """Load ``prefix.*`` keys strictly: a mismatch names the missing and unexpected keys."""
     sub = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".")}
     result = module.load_state_dict(sub, strict=False)
     if result.missing_keys or result.unexpected_keys:
@@ -105,11 +105,9 @@ def _load_prefix(module: nn.Module, state: dict[str, Tensor], prefix: str) -> No
             f"checkpoint keys {prefix}.* do not match the rebuilt module: missing "
             f"{result.missing_keys[:10]}, unexpected {result.unexpected_keys[:10]}"
         )
-    module.load_state_dict(sub, strict=True)
 
 
 def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
-    import dataclasses
 
     from omegaconf import OmegaConf
 
@@ -121,8 +119,8 @@ def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
         raise ValueError("config lacks method_kwargs.proj_hidden_dim / proj_output_dim")
     gcfg = geometry_config(OmegaConf.create(cfg)) if "geometry" in cfg else None
     if gcfg is not None and gcfg.head.name != "projector":
-        hcfg = dataclasses.replace(gcfg.head, hidden_dim=gcfg.head.hidden_dim or int(hidden))
-        return build_configured_head(hcfg, d, int(out)), f"head {hcfg.name} (geometry.head)"
+        head = build_configured_head(gcfg.head, d, int(out), default_hidden=int(hidden))
+        return head, f"head {gcfg.head.name} (geometry.head)"
     method = str(cfg.get("method"))
     return _solo_projector(method, d, int(hidden), int(out)), f"{method} projector"
 

@@ -12,7 +12,6 @@ at start-up of every Hydra application to register the schemas.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -256,13 +255,17 @@ def _validate(g: GeometryConfig) -> None:
             _choice(family, _families(), "geometry.measure.augment_families")
 
 
-def build_configured_head(hcfg: HeadConfig, in_dim: int, out_dim: int) -> nn.Module:
+def build_configured_head(
+    hcfg: HeadConfig, in_dim: int, out_dim: int, default_hidden: int | None = None
+) -> nn.Module:
     """Build the head a :class:`HeadConfig` names.
 
     Args:
         hcfg: the head node; ``name`` must not be ``"projector"`` (the host keeps its own).
         in_dim: backbone feature dimension d.
         out_dim: head output dimension p.
+        default_hidden: hidden width when ``hcfg.hidden_dim`` is None (the recipe's
+            ``proj_hidden_dim``); None falls back to ``in_dim``.
 
     Returns:
         The head, mapping (N, in_dim) to (N, out_dim).
@@ -276,15 +279,14 @@ def build_configured_head(hcfg: HeadConfig, in_dim: int, out_dim: int) -> nn.Mod
         raise ValueError("geometry.head.name='projector' keeps the host's own projector")
     if hcfg.name == "metric_linear":
         return build_head(hcfg.name, in_dim, out_dim, parametrization=hcfg.parametrization)
-    hidden = hcfg.hidden_dim if hcfg.hidden_dim is not None else in_dim
-    options = dataclasses.asdict(hcfg)
+    hidden = next(h for h in (hcfg.hidden_dim, default_hidden, in_dim) if h is not None)
     return build_head(
         hcfg.name,
         in_dim,
         out_dim,
         hidden_dim=hidden,
-        depth=options["depth"],
-        activation=options["activation"],
-        norm=None if options["norm"] == "none" else options["norm"],
-        beta=options["beta"],
+        depth=hcfg.depth,
+        activation=hcfg.activation,
+        norm=None if hcfg.norm == "none" else hcfg.norm,
+        beta=hcfg.beta,
     )

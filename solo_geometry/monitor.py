@@ -42,7 +42,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 from typing_extensions import override
 
-from solo_geometry.config import MeasureConfig
+from solo_geometry.config import DTYPES, MeasureConfig
 
 __all__ = [
     "GeometryAware",
@@ -127,7 +127,7 @@ class MonitorConfig:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if not isinstance(self.max_samples, int) or self.max_samples < 2:
             raise ValueError(f"max_samples must be an int >= 2, got {self.max_samples!r}")
-        if self.dtype not in ("float64", "float32"):
+        if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
 
     @classmethod
@@ -175,11 +175,7 @@ def _stats(view: GeometryView, Z: Tensor) -> dict[str, float]:
 
     with torch.no_grad():
         H = torch.stack([view.head(Z[v]) for v in range(Z.shape[0])])  # (V, n, p)
-    out: dict[str, float] = {}
-    for prefix, X in (("z", Z), ("h", H)):
-        per_view = [stats_record(prefix, X[v].double()) for v in range(X.shape[0])]
-        out.update({k: sum(r[k] for r in per_view) / len(per_view) for k in per_view[0]})
-    return out
+    return {**stats_record("z", Z), **stats_record("h", H)}  # each averaged over the views
 
 
 def _rho(view: GeometryView, Z: Tensor, cfg: MonitorConfig, gen: torch.Generator) -> dict:

@@ -16,6 +16,7 @@ References:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,8 +47,6 @@ __all__ = [
     "standardize",
     "stratified_split",
 ]
-
-Fit = tuple[Tensor, int]  # (params (r + 1, C), function evaluations)
 
 # L2 strengths (per-sample mean loss + lam/2 ||W||^2), strongest first so warm starts move from
 # the flat, well-conditioned end of the path; lam = 1 / (C * N) in scikit-learn's units.
@@ -213,20 +212,17 @@ def linear_probe(
     grid = sorted(set(float(g) for g in l2_grid), reverse=True)
     params, evals, val_acc, path = None, 0, {}, {}
     xfit, precond, basis = eigenbasis(xtr, max_rows, gen)  # dense and large: all threads
-
-    def fit(rows: Tensor | None, lam: float, init: Tensor | None, gtol: float) -> Fit:
-        x, y = (xfit, ytr) if rows is None else (xfit[rows], ytr[rows])  # None: all of train
-        return fit_logistic(
-            x, y, n_classes, lam, init, precond, max_iter, gtol, basis.weights, xtr.shape[1]
-        )
-
+    fit = functools.partial(fit_logistic, precond=precond, max_iter=max_iter,
+                            to_features=basis.weights, n_features=xtr.shape[1])  # fmt: skip
+    x_path, y_path = xfit[fit_idx], ytr[fit_idx]  # gathered once for the whole path
+    x_val, y_val = xfit[val_idx], ytr[val_idx]
     with threads_for(float(xfit.numel()) * n_classes if dev.type == "cpu" else math.inf):
         for lam in grid:  # the path only ranks strengths: looser tolerance
-            params, n = fit(fit_idx, lam, params, path_tol * tol)
+            params, n = fit(x_path, y_path, n_classes, lam, params, tol=path_tol * tol)
             evals, path[lam] = evals + n, params
-            val_acc[lam] = _accuracy(affine_logits(params, xfit[val_idx]), ytr[val_idx])
+            val_acc[lam] = _accuracy(affine_logits(params, x_val), y_val)
         best = max(grid, key=lambda lam: (val_acc[lam], lam))
-        params, n = fit(None, best, path[best], tol)
+        params, n = fit(xfit, ytr, n_classes, best, path[best], tol=tol)
     details = {
         "l2": best,
         "val_accuracy": {f"{lam:g}": acc for lam, acc in val_acc.items()},

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from solo_geometry.geometry.augment import apply_augmentation
+from solo_geometry.geometry.stats import normalise_rows
 
 __all__ = ["OrbitMetrics", "make_orbits", "orbit_compression", "orbit_curvature", "orbit_metrics"]
 
@@ -92,10 +93,8 @@ def orbit_metrics(X: Tensor, orbit_ids: Tensor, labels: Tensor) -> OrbitMetrics:
         ValueError: on inconsistent shapes.
     """
     _validate(X, orbit_ids, labels)
-    X = X.detach().double()
-    X = X / X.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # (M, d)
+    X = normalise_rows(X).cpu()  # (M, d)
     orbit_ids, labels = orbit_ids.cpu(), labels.cpu()
-    X = X.cpu()
     spread, d_intra = _per_orbit(X, orbit_ids)
     centroids = torch.stack([X[labels == c].mean(dim=0) for c in torch.unique(labels)])
     d_inter = _pairwise_upper(centroids)  # (C (C - 1) / 2,)
@@ -127,9 +126,7 @@ def orbit_compression(Z: Tensor, H: Tensor, orbit_ids: Tensor, labels: Tensor) -
     _validate(H, orbit_ids, labels)
 
     def spreads(X: Tensor) -> Tensor:
-        X = X.detach().double().cpu()
-        X = X / X.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
-        return _per_orbit(X, orbit_ids.cpu())[0]
+        return _per_orbit(normalise_rows(X).cpu(), orbit_ids.cpu())[0]
 
     mean, std = _mean_std(spreads(Z) / spreads(H))
     return {

@@ -178,16 +178,14 @@ def effective_hessian_spectrum(
     _check_arguments(Z, steps, dtype, max_samples)
     tau = DEFAULT_TAU[dtype] if tau is None else tau
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    devices = [Z.device] if Z.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        ops = head_operators(head, loss_fn, Z, dtype=dtype)
-        index = subsample_indices(Z.shape[1], max_samples)
-        dim = ops.dim if index is None else Z.shape[0] * index.numel() * Z.shape[2]
-        ritz = {}
-        for name in ("heff", "gn", "m"):
-            matvec = _restrict(getattr(ops, name), ops.shape, index)
-            result = lanczos(matvec, dim, steps, generator=gen, dtype=dtype, device=Z.device)
-            ritz[name] = result.ritz_values
+    ops = head_operators(head, loss_fn, Z, dtype=dtype)  # forks the global RNG itself
+    index = subsample_indices(Z.shape[1], max_samples)
+    dim = ops.dim if index is None else Z.shape[0] * index.numel() * Z.shape[2]
+    ritz = {}
+    for name in ("heff", "gn", "m"):  # start vectors from ``gen`` only
+        matvec = _restrict(getattr(ops, name), ops.shape, index)
+        result = lanczos(matvec, dim, steps, generator=gen, dtype=dtype, device=Z.device)
+        ritz[name] = result.ritz_values
     scale = float(ritz["heff"].abs().max())
     floor = tau * scale
     m_norm = float(ritz["m"].abs().max())

@@ -24,12 +24,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["RANKME_EPS", "representation_stats", "stats_record"]
+__all__ = ["RANKME_EPS", "normalise_rows", "representation_stats", "stats_record"]
 
 RANKME_EPS = 1e-7  # RankMe's epsilon, as in its paper
 
 
-def _normalise_rows(X: Tensor) -> Tensor:
+def normalise_rows(X: Tensor) -> Tensor:
+    """Rows of X (N, d) scaled to unit norm, detached, in float64 (zero rows stay zero)."""
     X = X.detach().double()
     return X / X.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
 
@@ -51,7 +52,7 @@ def representation_stats(X: Tensor, *, eps: float = RANKME_EPS) -> dict[str, Any
     if X.ndim != 2 or X.shape[0] < 2:
         raise ValueError(f"X must have shape (N, d) with N >= 2; got {tuple(X.shape)}")
     n, d = X.shape
-    Xn = _normalise_rows(X)  # (N, d)
+    Xn = normalise_rows(X)  # (N, d)
     normalized_std = float(Xn.std(dim=0, correction=1).mean())
     centred = Xn - Xn.mean(dim=0, keepdim=True)  # (N, d)
     sigma = torch.linalg.svdvals(centred)  # (min(N, d),) descending

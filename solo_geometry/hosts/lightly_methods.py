@@ -20,7 +20,6 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -73,8 +72,7 @@ def build_projector(
     """
     hidden, out = int(kwargs["proj_hidden_dim"]), int(kwargs["proj_output_dim"])
     if head is not None and head.name != "projector":
-        head = dataclasses.replace(head, hidden_dim=head.hidden_dim or hidden)
-        return build_configured_head(head, features_dim, out)
+        return build_configured_head(head, features_dim, out, default_hidden=hidden)
     if method == "simclr":
         return _mlp([features_dim, hidden, out], bn=False)
     if method == "byol":

@@ -92,6 +92,7 @@ class LightlyMethod(pl.LightningModule):
             deactivate_requires_grad(self.momentum_projector)
         self.objective = Objective(recipe.method, kwargs, predictor)
         self._last_step = 0
+        self._max_steps = 1  # optimiser steps of the fit, set in on_train_start
         self._geometry_kept: dict[str, Tensor | None] | None = None  # see geometry_capture
 
     def _initialise(self, geometry: GeometryConfig) -> None:
@@ -146,9 +147,8 @@ class LightlyMethod(pl.LightningModule):
         """Momentum update after each optimiser step, tau on a cosine (solo-learn's order)."""
         step = self.trainer.global_step
         if self.momentum and step > self._last_step:
-            max_steps = max(int(self.trainer.estimated_stepping_batches), 1)
             mom = self.recipe.momentum
-            tau = momentum_tau(step - 1, max_steps, mom["base_tau"], mom["final_tau"])
+            tau = momentum_tau(step - 1, self._max_steps, mom["base_tau"], mom["final_tau"])
             update_momentum(self.backbone, self.momentum_backbone, m=tau)
             update_momentum(self.projector, self.momentum_projector, m=tau)
             self.log("tau", tau)
@@ -156,8 +156,9 @@ class LightlyMethod(pl.LightningModule):
 
     @override
     def on_train_start(self) -> None:
-        """Reset the momentum step counter (solo-learn's ``on_train_start``)."""
+        """Reset the momentum step counter (solo-learn's ``on_train_start``); count the steps."""
         self._last_step = self.trainer.global_step
+        self._max_steps = max(int(self.trainer.estimated_stepping_batches), 1)
 
     def _param_groups(self) -> list[dict[str, Any]]:
         """solo-learn's ``learnable_params``: classifier at ``classifier_lr``, no decay."""
@@ -239,8 +240,7 @@ class LightlyMethod(pl.LightningModule):
             )
             with torch.no_grad(), frozen_buffers(*modules):
                 Z = torch.stack([self.backbone(x) for x in views]).detach()  # (views, batch, d)
-                targets = self._targets(views)
-        targets = None if targets is None else targets.detach()
+                targets = self._targets(views)  # no_grad: detached
         head, objective = self.projector, self.objective
         predictors: dict[torch.dtype, nn.Module] = {}
 

@@ -129,14 +129,19 @@ class ParsedRecipe:
     notes: list[str] = field(default_factory=list)
 
 
+def _check_choice(field: str, value: Any, choices: list[str]) -> str:
+    """``value`` if it is one of ``choices``, else the error naming the field and the choices."""
+    if value not in choices:
+        raise ValueError(
+            f"recipe field {field}={value!r} not supported by the lightly host; "
+            f"choose from {choices}"
+        )
+    return str(value)
+
+
 def _parse_method(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
     """Check ``method``, ``method_kwargs`` and ``momentum``."""
-    method = cfg.get("method")
-    if method not in METHOD_KWARGS:
-        raise ValueError(
-            f"recipe field method={method!r} not supported by the lightly host; "
-            f"choose from {sorted(METHOD_KWARGS)}"
-        )
+    method = _check_choice("method", cfg.get("method"), sorted(METHOD_KWARGS))
     spec = METHOD_KWARGS[method]
     given = node_of(cfg, "method_kwargs", "")
     reject_unknown(given, set(spec), "method_kwargs")
@@ -169,11 +174,7 @@ def _parse_data(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "data",
     )
     dataset = required(data, "dataset", "data")
-    if dataset not in _DATASETS:
-        raise ValueError(
-            f"recipe field data.dataset={dataset!r} not supported by the lightly "
-            f"host; choose from {list(_DATASETS)}"
-        )
+    _check_choice("data.dataset", dataset, list(_DATASETS))
     if data.get("format", "image_folder") != "image_folder":
         raise ValueError(
             f"recipe field data.format={data['format']!r} not supported by the "
@@ -220,11 +221,7 @@ def _parse_optimizer(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "optimizer",
     )
     name = required(opt, "name", "optimizer")
-    if name not in _OPTIMIZER_KWARGS:
-        raise ValueError(
-            f"recipe field optimizer.name={name!r} not supported by the lightly "
-            f"host; choose from {sorted(_OPTIMIZER_KWARGS)}"
-        )
+    _check_choice("optimizer.name", name, sorted(_OPTIMIZER_KWARGS))
     kwargs = node_of(opt, "kwargs", "optimizer.")
     reject_unknown(kwargs, set(_OPTIMIZER_KWARGS[name]), "optimizer.kwargs")
     batch_size = int(required(opt, "batch_size", "optimizer"))
@@ -257,11 +254,7 @@ def _parse_scheduler(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "scheduler",
     )
     name = str(sch.get("name", "none"))
-    if name not in {"warmup_cosine", "step", "none"}:
-        raise ValueError(
-            f"recipe field scheduler.name={name!r} not supported by the lightly "
-            "host; choose from ['none', 'step', 'warmup_cosine']"
-        )
+    _check_choice("scheduler.name", name, ["none", "step", "warmup_cosine"])
     interval = sch.get("interval", "step")
     if interval not in {"step", "epoch"}:
         raise ValueError(f"recipe field scheduler.interval must be step or epoch, got {interval!r}")

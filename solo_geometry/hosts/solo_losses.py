@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
+
+from solo_geometry.linalg.operators import frozen_module
 
 __all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "default_dtype", "frozen_call"]
 
@@ -64,14 +65,7 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 def frozen_call(module: nn.Module, x: Tensor) -> Tensor:
     """``module(x)`` on detached copies of its state cast to x's dtype (module left untouched)."""
-
-    def _copy(t: Tensor) -> Tensor:
-        t = t.detach()
-        return t.to(x.dtype) if t.is_floating_point() else t.clone()
-
-    state = {k: _copy(v) for k, v in module.named_parameters()}
-    state.update({k: _copy(v).clone() for k, v in module.named_buffers()})
-    return functional_call(module, state, (x,), strict=False)
+    return frozen_module(module, x.dtype, x.device)(x)
 
 
 Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop

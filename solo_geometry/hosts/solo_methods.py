@@ -95,14 +95,13 @@ class GeometryMethod:
         if gcfg.head.name == "projector":
             return
         model: Any = self
-        hcfg = gcfg.head
-        if hcfg.hidden_dim is None:
-            hidden = OmegaConf.select(cfg, "method_kwargs.proj_hidden_dim", default=None)
-            hcfg = dataclasses.replace(hcfg, hidden_dim=hidden)
+        hidden = OmegaConf.select(cfg, "method_kwargs.proj_hidden_dim", default=None)
         out_dim = int(cfg.method_kwargs.proj_output_dim)
-        model.projector = build_configured_head(hcfg, model.features_dim, out_dim)
+        model.projector = build_configured_head(gcfg.head, model.features_dim, out_dim, hidden)
         if hasattr(model, "momentum_projector"):
-            model.momentum_projector = build_configured_head(hcfg, model.features_dim, out_dim)
+            model.momentum_projector = build_configured_head(
+                gcfg.head, model.features_dim, out_dim, hidden
+            )
         self._sync_momentum()
 
     def _apply_init(self, gcfg: GeometryConfig) -> None:

@@ -10,7 +10,8 @@ length V * N * d, never materialising a matrix:
   not as H_eff - GN);
 * ``pullback(v)``  G v = J^T J v.
 
-All graphs are built once, when the operator is created, and reused by every product. The head
+Every graph is built once, on the first product that needs it, and reused by every later one
+(a caller that only takes ``jvp`` products never builds the second-order graphs). The head
 runs through :func:`torch.func.functional_call` on detached copies of its parameters and buffers
 (cast to the requested dtype), in training mode when it holds BatchNorm layers so that J couples
 the samples of each view as in training. The module itself is never written to: parameters,
@@ -20,6 +21,7 @@ exactly as before (the mode is restored in ``finally``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -27,7 +29,14 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _NormBase
 
-__all__ = ["HeadOperators", "LossFn", "has_batch_norm", "head_jvp", "head_operators"]
+__all__ = [
+    "HeadOperators",
+    "LossFn",
+    "frozen_module",
+    "has_batch_norm",
+    "head_jvp",
+    "head_operators",
+]
 
 LossFn = Callable[[Tensor], Tensor]
 
@@ -55,7 +64,7 @@ def _grad(
     return result
 
 
-def _functional_head(
+def frozen_module(
     head: nn.Module, dtype: torch.dtype, device: torch.device
 ) -> Callable[[Tensor], Tensor]:
     """The head as a pure function of its input, on detached copies of its state.
@@ -90,9 +99,18 @@ class HeadOperators:
         self._g = g  # (V, N, p) dloss/dH with create_graph: graph to h
         self._jt_u = jt_u  # (V, N, d) J^T u, linear in the dummy u: gives J v by double-vjp
         self._u = u  # (V, N, p) dummy leaf
+
+    @functools.cached_property
+    def _grad_z(self) -> Tensor:
+        """dL/dZ = J^T g with its full graph, built on the first ``heff`` product."""
         with torch.enable_grad():
-            self._grad_z = _grad(h, z, g, create_graph=True)  # dL/dZ = J^T g, full graph
-            self._jt_g = _grad(h, z, g.detach(), create_graph=True)  # J^T g, g held constant
+            return _grad(self._h, self._z, self._g, create_graph=True)  # (V, N, d)
+
+    @functools.cached_property
+    def _jt_g(self) -> Tensor:
+        """J^T g with g held constant, built on the first ``m`` product."""
+        with torch.enable_grad():
+            return _grad(self._h, self._z, self._g.detach(), create_graph=True)  # (V, N, d)
 
     @property
     def dim(self) -> int:
@@ -175,7 +193,7 @@ def head_operators(
     devices = [Z.device] if Z.device.type == "cuda" else []
     try:
         head.train(True if has_batch_norm(head) else was_training)
-        forward = _functional_head(head, dtype, Z.device)
+        forward = frozen_module(head, dtype, Z.device)
         with torch.enable_grad(), torch.random.fork_rng(devices=devices):
             z = Z.detach().to(dtype).clone().requires_grad_(True)  # (V, N, d)
             h = torch.stack([forward(z[v]) for v in range(z.shape[0])])  # (V, N, p)
