@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.features import CIFAR_MEAN_STD, IMAGENET_MEAN_STD, MeanStd
+from solo_geometry.features import IMAGENET_MEAN_STD, MEANS_STDS, MeanStd
 
 __all__ = ["LoadedModel", "load_model"]
 
@@ -162,5 +162,5 @@ def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
         kind,
         f"ignored key prefixes: {ignored}",
     ]
-    mean_std = CIFAR_MEAN_STD if cifar else IMAGENET_MEAN_STD
+    mean_std = MEANS_STDS.get(dataset, IMAGENET_MEAN_STD)  # as the recipe's dataset trained it
     return LoadedModel(backbone.eval(), head.eval(), ckpt_path, run_dir, mean_std, notes)

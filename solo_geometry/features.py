@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 __all__ = [
     "CIFAR_MEAN_STD",
     "IMAGENET_MEAN_STD",
+    "MEANS_STDS",
     "Features",
     "extract_features",
     "load_cache",
@@ -45,6 +46,13 @@ MeanStd = tuple[Sequence[float], Sequence[float]]
 # solo-learn normalises CIFAR with its own statistics and every other dataset with ImageNet's.
 IMAGENET_MEAN_STD: MeanStd = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CIFAR_MEAN_STD: MeanStd = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+# Per-dataset normalisation: the statistics solo-learn uses for these dataset names.
+MEANS_STDS: dict[str, MeanStd] = {
+    "cifar10": CIFAR_MEAN_STD,
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "imagenet100": IMAGENET_MEAN_STD,
+    "imagenet": IMAGENET_MEAN_STD,
+}
 _FORMAT = 1
 
 

@@ -256,6 +256,20 @@ class TestProbeCommand:
         assert model.head(torch.zeros(4, 512)).shape == (4, 8)
         assert any("classifier" in note for note in model.notes)
 
+    @pytest.mark.parametrize(
+        ("dataset", "mean", "std"),
+        [("cifar10", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+         ("cifar100", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))],
+    )  # fmt: skip  # the values of solo-learn's solo/data/pretrain_dataloader.py
+    def test_normalises_as_the_recipe_dataset(
+        self, tmp_path: Path, dataset: str, mean: tuple, std: tuple
+    ) -> None:
+        run = _fake_run(tmp_path / "run")
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg["data"]["dataset"] = dataset
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+        assert tuple(map(tuple, load_model(run).mean_std)) == (mean, std)
+
     def test_probe_from_run_folder(self, tmp_path: Path) -> None:
         run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 4)
         assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",

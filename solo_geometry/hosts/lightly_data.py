@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
+from solo_geometry.features import IMAGENET_MEAN_STD, MEANS_STDS
+
 __all__ = [
     "MEANS_STDS",
     "MultiViewTransform",
@@ -31,14 +33,6 @@ __all__ = [
     "train_dataset",
 ]
 
-_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-# Per-dataset normalisation, the statistics solo-learn uses for these names.
-MEANS_STDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "imagenet100": _IMAGENET,
-    "imagenet": _IMAGENET,
-}
 # PIL's GaussianBlur(radius=sigma), sigma ~ U(0.1, 2.0) in solo-learn; a 13-tap kernel covers
 # +-3 sigma at the largest sigma.
 _BLUR_SIGMA = (0.1, 2.0)
@@ -170,7 +164,8 @@ def build_pipeline(dataset: str, aug: dict[str, Any]) -> Callable[[Any], torch.T
         steps.append(T.RandomEqualize(p=probs["equalization"]))
     if probs["horizontal_flip"]:
         steps.append(T.RandomHorizontalFlip(p=probs["horizontal_flip"]))
-    mean, std = MEANS_STDS.get(dataset, (aug["mean"] or _IMAGENET[0], aug["std"] or _IMAGENET[1]))
+    default = (aug["mean"] or IMAGENET_MEAN_STD[0], aug["std"] or IMAGENET_MEAN_STD[1])
+    mean, std = MEANS_STDS.get(dataset, default)
     steps += [T.ToTensor(), T.Normalize(mean=mean, std=std)]
     return T.Compose(steps)
 
