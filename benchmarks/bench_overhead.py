@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--single", choices=("off", "on"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.data is None:
-        from solo_geometry.data import make_digits
+        from solo_geometry.datasets import make_digits
 
         args.data = make_digits(Path(tempfile.gettempdir()) / "solo-geometry-bench-digits")
     if args.single:

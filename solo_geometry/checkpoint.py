@@ -6,24 +6,23 @@ error listing the missing and unexpected keys, never a silent partial load (STYL
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from solo_geometry.features import IMAGENET_MEAN_STD, MEANS_STDS, MeanStd
+from solo_geometry.backbones import CIFAR_DATASETS, build_backbone
+from solo_geometry.config import geometry_config
+from solo_geometry.datasets import MeanStd, mean_std_of
+from solo_geometry.heads import build_configured_head, solo_projector
+from solo_geometry.records import RunFolder
 
 __all__ = ["LoadedModel", "load_model"]
-
-# Projector structure of solo-learn's methods (Linear sizes; BN after hidden Linears or not).
-_PROJECTORS: dict[str, tuple[int, bool]] = {
-    "simclr": (1, False),
-    "byol": (1, True),
-    "vicreg": (2, True),
-    "barlow_twins": (2, True),
-}
 
 
 @dataclass(frozen=True)
@@ -47,44 +46,27 @@ class LoadedModel:
     notes: list[str]
 
 
-def _solo_projector(method: str, d: int, hidden: int, out: int) -> nn.Module:
-    if method not in _PROJECTORS:
-        raise ValueError(
-            f"cannot rebuild the projector of method {method!r} without solo-learn; choose from "
-            f"{sorted(_PROJECTORS)} or set geometry.head.name to one of this package's heads"
-        )
-    n_hidden, bn = _PROJECTORS[method]
-    layers: list[nn.Module] = []
-    for a in [d] + [hidden] * (n_hidden - 1):
-        layers += [nn.Linear(a, hidden)] + ([nn.BatchNorm1d(hidden)] if bn else []) + [nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(hidden, out))
-
-
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """(checkpoint file, run folder) for a run folder or a checkpoint path."""
     if path.is_dir():
-        ckpts = sorted((path / "checkpoints").rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        ckpts = sorted(RunFolder(path).checkpoints.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         if not ckpts:
             raise ValueError(f"run folder {str(path)!r} has no checkpoints/**/*.ckpt")
         return ckpts[-1], path
     if not path.is_file():
         raise ValueError(f"{str(path)!r} is neither a run folder nor a checkpoint file")
     # the run folder holds checkpoints/ (lightly: checkpoints/x.ckpt; solo: checkpoints/<m>/<id>/)
-    runs = [p.parent for p in path.parents if p.name == "checkpoints"]
+    runs = [p.parent for p in path.parents if p.name == RunFolder.CHECKPOINTS]
     return path, runs[0] if runs else path.parent
 
 
 def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[str, Any]:
     """The recipe config: checkpoint hyper-parameters, <run>/config.yaml or args.json."""
-    import json
-
-    import yaml
-
     hp = ckpt.get("hyper_parameters") or {}
     cfg = hp.get("cfg", hp) if isinstance(hp, dict) else {}
     if isinstance(cfg, dict) and "backbone" in cfg:
         return cfg
-    for candidate in (run_dir / "config.yaml", ckpt_path.parent / "args.json"):
+    for candidate in (RunFolder(run_dir).config, ckpt_path.parent / "args.json"):
         if candidate.is_file():
             text = candidate.read_text()
             loaded = json.loads(text) if candidate.suffix == ".json" else yaml.safe_load(text)
@@ -92,7 +74,7 @@ def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[s
                 return loaded
     raise ValueError(
         f"no config for {str(ckpt_path)!r}: none in the checkpoint's hyper_parameters, "
-        f"{str(run_dir / 'config.yaml')!r} or {str(ckpt_path.parent / 'args.json')!r}"
+        f"{str(RunFolder(run_dir).config)!r} or {str(ckpt_path.parent / 'args.json')!r}"
     )
 
 
@@ -108,11 +90,6 @@ def _load_prefix(module: nn.Module, state: dict[str, Tensor], prefix: str) -> No
 
 
 def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
-
-    from omegaconf import OmegaConf
-
-    from solo_geometry.config import build_configured_head, geometry_config
-
     kwargs = cfg.get("method_kwargs") or {}
     hidden, out = kwargs.get("proj_hidden_dim"), kwargs.get("proj_output_dim")
     if hidden is None or out is None:
@@ -122,7 +99,7 @@ def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
         head = build_configured_head(gcfg.head, d, int(out), default_hidden=int(hidden))
         return head, f"head {gcfg.head.name} (geometry.head)"
     method = str(cfg.get("method"))
-    return _solo_projector(method, d, int(hidden), int(out)), f"{method} projector"
+    return solo_projector(method, d, int(hidden), int(out)), f"{method} projector"
 
 
 def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
@@ -138,8 +115,6 @@ def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
         ValueError: for a missing path, an unreadable checkpoint, no config, an unknown
             backbone or method, or checkpoint keys that do not match.
     """
-    from solo_geometry.backbones import CIFAR_DATASETS, build_backbone
-
     ckpt_path, run_dir = _find_checkpoint(Path(run_or_checkpoint))
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
@@ -162,5 +137,5 @@ def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
         kind,
         f"ignored key prefixes: {ignored}",
     ]
-    mean_std = MEANS_STDS.get(dataset, IMAGENET_MEAN_STD)  # as the recipe's dataset trained it
+    mean_std = mean_std_of(dataset)  # as the recipe's dataset trained it
     return LoadedModel(backbone.eval(), head.eval(), ckpt_path, run_dir, mean_std, notes)

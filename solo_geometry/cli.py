@@ -14,22 +14,25 @@ Bad input exits with status 2 and a message naming the value and the choices (se
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from solo_geometry import __version__
+from solo_geometry.checkpoint import load_model
+from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
+from solo_geometry.datasets import make_digits
+from solo_geometry.demo import add_demo_parser
+from solo_geometry.evaluation import evaluate
+from solo_geometry.pretrain import add_pretrain_parser
+from solo_geometry.records import RunFolder
+from solo_geometry.report import add_report_parser
 
 __all__ = ["build_parser", "main"]
 
-# (module, function adding its subparser): each module owns its subcommand.
-_SUBCOMMANDS = (
-    ("solo_geometry.pretrain", "add_pretrain_parser"),
-    ("solo_geometry.report", "add_report_parser"),
-    ("solo_geometry.demo", "add_demo_parser"),
-)
+# Functions adding a subparser: each module owns its subcommand.
+_SUBCOMMANDS = (add_pretrain_parser, add_report_parser, add_demo_parser)
 
 
 class UsageError(Exception):
@@ -37,8 +40,6 @@ class UsageError(Exception):
 
 
 def _data_digits(args: argparse.Namespace) -> int:
-    from solo_geometry.data import make_digits
-
     out = make_digits(args.out, size=args.size)
     print(f"digits written to {out} (train/ and val/, image_folder layout)")
     return 0
@@ -55,30 +56,26 @@ def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _probe(args: argparse.Namespace) -> int:
     """``solo-geometry probe``: validate everything, then probe; errors exit non-zero."""
-    from solo_geometry.checkpoint import load_model
-    from solo_geometry.probes import probe_report
-
     data = Path(args.data)
     try:
         if not data.is_dir():
             raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
+        orbits = OrbitsConfig(families=[]) if args.no_orbits else OrbitsConfig()
+        cfg = ProbesConfig(batch_size=args.batch_size, seed=args.seed,
+                           targets=list(args.targets), orbits=orbits)  # fmt: skip
         model = load_model(args.run)
-        out = Path(args.out) if args.out else model.run_dir
+        run = RunFolder(Path(args.out) if args.out else model.run_dir)
         ckpt = model.checkpoint.stat()
         tag = f"{model.checkpoint.resolve()}:{ckpt.st_size}:{ckpt.st_mtime_ns}:{data.resolve()}"
         for note in model.notes:
             print(f"solo-geometry probe: {note}", file=sys.stderr)
-        result = probe_report(
-            model.backbone, model.head, data, out, batch_size=args.batch_size,
-            device=args.device, seed=args.seed, mean_std=model.mean_std, tag=tag,
-            targets=args.targets,
-            orbit_families=() if args.no_orbits else None, progress=not args.quiet,
-        )  # fmt: skip
+        table = evaluate(model.backbone, model.head, data, run, cfg, mean_std=model.mean_std,
+                         device=args.device, tag=tag, progress=not args.quiet)  # fmt: skip
     except (ValueError, ModuleNotFoundError) as err:
         raise UsageError(str(err)) from err
-    for row in result["probes"]:
-        print(f"{row['features']} {row['probe']:>6} {row['target']:>8}: {row['accuracy']:.4f}")
-    print(f"wrote {out / 'probes.json'}")
+    for row in table.rows:
+        print(f"{row.features} {row.probe:>6} {row.target:>8}: {row.accuracy:.4f}")
+    print(f"wrote {run.probes}")
     return 0
 
 
@@ -91,8 +88,6 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     Returns:
         The sub-parser; ``args.func(args)`` returns 0 or raises ``UsageError``.
     """
-    from solo_geometry.probes import TARGETS
-
     parser = subparsers.add_parser(
         "probe", help="backbone-vs-head probes and orbit table of a run or checkpoint",
         description="Fit linear and MLP probes on backbone (Z) and head (H) features, write "
@@ -104,8 +99,8 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
     parser.add_argument("--seed", type=int, default=0, help="seed of draws, splits and probes")
-    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS,
-                        help="probe targets (default: all)")  # fmt: skip
+    parser.add_argument("--targets", nargs="+", default=list(TARGET_CHOICES),
+                        choices=TARGET_CHOICES, help="probe targets (default: all)")  # fmt: skip
     parser.add_argument("--no-orbits", action="store_true", help="skip the orbit table")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=_probe)
@@ -121,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_data_parser(subparsers)
     _add_probe_parser(subparsers)
-    for module, function in _SUBCOMMANDS:
-        getattr(importlib.import_module(module), function)(subparsers)
+    for add_parser in _SUBCOMMANDS:
+        add_parser(subparsers)
     return parser
 
 

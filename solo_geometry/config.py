@@ -12,36 +12,75 @@ at start-up of every Hydra application to register the schemas.
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-if TYPE_CHECKING:
-    from torch import nn
-
 __all__ = [
-    "DTYPES",
+    "ACTIVATION_CHOICES",
+    "DTYPE_CHOICES",
+    "FAMILY_CHOICES",
+    "HEAD_CHOICES",
+    "NORM_CHOICES",
+    "PARAMETRIZATION_CHOICES",
+    "PROBE_CHOICES",
+    "TARGET_CHOICES",
     "GeometryConfig",
     "HeadConfig",
     "InitConfig",
+    "LinearProbeConfig",
     "MeasureConfig",
-    "NORMS",
-    "PARAMETRIZATIONS",
+    "MlpProbeConfig",
+    "OrbitsConfig",
     "ProbesConfig",
     "as_bool",
-    "build_configured_head",
     "geometry_config",
     "register_configs",
 ]
 
-DTYPES = ("float64", "float32")
-NORMS = ("bn", "ln", "none")
-PARAMETRIZATIONS = ("spectral", "factor")
+# The accepted values of every choice in the tree. The registries keyed by these names
+# (heads.HEADS, heads.ACTIVATIONS, heads.NORMS, geometry.augment.FAMILIES) check at import that
+# they hold exactly these keys, so a name is added in one place and caught in the other.
+DTYPE_CHOICES = ("float64", "float32")
+HEAD_CHOICES = ("projector", "metric_linear", "smooth_mlp")
+ACTIVATION_CHOICES = ("swish", "gelu", "softplus", "tanh", "elu", "relu", "identity")
+NORM_CHOICES = ("bn", "ln", "none")
+PARAMETRIZATION_CHOICES = ("spectral", "factor")
+FAMILY_CHOICES = ("brightness", "contrast", "saturation", "hue", "rotation", "scale", "translation")
+TARGET_CHOICES = ("class", "rotation", "jitter")
+PROBE_CHOICES = ("linear", "mlp")
 _TRUE = ("true", "on", "yes", "1")
 _FALSE = ("false", "off", "no", "0")
+
+
+def _choice(value: Any, choices: Iterable[str], key: str) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{key}: unknown value {value!r}; choose from {sorted(choices)}")
+
+
+def _choices(values: Iterable[Any], choices: Iterable[str], key: str) -> None:
+    for value in values:
+        _choice(value, choices, key)
+
+
+def _at_least(value: Any, key: str, minimum: float = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise ValueError(f"{key}: must be a number >= {minimum}, got {value!r}")
+
+
+def _positive(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{key}: must be > 0, got {value!r}")
+
+
+def _fraction(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"{key}: must be in (0, 1), got {value!r}")
 
 
 @dataclass
@@ -53,17 +92,24 @@ class MeasureConfig:
     # Normalised std, covariance condition number and effective rank of Z and of H: cheap.
     stats: bool = True
     # Metric singularity rho along augmentation tangents: one backbone JVP per family and
-    # image, the costliest part, hence one colour family on 8 images by default (together with
-    # max_samples=16 and lanczos_steps=12 this keeps the overhead near 2% at every_n_steps=50
-    # on the CPU digits benchmark; add contrast, saturation, hue at will).
+    # image, the costliest part, hence one colour family on 8 images by default (add contrast,
+    # saturation, hue at will).
     augment: bool = True
     augment_families: list[str] = field(default_factory=lambda: ["brightness"])
-    # Images used for the augmentation tangents (a backbone JVP each); <= max_samples.
+    # Images used for the augmentation tangents (a backbone JVP each).
     augment_samples: int = 8
     # SLQ probes for the H_eff density stored in the first and the final record.
     density_probes: int = 2
-    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: DESIGN.md's default.
+    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: DESIGN.md's default
+    # (1e-10 in float64, 1e-5 in float32).
     tau: float | None = None
+
+    def __post_init__(self) -> None:
+        _at_least(self.augment_samples, "geometry.measure.augment_samples")
+        _at_least(self.density_probes, "geometry.measure.density_probes")
+        _choices(self.augment_families, FAMILY_CHOICES, "geometry.measure.augment_families")
+        if self.tau is not None:
+            _positive(self.tau, "geometry.measure.tau")
 
 
 @dataclass
@@ -85,6 +131,16 @@ class HeadConfig:
     # Softplus/Swish sharpness.
     beta: float = 1.0
 
+    def __post_init__(self) -> None:
+        _choice(self.name, HEAD_CHOICES, "geometry.head.name")
+        _choice(self.activation, ACTIVATION_CHOICES, "geometry.head.activation")
+        _choice(self.norm, NORM_CHOICES, "geometry.head.norm")
+        _choice(self.parametrization, PARAMETRIZATION_CHOICES, "geometry.head.parametrization")
+        _at_least(self.depth, "geometry.head.depth")
+        _positive(self.beta, "geometry.head.beta")
+        if self.hidden_dim is not None:
+            _at_least(self.hidden_dim, "geometry.head.hidden_dim")
+
 
 @dataclass
 class InitConfig:
@@ -96,38 +152,135 @@ class InitConfig:
     # Also scale the backbone's last layer.
     backbone: bool = False
 
+    def __post_init__(self) -> None:
+        _positive(self.alpha, "geometry.init.alpha")
+
+
+@dataclass
+class LinearProbeConfig:
+    """Multinomial logistic regression (``probes.linear_probe``)."""
+
+    # L2 strengths lam of mean CE + lam/2 ||W||^2, chosen on a validation split.
+    l2_grid: list[float] = field(default_factory=lambda: [1e-1, 1e-2, 1e-3, 1e-4, 1e-5])
+    # scikit-learn's stopping test: largest gradient entry at most tol.
+    tol: float = 1e-4
+    # L-BFGS iterations per fit.
+    max_iter: int = 100
+    # Share of each class of the train split used to choose the L2 strength.
+    val_fraction: float = 0.2
+    # Up to this many train rows the features are rotated into their covariance eigenbasis;
+    # beyond, that many rows estimate the preconditioner.
+    max_rows: int = 4096
+    # The validation path only ranks strengths: tolerance path_tol * tol, at most path_rows
+    # rows (a seeded subset); the chosen strength is refitted on all of train.
+    path_tol: float = 3.0
+    path_rows: int = 16384
+
+    def __post_init__(self) -> None:
+        if not self.l2_grid or min(self.l2_grid) < 0:
+            raise ValueError(
+                f"geometry.probes.linear.l2_grid: must be non-empty and >= 0, got {self.l2_grid}"
+            )
+        _positive(self.tol, "geometry.probes.linear.tol")
+        _positive(self.path_tol, "geometry.probes.linear.path_tol")
+        _fraction(self.val_fraction, "geometry.probes.linear.val_fraction")
+        for key in ("max_iter", "max_rows", "path_rows"):
+            _at_least(getattr(self, key), f"geometry.probes.linear.{key}")
+
+
+@dataclass
+class MlpProbeConfig:
+    """One-hidden-layer ReLU MLP trained with Adam, early-stopped (``probes.mlp_probe``)."""
+
+    hidden: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 256
+    max_epochs: int = 200
+    # Epochs without validation improvement before stopping.
+    patience: int = 15
+    # Share of each class of the train split used for early stopping.
+    val_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        _fraction(self.val_fraction, "geometry.probes.mlp.val_fraction")
+        for key in ("hidden", "batch_size", "max_epochs", "patience"):
+            _at_least(getattr(self, key), f"geometry.probes.mlp.{key}")
+        _positive(self.lr, "geometry.probes.mlp.lr")
+        _at_least(self.weight_decay, "geometry.probes.mlp.weight_decay", 0)
+
+
+@dataclass
+class OrbitsConfig:
+    """The orbit table at the end of fit (DESIGN.md section 3, "Orbits")."""
+
+    # Augmentation families; [] skips the table.
+    families: list[str] = field(default_factory=lambda: list(FAMILY_CHOICES))
+    # Held-out images per family, and copies per orbit (t evenly spaced in [-t_max, t_max]).
+    images: int = 32
+    k: int = 8
+
+    def __post_init__(self) -> None:
+        _choices(self.families, FAMILY_CHOICES, "geometry.probes.orbits.families")
+        _at_least(self.images, "geometry.probes.orbits.images", 2)
+        _at_least(self.k, "geometry.probes.orbits.k", 2)
+
 
 @dataclass
 class ProbesConfig:
-    """Backbone-vs-head probes run once at the end of fit."""
+    """Backbone-vs-head probes and the orbit table, run once at the end of fit."""
 
     enabled: bool = True
     # Labelled image folder for the probes; None: the recipe's val folder.
     data: str | None = None
     batch_size: int = 256
+    # Fixes splits, nuisance draws and probe initialisation.
+    seed: int = 0
+    targets: list[str] = field(default_factory=lambda: list(TARGET_CHOICES))
+    probes: list[str] = field(default_factory=lambda: list(PROBE_CHOICES))
+    # The "jitter" target: brightness t uniform in [-jitter_max, jitter_max], binned.
+    jitter_bins: int = 4
+    jitter_max: float = 0.4
+    linear: LinearProbeConfig = field(default_factory=LinearProbeConfig)
+    mlp: MlpProbeConfig = field(default_factory=MlpProbeConfig)
+    orbits: OrbitsConfig = field(default_factory=OrbitsConfig)
+
+    def __post_init__(self) -> None:
+        _at_least(self.batch_size, "geometry.probes.batch_size")
+        _choices(self.targets, TARGET_CHOICES, "geometry.probes.targets")
+        _choices(self.probes, PROBE_CHOICES, "geometry.probes.probes")
+        _at_least(self.jitter_bins, "geometry.probes.jitter_bins", 2)
+        _positive(self.jitter_max, "geometry.probes.jitter_max")
 
 
 @dataclass
 class GeometryConfig:
-    """The whole ``geometry`` node (``+geometry=on``)."""
+    """The whole ``geometry`` node (``+geometry=on``); also the monitor's only configuration."""
 
     enabled: bool = True
     # Measurement cadence in optimiser steps; step 0 is before the first step.
     every_n_steps: int = 50
-    # Samples of the batch measured (operator dim = V * max_samples * d); the monitor's cost
-    # grows linearly with it (benchmarks/bench_overhead.py).
+    # Samples whose rows form the Hessian operators' principal sub-block (operator dim =
+    # V * max_samples * d); the loss always sees the whole batch (DESIGN.md section 3).
     max_samples: int = 16
-    # Lanczos steps per operator (full reorthogonalisation): the extreme eigenvalues, which
-    # are what is recorded, converge first; raise it for the density's interior.
+    # Lanczos steps per operator (full reorthogonalisation).
     lanczos_steps: int = 12
     # Arithmetic of the measurements, never of training.
     dtype: str = "float64"
+    # Seed of the monitor's own generator (Lanczos start vectors, random directions).
+    seed: int = 0
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     init: InitConfig = field(default_factory=InitConfig)
     probes: ProbesConfig = field(default_factory=ProbesConfig)
     # Run folder for geometry.jsonl; None: the host's (Hydra output dir or trainer root dir).
     out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _at_least(self.every_n_steps, "geometry.every_n_steps")
+        _at_least(self.max_samples, "geometry.max_samples", 2)
+        _at_least(self.lanczos_steps, "geometry.lanczos_steps", 2)
+        _choice(self.dtype, DTYPE_CHOICES, "geometry.dtype")
 
 
 def register_configs() -> None:
@@ -136,8 +289,6 @@ def register_configs() -> None:
     The YAML options of the group (``on.yaml``, ``off.yaml``) extend this schema, so a
     misspelt override such as ``geometry.head.nme=x`` fails at composition.
     """
-    from hydra.core.config_store import ConfigStore
-
     ConfigStore.instance().store(group="geometry", name="schema", node=GeometryConfig)
 
 
@@ -200,7 +351,6 @@ def geometry_config(cfg: DictConfig) -> GeometryConfig | None:
         full_key = getattr(err, "full_key", None)
         raise ValueError(f"geometry.{full_key}: {err.msg if hasattr(err, 'msg') else err}") from err
     assert isinstance(gcfg, GeometryConfig)
-    _validate(gcfg)
     return gcfg
 
 
@@ -210,83 +360,3 @@ def as_bool_or_none(value: Any) -> bool | None:
         return as_bool(value, "geometry")
     except ValueError:
         return None
-
-
-def _choice(value: Any, choices: Any, key: str) -> None:
-    if value not in choices:
-        raise ValueError(f"{key}: unknown value {value!r}; choose from {sorted(choices)}")
-
-
-def _positive(value: int, key: str, minimum: int = 1) -> None:
-    if value < minimum:
-        raise ValueError(f"{key}: must be >= {minimum}, got {value!r}")
-
-
-def _families() -> set[str]:
-    """Names of the augmentation families the geometry engine knows."""
-    try:
-        families = importlib.import_module("solo_geometry.geometry").FAMILIES
-    except (ImportError, AttributeError):  # engine not importable: its documented families
-        return {"brightness", "contrast", "saturation", "hue", "rotation", "scale", "translation"}
-    return set(families)
-
-
-def _validate(g: GeometryConfig) -> None:
-    """Check values whose type OmegaConf cannot check (names, ranges)."""
-    _positive(g.every_n_steps, "geometry.every_n_steps")
-    _positive(g.max_samples, "geometry.max_samples", 2)
-    _positive(g.lanczos_steps, "geometry.lanczos_steps", 2)
-    _positive(g.measure.augment_samples, "geometry.measure.augment_samples")
-    _positive(g.measure.density_probes, "geometry.measure.density_probes")
-    _choice(g.dtype, DTYPES, "geometry.dtype")
-    _choice(g.head.norm, NORMS, "geometry.head.norm")
-    _choice(g.head.parametrization, PARAMETRIZATIONS, "geometry.head.parametrization")
-    _positive(g.head.depth, "geometry.head.depth")
-    if g.head.hidden_dim is not None:
-        _positive(g.head.hidden_dim, "geometry.head.hidden_dim")
-    if not 0.0 < g.init.alpha:
-        raise ValueError(f"geometry.init.alpha: must be > 0, got {g.init.alpha!r}")
-    from solo_geometry import heads
-
-    _choice(g.head.name, {"projector", *heads.HEADS}, "geometry.head.name")
-    _choice(g.head.activation, set(heads.ACTIVATIONS), "geometry.head.activation")
-    if g.measure.augment:
-        for family in g.measure.augment_families:
-            _choice(family, _families(), "geometry.measure.augment_families")
-
-
-def build_configured_head(
-    hcfg: HeadConfig, in_dim: int, out_dim: int, default_hidden: int | None = None
-) -> nn.Module:
-    """Build the head a :class:`HeadConfig` names.
-
-    Args:
-        hcfg: the head node; ``name`` must not be ``"projector"`` (the host keeps its own).
-        in_dim: backbone feature dimension d.
-        out_dim: head output dimension p.
-        default_hidden: hidden width when ``hcfg.hidden_dim`` is None (the recipe's
-            ``proj_hidden_dim``); None falls back to ``in_dim``.
-
-    Returns:
-        The head, mapping (N, in_dim) to (N, out_dim).
-
-    Raises:
-        ValueError: for ``"projector"`` or an unknown head name.
-    """
-    from solo_geometry.heads import build_head
-
-    if hcfg.name == "projector":
-        raise ValueError("geometry.head.name='projector' keeps the host's own projector")
-    if hcfg.name == "metric_linear":
-        return build_head(hcfg.name, in_dim, out_dim, parametrization=hcfg.parametrization)
-    hidden = next(h for h in (hcfg.hidden_dim, default_hidden, in_dim) if h is not None)
-    return build_head(
-        hcfg.name,
-        in_dim,
-        out_dim,
-        hidden_dim=hidden,
-        depth=hcfg.depth,
-        activation=hcfg.activation,
-        norm=None if hcfg.norm == "none" else hcfg.norm,
-        beta=hcfg.beta,
-    )

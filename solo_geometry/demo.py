@@ -19,13 +19,17 @@ The full form finishes in under 10 minutes on 2 cores; ``--quick`` (or
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
+
+from solo_geometry.datasets import make_digits
+from solo_geometry.pretrain import pretrain
+from solo_geometry.records import RunFolder
 
 __all__ = [
     "FULL",
@@ -40,7 +44,9 @@ __all__ = [
 ]
 
 QUICK_ENV = "SOLO_GEOMETRY_DEMO_QUICK"
-RECIPE = Path(__file__).resolve().parents[1] / "zoo" / "recipes" / "digits" / "byol.yaml"
+# Package data (``solo_geometry/recipes``, also ``zoo/recipes`` in the source tree), so the demo
+# runs from a regular install outside the source tree.
+RECIPE = Path(str(files("solo_geometry") / "recipes" / "digits" / "byol.yaml"))
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,6 @@ def run_demo(
         FileNotFoundError: if the recipe is missing.
         ValueError: on an unknown host.
     """
-    from solo_geometry.data import make_digits
-    from solo_geometry.pretrain import pretrain
-
     if quick is None:
         quick = os.environ.get(QUICK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     settings = QUICK if quick else FULL
@@ -160,16 +163,9 @@ def run_demo(
 
 
 def _list_outputs(run: Path) -> None:
-    for name in ("geometry.jsonl", "probes.json", "report/index.html"):
-        print(f"  {'ok     ' if (run / name).exists() else 'MISSING'} {run / name}")
-
-
-def _records(run: Path) -> list[dict[str, Any]]:
-    """The ok records of ``geometry.jsonl`` (the report's tolerant reader), [] without a file."""
-    from solo_geometry.report import read_geometry
-
-    path = run / "geometry.jsonl"
-    return read_geometry(path)[0] if path.exists() else []
+    folder = RunFolder(run)
+    for path in (folder.geometry, folder.probes, folder.report / "index.html"):
+        print(f"  {'ok     ' if path.exists() else 'MISSING'} {path}")
 
 
 def findings(run: str | Path) -> dict[str, Any]:
@@ -183,21 +179,17 @@ def findings(run: str | Path) -> dict[str, Any]:
         "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h)]}``;
         missing files give empty entries.
     """
-    run = Path(run)
-    records = _records(run)
-    keys = ("step", "m/lambda_min", "interaction_ratio")
+    folder = RunFolder(Path(run))
+    records = folder.records(ok_only=True)
     picked = [records[0], records[-1]] if records else []
-    geometry = [{k: r.get(k) for k in keys} for r in picked]
-    probes_path = run / "probes.json"
-    probes = json.loads(probes_path.read_text()) if probes_path.exists() else {}
-    orbits = {
-        family: (float(v["compression_mean"]), float(v["compression_std"]))
-        for family, v in sorted(probes.get("orbits", {}).items())
-    }
-    table: dict[tuple[str, str], dict[str, float]] = {}
-    for row in probes.get("probes", []):
-        table.setdefault((row["target"], row["probe"]), {})[row["features"]] = row["accuracy"]
-    rows = [(t, p, acc.get("z"), acc.get("h")) for (t, p), acc in sorted(table.items())]
+    geometry = [{"step": r.step, "m/lambda_min": r.value("m/lambda_min"),
+                 "interaction_ratio": r.value("interaction_ratio")} for r in picked]  # fmt: skip
+    table = folder.read_probes()
+    orbits = {o.family: (o.compression["mean"], o.compression["std"])
+              for o in sorted(table.orbits if table else [], key=lambda o: o.family)}  # fmt: skip
+    pairs = sorted({(r.target, r.probe) for r in table.rows}) if table else []
+    rows = [(t, p, table.accuracy("z", p, t), table.accuracy("h", p, t)) for t, p in pairs
+            if table is not None]  # fmt: skip
     return {"geometry": geometry, "n_records": len(records), "orbits": orbits, "probes": rows}
 
 

@@ -1,4 +1,4 @@
-"""Backbone features Z and head outputs H of a labelled image set, cached in the run folder.
+"""Feature extraction: backbone features Z and head outputs H of an image set, cached.
 
 Images are read as RGB in [0, 1] (``ImageFolder`` layout ``root/<class>/*.png``), optionally
 transformed there (rotations, colour jitter, augmentation orbits: nuisance targets), normalised
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,33 +26,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+from tqdm import tqdm
 
-__all__ = [
-    "CIFAR_MEAN_STD",
-    "IMAGENET_MEAN_STD",
-    "MEANS_STDS",
-    "Features",
-    "extract_features",
-    "load_cache",
-    "ORBIT_T_MAX",
-    "load_image_folder",
-    "orbit_table",
-    "probe_splits",
-    "rotation_set",
-    "target_set",
-]
+from solo_geometry.datasets import IMAGENET_MEAN_STD, MeanStd, load_image_folder
+from solo_geometry.state import preserved_state
 
-MeanStd = tuple[Sequence[float], Sequence[float]]
-# solo-learn normalises CIFAR with its own statistics and every other dataset with ImageNet's.
-IMAGENET_MEAN_STD: MeanStd = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-CIFAR_MEAN_STD: MeanStd = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
-# Per-dataset normalisation: the statistics solo-learn uses for these dataset names.
-MEANS_STDS: dict[str, MeanStd] = {
-    "cifar10": CIFAR_MEAN_STD,
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "imagenet100": IMAGENET_MEAN_STD,
-    "imagenet": IMAGENET_MEAN_STD,
-}
+__all__ = ["Features", "extract_features", "load_cache"]
+
 _FORMAT = 1
 
 
@@ -82,57 +62,15 @@ class Features:
         return {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in tensors}
 
 
-def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
-    """Read an ``ImageFolder`` tree into memory.
-
-    Args:
-        root: folder with one sub-folder of images per class.
-
-    Returns:
-        Images (N, 3, H, W) float32 in [0, 1], labels (N,) int64, class names.
-
-    Raises:
-        ValueError: if ``root`` is not a folder or holds no images.
-    """
-    from torchvision.datasets import ImageFolder
-    from torchvision.transforms import functional as TF
-
-    root = Path(root)
-    if not root.is_dir():
-        raise ValueError(f"image folder {str(root)!r} does not exist or is not a directory")
-    try:
-        folder = ImageFolder(str(root))
-    except (FileNotFoundError, RuntimeError) as err:
-        raise ValueError(f"no images in {str(root)!r}: {err}") from err
-    images = [TF.to_tensor(folder.loader(path).convert("RGB")) for path, _ in folder.samples]
-    labels = torch.tensor([label for _, label in folder.samples], dtype=torch.long)
-    return torch.stack(images), labels, list(folder.classes)
-
-
-def rotation_set(images: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Rotate each image by a random multiple of 90 degrees (exact, no resampling).
-
-    Args:
-        images: (N, C, H, W) square images.
-        generator: fixes the draws.
-
-    Returns:
-        Rotated images (N, C, H, W) and the number of quarter turns (N,) in {0, 1, 2, 3}.
-    """
-    quarters = torch.randint(0, 4, (images.shape[0],), generator=generator)
-    out = images.clone()
-    for k in range(1, 4):
-        idx = torch.nonzero(quarters == k).flatten()
-        out[idx] = torch.rot90(images[idx], k, dims=(2, 3))
-    return out, quarters
-
-
-def load_cache(path: str | Path, tag: str | None = None) -> dict[str, Any]:
+def load_cache(
+    path: str | Path, tag: str | None = None, *, any_tag: bool = False
+) -> dict[str, Any]:
     """Read ``features.pt``; an absent file, another format or another ``tag`` gives no sets.
 
     Args:
         path: the cache file.
         tag: identifies the model; a cache written with another tag is not used.
+        any_tag: accept whatever model wrote the cache (readers such as the report).
 
     Returns:
         The cache dictionary (``sets`` possibly empty).
@@ -148,7 +86,9 @@ def load_cache(path: str | Path, tag: str | None = None) -> dict[str, Any]:
         cache = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
         raise ValueError(f"cannot read feature cache {str(path)!r}: {err}") from err
-    if not isinstance(cache, dict) or cache.get("format") != _FORMAT or cache.get("tag") != tag:
+    if not isinstance(cache, dict) or cache.get("format") != _FORMAT:
+        return empty
+    if not any_tag and cache.get("tag") != tag:
         return empty
     return cache
 
@@ -182,10 +122,6 @@ def _source(data: object) -> str:
     return str(data) if isinstance(data, str | Path) else type(data).__name__
 
 
-def _modules_mode(modules: Sequence[nn.Module]) -> list[bool]:
-    return [m.training for m in modules]
-
-
 @torch.no_grad()
 def _forward(
     backbone: nn.Module,
@@ -199,8 +135,6 @@ def _forward(
     zs, hs, ys = [], [], []
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(loader.dataset), desc=desc, unit="img", file=sys.stderr)  # type: ignore[arg-type]
     for images, labels in loader:
         z = backbone(normalize(images.to(device, torch.float32)))  # (B, d)
@@ -262,108 +196,15 @@ def extract_features(
     mean = torch.tensor(mean_std[0], device=dev).view(1, -1, 1, 1)
     std = torch.tensor(mean_std[1], device=dev).view(1, -1, 1, 1)
     loader = DataLoader(_as_dataset(dataset_or_dir), batch_size=batch_size, shuffle=False)
-    modes = _modules_mode([backbone, head])
-    try:
+    with preserved_state(backbone, head):
         backbone.eval()
         head.eval()
         z, h, labels = _forward(
             backbone, head, loader, dev, lambda x: (x - mean) / std, progress, name
         )
-    finally:
-        backbone.train(modes[0])
-        head.train(modes[1])
     feats = Features(z, h, labels, {k: v.cpu() for k, v in (extras or {}).items()})
     if store is not None and cache is not None:
         store["sets"][name] = feats.tensors()
         store["meta"][name] = {**feats.meta(), "source": _source(dataset_or_dir)}
         _save_cache(Path(cache), store)
     return feats
-
-
-def probe_splits(data_dir: Path | tuple[Path, Path], seed: int) -> dict[str, tuple[Tensor, Tensor]]:
-    """Train and held-out (images, labels) of a labelled image folder.
-
-    Args:
-        data_dir: a pair (train folder, held-out folder) of class folders;
-            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders; or one class
-            folder, then split 50/50 (stratified, seeded) into train and held-out.
-        seed: fixes the 50/50 split.
-
-    Returns:
-        ``{"train": (images (N, 3, H, W), labels (N,)), "test": (images, labels)}``.
-    """
-    from solo_geometry.probes import stratified_split
-
-    if isinstance(data_dir, tuple):
-        train_dir, held_dir = data_dir
-        return {"train": load_image_folder(train_dir)[:2], "test": load_image_folder(held_dir)[:2]}
-    held = next((data_dir / s for s in ("val", "test") if (data_dir / s).is_dir()), None)
-    if (data_dir / "train").is_dir() and held is not None:
-        train = load_image_folder(data_dir / "train")
-        return {"train": train[:2], "test": load_image_folder(held)[:2]}
-    images, labels, _ = load_image_folder(data_dir)
-    tr, te = stratified_split(labels, 0.5, torch.Generator().manual_seed(seed))
-    return {"train": (images[tr], labels[tr]), "test": (images[te], labels[te])}
-
-
-def target_set(
-    images: Tensor, labels: Tensor, target: str, gen: torch.Generator, bins: int, t_max: float
-) -> tuple[Tensor, Tensor]:
-    """Images and the target of one probe task.
-
-    Args:
-        images: (N, C, H, W) in [0, 1].
-        labels: class labels (N,).
-        target: ``class`` (labels), ``rotation`` (quarter turns 0..3) or ``jitter``
-            (brightness t uniform in [-t_max, t_max], binned into ``bins`` equal bins).
-        gen: fixes the draws.
-        bins: number of jitter bins.
-        t_max: jitter range.
-
-    Returns:
-        Transformed images (N, C, H, W) and targets (N,).
-    """
-    from solo_geometry.geometry.augment import apply_augmentation
-
-    if target == "class":
-        return images, labels
-    if target == "rotation":
-        return rotation_set(images, gen)
-    t = (torch.rand(images.shape[0], generator=gen) * 2 - 1) * t_max  # (N,) in [-t_max, t_max)
-    binned = ((t + t_max) / (2 * t_max) * bins).long().clamp(0, bins - 1)
-    return apply_augmentation(images, "brightness", t), binned
-
-
-# Orbit parameter range per family (t = 0 is the identity; units: see geometry/augment.py).
-ORBIT_T_MAX: dict[str, float] = {
-    "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1,
-    "rotation": 0.5, "scale": 0.3, "translation": 0.15,
-}  # fmt: skip
-
-
-def orbit_table(
-    extract: Any, images: Tensor, labels: Tensor, families: Sequence[str], k: int
-) -> dict[str, dict[str, Any]]:
-    """``orbit_compression`` of Z and H per family, K copies of each image along t.
-
-    Args:
-        extract: ``extract(data, name, extras) -> Features`` (cached extraction).
-        images: held-out images (n, C, H, W) in [0, 1].
-        labels: their classes (n,).
-        families: augmentation families; t evenly spaced in [-t_max, t_max] (``ORBIT_T_MAX``).
-        k: copies per orbit.
-
-    Returns:
-        ``{family: orbit_compression dict + {"t_max": float}}``.
-    """
-    from solo_geometry.geometry.orbits import make_orbits, orbit_compression
-
-    table = {}
-    for family in families:
-        t_max = ORBIT_T_MAX.get(family, 0.3)
-        x, orbit, t = make_orbits(images, family, k, t_max)  # (n*K, C, H, W), (n*K,), (K,)
-        t_all = t.repeat(images.shape[0])  # (n * K,), orbit-major like x
-        feats = extract((x, labels[orbit]), f"test/orbit/{family}", {"orbit": orbit, "t": t_all})
-        table[family] = dict(orbit_compression(feats.z, feats.h, orbit, feats.labels))
-        table[family]["t_max"] = t_max
-    return table

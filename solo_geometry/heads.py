@@ -28,15 +28,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from solo_geometry.config import ACTIVATION_CHOICES, HEAD_CHOICES, NORM_CHOICES, HeadConfig
+
 __all__ = [
     "ACTIVATIONS",
     "HEADS",
     "NORMS",
+    "SOLO_PROJECTORS",
     "MetricLinearHead",
     "ProjectionHead",
     "SmoothMLPHead",
+    "build_configured_head",
     "build_head",
+    "build_mlp",
     "get_activation",
+    "solo_projector",
 ]
 
 LayerFactory = Callable[..., nn.Module]
@@ -55,6 +61,8 @@ ACTIVATIONS: dict[str, LayerFactory] = {
 }
 
 NORMS: dict[str, LayerFactory] = {"bn": nn.BatchNorm1d, "ln": nn.LayerNorm}
+assert set(ACTIVATIONS) == set(ACTIVATION_CHOICES), "config.ACTIVATION_CHOICES out of sync"
+assert set(NORMS) | {"none"} == set(NORM_CHOICES), "config.NORM_CHOICES out of sync"
 
 
 def get_activation(name: str, *, beta: float = 1.0) -> LayerFactory:
@@ -260,6 +268,17 @@ HEADS: dict[str, type[nn.Module]] = {
     "metric_linear": MetricLinearHead,
     "smooth_mlp": SmoothMLPHead,
 }
+assert set(HEADS) | {"projector"} == set(HEAD_CHOICES), "config.HEAD_CHOICES out of sync"
+
+# solo-learn's inline projectors of plain Linear-BN-ReLU shape (simsiam, mocov3 and vibcreg add
+# other layers): (hidden Linear layers, BatchNorm after each hidden Linear).
+SOLO_PROJECTORS: dict[str, tuple[int, bool]] = {
+    "simclr": (1, False),
+    "supcon": (1, False),
+    "byol": (1, True),
+    "vicreg": (2, True),
+    "barlow_twins": (2, True),
+}
 
 
 def build_head(name: str, in_dim: int, out_dim: int, **options: Any) -> nn.Module:
@@ -286,3 +305,93 @@ def build_head(name: str, in_dim: int, out_dim: int, **options: Any) -> nn.Modul
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for head {name!r}; choose from {accepted}")
     return cls(in_dim=in_dim, out_dim=out_dim, **options)
+
+
+def build_mlp(
+    dims: Sequence[int], *, norm: bool = False, act_layer: LayerFactory = nn.ReLU
+) -> nn.Sequential:
+    """Linear layers (with bias) joined by ``[BatchNorm1d,] act``: solo-learn's projector layout.
+
+    The one MLP builder of the package: solo-learn-shaped projectors and predictors (lightly
+    host, checkpoint loader) and the MLP probe. Modules are numbered as solo-learn numbers them
+    (``0.weight``, ``1.running_mean``, ``3.weight``, ...), so state-dict keys match its
+    checkpoints.
+
+    Args:
+        dims: layer widths, input first, e.g. ``[d, hidden, out]``; at least two.
+        norm: BatchNorm1d after every hidden Linear.
+        act_layer: activation after every hidden Linear (and its norm).
+
+    Returns:
+        ``nn.Sequential`` mapping (N, dims[0]) to (N, dims[-1]).
+
+    Raises:
+        ValueError: with fewer than two widths or a width below 1.
+    """
+    if len(dims) < 2 or min(dims) < 1:
+        raise ValueError(f"dims must hold at least two positive widths, got {list(dims)}")
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            layers += [nn.BatchNorm1d(b), act_layer()] if norm else [act_layer()]
+    return nn.Sequential(*layers)
+
+
+def solo_projector(method: str, in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
+    """The projector solo-learn's ``method`` builds inline (same structure and keys).
+
+    Args:
+        method: one of ``SOLO_PROJECTORS``.
+        in_dim: backbone feature dimension d.
+        hidden_dim: ``proj_hidden_dim``.
+        out_dim: ``proj_output_dim``.
+
+    Returns:
+        The projector, (N, d) -> (N, out_dim).
+
+    Raises:
+        ValueError: for a method whose projector is not of this shape.
+    """
+    if method not in SOLO_PROJECTORS:
+        raise ValueError(
+            f"no solo-learn projector layout for method {method!r}; "
+            f"choose from {sorted(SOLO_PROJECTORS)}"
+        )
+    n_hidden, norm = SOLO_PROJECTORS[method]
+    return build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm)
+
+
+def build_configured_head(
+    hcfg: HeadConfig, in_dim: int, out_dim: int, default_hidden: int | None = None
+) -> nn.Module:
+    """Build the head a ``geometry.head`` node names.
+
+    Args:
+        hcfg: the head node; ``name`` must not be ``"projector"`` (the host keeps its own).
+        in_dim: backbone feature dimension d.
+        out_dim: head output dimension p.
+        default_hidden: hidden width when ``hcfg.hidden_dim`` is None (the recipe's
+            ``proj_hidden_dim``); None falls back to ``in_dim``.
+
+    Returns:
+        The head, mapping (N, in_dim) to (N, out_dim).
+
+    Raises:
+        ValueError: for ``"projector"`` or an unknown head name.
+    """
+    if hcfg.name == "projector":
+        raise ValueError("geometry.head.name='projector' keeps the host's own projector")
+    if hcfg.name == "metric_linear":
+        return build_head(hcfg.name, in_dim, out_dim, parametrization=hcfg.parametrization)
+    hidden = next(h for h in (hcfg.hidden_dim, default_hidden, in_dim) if h is not None)
+    return build_head(
+        hcfg.name,
+        in_dim,
+        out_dim,
+        hidden_dim=hidden,
+        depth=hcfg.depth,
+        activation=hcfg.activation,
+        norm=None if hcfg.norm == "none" else hcfg.norm,
+        beta=hcfg.beta,
+    )

@@ -8,10 +8,9 @@ representation) while ReLU and linear heads cannot.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["normalized_std", "pseudo_collapse_", "pseudo_collapse_backbone_"]
+__all__ = ["pseudo_collapse_", "pseudo_collapse_backbone_"]
 
 _SCALED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)
 
@@ -82,22 +81,3 @@ def pseudo_collapse_backbone_(backbone: nn.Module, alpha: float = 0.1) -> nn.Mod
             param.mul_(alpha)
     return backbone
 
-
-def normalized_std(features: torch.Tensor) -> float:
-    """Mean over dimensions of the std of L2-normalised rows.
-
-    About 1/sqrt(d) for isotropic features, 0 for collapsed ones (every row the same).
-
-    Args:
-        features: (N, d) with N >= 2.
-
-    Returns:
-        The statistic as a Python float.
-
-    Raises:
-        ValueError: if ``features`` is not 2-D with at least 2 rows.
-    """
-    if features.ndim != 2 or features.shape[0] < 2:
-        raise ValueError(f"features must be (N >= 2, d), got shape {tuple(features.shape)}")
-    z = F.normalize(features.detach().float(), dim=1)  # (N, d), unit rows
-    return float(z.std(dim=0).mean())

@@ -7,7 +7,6 @@ has a title, labelled axes with units and a legend. Matplotlib runs on the Agg b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from solo_geometry.extras import require  # noqa: E402
+from solo_geometry.linalg.lanczos import SpectralDensity  # noqa: E402
+from solo_geometry.records import GeometryRecord  # noqa: E402
 
 __all__ = [
-    "DEFAULT_TAU",
     "plot_bars",
     "plot_density",
     "plot_lines",
@@ -27,33 +30,38 @@ __all__ = [
     "plot_umap",
 ]
 
-Records = list[dict[str, Any]]
-DEFAULT_TAU = 1e-10  # DESIGN.md section 3: relative negative-eigenvalue floor in float64
+Records = list[GeometryRecord]
 _OPERATORS = (("heff", "H_eff"), ("gn", "GN"), ("m", "M"))
 
 
 def _series(records: Records, key: str) -> tuple[np.ndarray, np.ndarray]:
-    pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), int | float)]
+    pts = [(r.step, v) for r in records if (v := r.value(key)) is not None]
     arr = np.array(pts, dtype=float).reshape(-1, 2)
     return arr[:, 0], arr[:, 1]
 
 
+def _legend(ax: Any) -> None:
+    """Legend outside the axes, on the right: it never hides a curve."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
 def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None:
-    """lambda_min / lambda_max of H_eff, GN and M over steps, symlog y, relative floor drawn.
+    """lambda_min / lambda_max of H_eff, GN and M over steps, symlog y, each record's floor drawn.
 
-    The floor is tau * max|lambda(H_eff)| per measurement (``tau`` from the record, else
-    ``DEFAULT_TAU``); an eigenvalue below minus the floor counts as negative.
+    The floor is the record's own ``settings.floor`` (tau * max|lambda(H_eff)| in that
+    measurement's dtype and tau); an eigenvalue below minus the floor counts as negative.
     """
     if not any(_series(recs, "heff/lambda_max")[0].size for _, recs in runs):
         return None
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
     floors: list[float] = []
     for (op, label), ax in zip(_OPERATORS, axes, strict=True):
         for i, (name, recs) in enumerate(runs):
@@ -61,18 +69,15 @@ def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
             for which, style in (("lambda_max", "-"), ("lambda_min", "--")):
                 steps, vals = _series(recs, f"{op}/{which}")
                 ax.plot(steps, vals, style, color=colour, marker=".", label=f"{name} {which}")
-            steps, lmin = _series(recs, "heff/lambda_min")
-            _, lmax = _series(recs, "heff/lambda_max")
-            n = min(lmin.size, lmax.size)
-            tau = float(next((r["tau"] for r in recs if "tau" in r), DEFAULT_TAU))
-            floor = tau * np.maximum(np.abs(lmin[:n]), np.abs(lmax[:n]))
+            pts = [(r.step, r.settings.floor) for r in recs if r.settings.floor is not None]
+            steps, floor = np.array(pts, dtype=float).reshape(-1, 2).T
             floors += [float(f) for f in floor if f > 0]
-            ax.plot(steps[:n], -floor, ":", color=colour, lw=1, label=f"{name} -floor")
+            ax.plot(steps, -floor, ":", color=colour, lw=1, label=f"{name} -floor")
         ax.set_title(f"extreme eigenvalues of {label}")
-        ax.set_xlabel("optimiser step")
-        ax.set_ylabel("eigenvalue (loss units / feature unit$^2$)")
+        ax.set_ylabel("eigenvalue\n(loss / feature unit$^2$)")
         ax.axhline(0.0, color="k", lw=0.5)
-        ax.legend(fontsize=7)
+        _legend(ax)
+    axes[-1].set_xlabel("optimiser step")
     thresh = min(floors) if floors else 1e-12
     for ax in axes:
         ax.set_yscale("symlog", linthresh=max(thresh, 1e-300))
@@ -101,25 +106,25 @@ def plot_lines(
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path)
 
 
 def _smoothed(density: dict[str, list[float]], grid: np.ndarray, sigma: float) -> np.ndarray:
-    nodes = np.asarray(density["nodes"], dtype=float)
-    weights = np.asarray(density["weights"], dtype=float)
-    weights = weights / max(weights.sum(), 1e-300)
-    kernel = np.exp(-0.5 * ((grid[:, None] - nodes[None, :]) / sigma) ** 2)  # (G, K)
-    return kernel @ weights / (sigma * math.sqrt(2 * math.pi))
+    """The density on ``grid`` through the engine's one smoother (Gaussian per node)."""
+    weights = torch.tensor(density["weights"], dtype=torch.float64)
+    dens = SpectralDensity(torch.tensor(density["nodes"], dtype=torch.float64),
+                           weights / weights.sum().clamp_min(1e-300))  # fmt: skip
+    return dens.smoothed(torch.from_numpy(grid), sigma).numpy()
 
 
 def plot_density(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None:
     """SLQ spectral density of H_eff at the first and the last measurement carrying one."""
     curves = []
     for name, recs in runs:
-        dens = [r for r in recs if isinstance(r.get("density"), dict) and r["density"].get("nodes")]
+        dens = [r for r in recs if r.density and r.density.get("nodes")]
         if dens:
-            curves += [(f"{name} step {r['step']}", r["density"]) for r in (dens[0], dens[-1])]
+            curves += [(f"{name} step {r.step}", r.density) for r in (dens[0], dens[-1])]
             if len(dens) == 1:
                 curves.pop()
     if not curves:
@@ -136,7 +141,7 @@ def plot_density(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
     ax.set_title("SLQ spectral density of H_eff (first and last measurement)")
     ax.set_xlabel("eigenvalue (loss units / feature unit$^2$)")
     ax.set_ylabel("density (1 / eigenvalue unit)")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -169,22 +174,26 @@ def plot_bars(
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, path)
 
 
 def _embed(x: np.ndarray, seed: int) -> tuple[np.ndarray, str]:
     """2-d UMAP of rows x (n, d) (PCA when too few points for UMAP); embedding and method."""
+    why = f"only {x.shape[0]} points, too few for UMAP"
     if x.shape[0] >= 20:
-        import umap
-
-        reducer = umap.UMAP(n_neighbors=min(15, x.shape[0] - 1), n_epochs=60, init="random",
-                            random_state=seed, n_jobs=1)  # fmt: skip
-        return np.asarray(reducer.fit_transform(x)), "UMAP"
+        try:
+            umap = require("umap")
+        except ModuleNotFoundError:
+            umap, why = None, "umap-learn not installed: pip install 'solo-geometry[umap]'"
+        if umap is not None:
+            reducer = umap.UMAP(n_neighbors=min(15, x.shape[0] - 1), n_epochs=60,
+                                init="random", random_state=seed, n_jobs=1)  # fmt: skip
+            return np.asarray(reducer.fit_transform(x)), "UMAP"
     centred = x - x.mean(0, keepdims=True)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     out = centred @ vt[:2].T if vt.shape[0] >= 2 else np.c_[centred @ vt.T, np.zeros(len(x))]
-    return out, f"PCA (only {x.shape[0]} points, too few for UMAP)"
+    return out, f"PCA ({why})"
 
 
 def plot_umap(

@@ -12,9 +12,11 @@ syntax, exactly as with solo-learn's ``main_pretrain.py``.
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
+
+from solo_geometry.extras import require
+from solo_geometry.hosts import solo as solo_host
 
 __all__ = [
     "HOSTS",
@@ -31,8 +33,7 @@ DEFAULT_RUNS_ROOT = Path("runs")
 def solo_available() -> bool:
     """Whether solo-learn (1.0.6, the ``solo`` package) can be imported here."""
     try:
-        importlib.import_module("solo")
-        importlib.import_module("solo.methods")
+        require("solo.methods")
     except Exception:  # noqa: BLE001 - any failure to import means "not usable here"
         return False
     return True
@@ -98,18 +99,15 @@ def pretrain(
     if not Path(config).is_file():
         raise FileNotFoundError(f"recipe file {str(config)!r} not found")
     if chosen == "solo":
-        from solo_geometry.hosts.solo import launch as solo_launch
-
-        run = solo_launch(
+        run = solo_host.launch(
             Path(config),
             list(overrides),
             solo_root=None if solo_root is None else Path(solo_root),
             runs_root=Path(runs_root),
         )
     else:
-        from solo_geometry.hosts.lightly import launch as lightly_launch
-
-        run = lightly_launch(config, list(overrides), runs_root=runs_root)
+        lightly_host = require("solo_geometry.hosts.lightly", extra="lightly")
+        run = lightly_host.launch(config, list(overrides), runs_root=runs_root)
     print(f"solo-geometry pretrain: host {chosen}, run folder {run}", flush=True)
     return chosen, run
 

@@ -19,7 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from solo_geometry.config import register_configs
 
 __all__ = [
     "GEOMETRY_SEARCHPATH",
@@ -96,12 +101,6 @@ def load_recipe(config: str | Path, overrides: Sequence[str] = ()) -> DictConfig
         RecipeError: if Hydra cannot compose the recipe with these overrides (the message
             names the override or the missing defaults entry).
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from solo_geometry.config import register_configs
-
     register_configs()  # the group's YAML options extend the "schema" node
     path = _check_path(config)
     bad = [o for o in overrides if not isinstance(o, str) or not ("=" in o or o.startswith("~"))]

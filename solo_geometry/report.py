@@ -1,8 +1,9 @@
 """The run report: PNG plots and an offline ``index.html`` from one or more run folders.
 
-Reads each run's ``geometry.jsonl`` (records of the monitor; a missing or corrupt line is named
-by its line number in the page and in a warning, the rest is still drawn), ``probes.json``,
-``features.pt`` and ``config.yaml``; draws what exists and notes what does not. Several runs
+Reads each run folder through :mod:`solo_geometry.records` (``geometry.jsonl``: a corrupt line
+is named by its line number in the page and in a warning, the rest is still drawn; each
+record's own floor is drawn), ``probes.json``, ``features.pt`` and ``config.yaml``; draws what
+exists and notes what does not. Several runs
 are overlaid, curves labelled by run name (e.g. swish vs relu vs linear heads).
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -20,7 +20,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunData", "add_report_parser", "read_geometry", "read_run", "write_report"]
+from solo_geometry import plots
+from solo_geometry.features import load_cache
+from solo_geometry.records import GeometryRecord, ProbeTable, RecordsError, RunFolder, read_records
+
+__all__ = ["RunData", "add_report_parser", "read_run", "write_report"]
 
 
 @dataclass
@@ -32,58 +36,27 @@ class RunData:
         path: the run folder.
         records: ``ok`` records of ``geometry.jsonl``, in file order.
         problems: ``(line number, reason)`` of lines that could not be used.
-        skipped: ``(line number, step, error)`` of records the monitor marked ``skipped``.
+        skipped: records the monitor marked ``skipped``.
         config: text of ``config.yaml`` or None.
-        probes: contents of ``probes.json`` or None.
+        probes: the probe table of ``probes.json`` or None.
         features: sets of ``features.pt`` as numpy arrays, or None.
         notes: missing files and other facts shown on the page.
     """
 
     name: str
     path: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[GeometryRecord] = field(default_factory=list)
     problems: list[tuple[int, str]] = field(default_factory=list)
-    skipped: list[tuple[int, Any, str]] = field(default_factory=list)
+    skipped: list[GeometryRecord] = field(default_factory=list)
     config: str | None = None
-    probes: dict[str, Any] | None = None
+    probes: ProbeTable | None = None
     features: dict[str, dict[str, np.ndarray]] | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def read_geometry(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]], list[Any]]:
-    """Parse ``geometry.jsonl`` line by line.
-
-    Args:
-        path: the file.
-
-    Returns:
-        ``(ok records, [(line number, reason)] for unusable lines, [(line, step, error)] for
-        skipped measurements)``; line numbers start at 1.
-    """
-    records, problems, skipped = [], [], []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            problems.append((number, f"not JSON ({err.msg})"))
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int | float):
-            problems.append((number, "not a record with a numeric 'step'"))
-        elif rec.get("status", "ok") != "ok":
-            skipped.append((number, rec.get("step"), str(rec.get("error", ""))))
-        else:
-            records.append(rec)
-    return records, problems, skipped
-
-
-def _read_features(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    import torch
-
-    cache = torch.load(path, map_location="cpu", weights_only=True)
-    return {name: {k: v.numpy() for k, v in tensors.items()}
-            for name, tensors in cache.get("sets", {}).items()}  # fmt: skip
+def _features(folder: RunFolder) -> dict[str, dict[str, np.ndarray]]:
+    sets = load_cache(folder.features, tag=None, any_tag=True)["sets"]
+    return {name: {k: v.numpy() for k, v in tensors.items()} for name, tensors in sets.items()}
 
 
 def read_run(path: Path, name: str | None = None) -> RunData:
@@ -98,40 +71,46 @@ def read_run(path: Path, name: str | None = None) -> RunData:
 
     Raises:
         ValueError: if ``path`` is not a directory.
+        RecordsError: if ``geometry.jsonl`` was written by an unknown schema version.
     """
     if not path.is_dir():
         raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
+    folder = RunFolder(path)
     run = RunData(name or path.name, path)
-    geo = path / "geometry.jsonl"
-    if geo.is_file():
-        run.records, run.problems, run.skipped = read_geometry(geo)
+    if folder.geometry.is_file():
+        records = read_records(folder.geometry, problems=run.problems)
+        run.records = [r for r in records if r.ok]
+        run.skipped = [r for r in records if not r.ok]
         if run.problems:
             lines = ", ".join(str(n) for n, _ in run.problems)
-            warnings.warn(f"{geo}: unusable lines {lines}; drawing the rest", stacklevel=2)
+            warnings.warn(f"{folder.geometry}: unusable lines {lines}; drawing the rest",
+                          stacklevel=2)  # fmt: skip
     else:
-        run.notes.append("no geometry.jsonl: no curves")
-    if (path / "config.yaml").is_file():
-        run.config = (path / "config.yaml").read_text(errors="replace")
+        run.notes.append(f"no {folder.GEOMETRY}: no curves")
+    if folder.config.is_file():
+        run.config = folder.config.read_text(errors="replace")
     else:
-        run.notes.append("no config.yaml")
-    for fname, reader, attr in (("probes.json", lambda p: json.loads(p.read_text()), "probes"),
-                                ("features.pt", _read_features, "features")):  # fmt: skip
-        if not (path / fname).is_file():
-            run.notes.append(f"no {fname}: {attr} not shown (run `solo-geometry probe`)")
+        run.notes.append(f"no {folder.CONFIG}")
+    readers = ((folder.probes, folder.read_probes, "probes"),
+               (folder.features, lambda: _features(folder), "features"))  # fmt: skip
+    for file, reader, attr in readers:
+        if not file.is_file():
+            run.notes.append(f"no {file.name}: {attr} not shown (run `solo-geometry probe`)")
             continue
         try:
-            setattr(run, attr, reader(path / fname))
-        except Exception as err:  # noqa: BLE001 - a broken file is a note, the rest still renders
-            run.notes.append(f"unreadable {fname}: {type(err).__name__}: {err}")
+            setattr(run, attr, reader())
+        except (RecordsError, ValueError, OSError, RuntimeError) as err:  # the rest renders
+            run.notes.append(f"unreadable {file.name}: {type(err).__name__}: {err}")
     return run
 
 
-def _last(records: list[dict[str, Any]], prefix: str) -> dict[str, tuple[float, float]]:
-    rec = next((r for r in reversed(records) if any(k.startswith(prefix) for k in r)), None)
+def _last(records: list[GeometryRecord], prefix: str) -> dict[str, tuple[float, float]]:
+    rec = next((r for r in reversed(records) if any(k.startswith(prefix) for k in r.metrics)),
+               None)  # fmt: skip
     if rec is None:
         return {}
-    return {k[len(prefix):]: (float(v), 0.0) for k, v in rec.items()
-            if k.startswith(prefix) and isinstance(v, int | float)}  # fmt: skip
+    return {k[len(prefix):]: (v, 0.0) for k in rec.metrics
+            if k.startswith(prefix) and (v := rec.value(k)) is not None}  # fmt: skip
 
 
 def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
@@ -147,8 +126,6 @@ def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
 
 def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str]]:
     """Draw every figure; (title, png or None, what is missing when None)."""
-    from solo_geometry import plots
-
     recs = [(r.name, r.records) for r in runs]
     stats = [("z/normalized_std", "normalised std of Z", "std of L2-normalised rows (1)"),
              ("h/normalized_std", "normalised std of H", "std of L2-normalised rows (1)"),
@@ -157,9 +134,8 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
     conds = [(f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
              for k in ("heff", "gn", "z", "h")]  # fmt: skip
     rho = [(r.name, _last(r.records, "rho/")) for r in runs]
-    orbits = [(r.name, {f: (float(d.get("compression_mean", math.nan)),
-                            float(d.get("compression_std", 0.0)))
-                        for f, d in ((r.probes or {}).get("orbits") or {}).items()})
+    orbits = [(r.name, {o.family: (o.compression["mean"], o.compression["std"])
+                        for o in (r.probes.orbits if r.probes else [])})
               for r in runs]  # fmt: skip
     no_geo, no_feat = "no geometry records", "no features.pt with held-out sets"
     orbit_fam = next((str(d["family"]) for r in runs if (d := _umap_data(r, True))), "orbit")
@@ -205,23 +181,22 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def _probe_html(run: RunData) -> str:
     if not run.probes:
         return "<p class='note'>no probes.json: run <code>solo-geometry probe</code></p>"
-    acc = {(p["target"], p["probe"], p["features"]): p for p in run.probes.get("probes", [])}
+    table = run.probes
+    chance = {(r.target, r.probe): r.chance for r in table.rows}
     rows = []
-    for target, probe in sorted({(t, p) for t, p, _ in acc}):
-        z, h = acc.get((target, probe, "z"), {}), acc.get((target, probe, "h"), {})
-        za, ha = z.get("accuracy", math.nan), h.get("accuracy", math.nan)
-        rows.append([target, probe, float(za), float(ha), float(za - ha),
-                     float(z.get("chance", h.get("chance", math.nan)))])  # fmt: skip
+    for target, probe in sorted(chance):
+        za = table.accuracy("z", probe, target)
+        ha = table.accuracy("h", probe, target)
+        za, ha = (math.nan if a is None else a for a in (za, ha))
+        rows.append([target, probe, za, ha, za - ha, chance[(target, probe)]])
     out = _table(["target", "probe", "Z acc", "H acc", "Z - H", "chance"], rows)
-    gaps = run.probes.get("gaps", {}).get("mlp_minus_linear", {})
+    gaps = table.gaps()["mlp_minus_linear"]
     if gaps:
         out += _table(["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()])
-    orbits = run.probes.get("orbits") or {}
-    if orbits:
-        orows = [[f, float(d["z"]["spread_mean"]), float(d["h"]["spread_mean"]),
-                  float(d["compression_mean"]), float(d["compression_std"]),
-                  float(d["z"]["separation_mean"]), float(d["h"]["separation_mean"])]
-                 for f, d in orbits.items()]  # fmt: skip
+    if table.orbits:
+        orows = [[o.family, o.z["spread_mean"], o.h["spread_mean"], o.compression["mean"],
+                  o.compression["std"], o.z["separation_mean"], o.h["separation_mean"]]
+                 for o in table.orbits]  # fmt: skip
         out += _table(["family", "spread Z", "spread H", "compression", "+- std",
                        "separation Z", "separation H"], orows)  # fmt: skip
     return out
@@ -235,15 +210,14 @@ def _run_html(run: RunData) -> str:
         parts.append(f"<div class='warn'>geometry.jsonl: {len(run.problems)} unusable line(s), "
                      f"not drawn:<ul>{items}</ul></div>")  # fmt: skip
     if run.skipped:
-        items = "".join(
-            f"<li>line {n} (step {s}): {html.escape(e)}</li>" for n, s, e in run.skipped
-        )
+        items = "".join(f"<li>step {r.step}: {html.escape(str(r.reason))}</li>"
+                        for r in run.skipped)  # fmt: skip
         parts.append(f"<div class='note'>skipped by the monitor:<ul>{items}</ul></div>")
     if run.records:
         last = run.records[-1]
-        keys = [k for k, v in last.items() if isinstance(v, int | float) and k != "step"]
-        parts.append(f"<p>{len(run.records)} measurements; last (step {last['step']}):</p>")
-        parts.append(_table(["metric", "value"], [[k, float(last[k])] for k in keys]))
+        rows = [[k, v] for k in last.metrics if (v := last.value(k)) is not None]
+        parts.append(f"<p>{len(run.records)} measurements; last (step {last.step}):</p>")
+        parts.append(_table(["metric", "value"], rows))
     parts.append("<h4>Probes and orbits</h4>" + _probe_html(run))
     if run.config is not None:
         parts.append(f"<details><summary>config.yaml</summary><pre>{html.escape(run.config)}"
@@ -285,7 +259,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     names = _unique_names(paths)
     runs = [read_run(p, n) for p, n in zip(paths, names, strict=True)]
     if out_dir is None:
-        out_dir = paths[0] / "report" if len(paths) == 1 else (
+        out_dir = RunFolder(paths[0]).report if len(paths) == 1 else (
             paths[0].parent / ("report-" + "-vs-".join(names))[:120])  # fmt: skip
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -309,7 +283,7 @@ def _cmd_report(args: Any) -> int:
     """``solo-geometry report``: render, print the page's path; errors exit non-zero."""
     try:
         index = write_report(args.runs, args.out)
-    except ValueError as err:
+    except (ValueError, RecordsError) as err:
         raise SystemExit(f"solo-geometry report: error: {err}") from err
     print(f"wrote {index}")
     return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from solo_geometry.data import DIGITS_MARKER, make_digits
+from solo_geometry.datasets import DIGITS_MARKER, make_digits
 
 
 def _digest(root: Path) -> str:

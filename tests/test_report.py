@@ -210,7 +210,7 @@ class TestRealRun:
         support = pytest.importorskip("tests.hosts.test_lightly_support",
                                       reason="tests/hosts helpers not importable")  # fmt: skip
         from solo_geometry.cli import main as cli_main
-        from solo_geometry.data import make_digits
+        from solo_geometry.datasets import make_digits
         from solo_geometry.hosts.lightly import launch
 
         data = make_digits(tmp_path / "digits", size=32)

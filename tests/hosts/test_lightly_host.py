@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.data import make_digits  # noqa: E402
+from solo_geometry.datasets import make_digits  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ["simclr", "byol", "vicreg", "barlow_twins"]
@@ -150,7 +150,7 @@ class TestGeometryView:
     @pytest.mark.parametrize("method", METHODS)
     def test_view_matches_training_loss(self, method: str, digits: Path, tmp_path: Path) -> None:
         from solo_geometry.hosts.lightly import prepare
-        from solo_geometry.hosts.lightly_module import LightlyMethod
+        from solo_geometry.hosts.lightly.module import LightlyMethod
         from solo_geometry.recipe import load_recipe
 
         cfg = load_recipe(write_recipe(tmp_path, method, digits), ["+geometry=on"])
@@ -185,7 +185,7 @@ class TestGeometryView:
         self, method: str, digits: Path, tmp_path: Path
     ) -> None:
         from solo_geometry.hosts.lightly import prepare
-        from solo_geometry.hosts.lightly_module import LightlyMethod
+        from solo_geometry.hosts.lightly.module import LightlyMethod
         from solo_geometry.recipe import load_recipe
 
         cfg = load_recipe(write_recipe(tmp_path, method, digits), ["+geometry=on"])

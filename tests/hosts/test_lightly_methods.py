@@ -11,7 +11,7 @@ from torch import nn
 
 from solo_geometry.config import HeadConfig
 from solo_geometry.heads import SmoothMLPHead
-from solo_geometry.hosts.lightly_methods import (
+from solo_geometry.hosts.lightly.losses import (
     Objective,
     build_optimizer,
     build_predictor,

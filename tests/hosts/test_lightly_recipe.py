@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_lightly_support import AUGMENTATION, recipe_dict  # noqa: E402
 
-from solo_geometry.hosts.lightly_data import build_pipeline  # noqa: E402
-from solo_geometry.hosts.lightly_recipe import IRRELEVANT, parse_recipe  # noqa: E402
+from solo_geometry.hosts.lightly.data import build_pipeline  # noqa: E402
+from solo_geometry.hosts.lightly.recipe import IRRELEVANT, parse_recipe  # noqa: E402
 from solo_geometry.recipe import recipe_from_yaml  # noqa: E402
 
 DATA = Path("/nonexistent/digits")

@@ -21,7 +21,7 @@ from solo.methods import METHODS  # noqa: E402
 from solo.methods.base import BaseMethod, BaseMomentumMethod  # noqa: E402
 
 from solo_geometry.hosts.solo import SUPPORTED, UNSUPPORTED, install  # noqa: E402
-from solo_geometry.hosts.solo_methods import GeometryMethod, is_wrapped  # noqa: E402
+from solo_geometry.hosts.solo.methods import GeometryMethod, is_wrapped  # noqa: E402
 from solo_geometry.recipe import load_recipe  # noqa: E402
 
 ORIGINAL = {name: getattr(cls, "_solo_base", cls) for name, cls in METHODS.items()}
@@ -194,7 +194,7 @@ class TestHeadAndInit:
 
     def test_configure_callbacks(self, digits: Path, tmp_path: Path) -> None:
         from solo_geometry.monitor import GeometryMonitor
-        from solo_geometry.probe_callback import ProbeCallback
+        from solo_geometry.callbacks import ProbeCallback
 
         cfg = _cfg(digits, "vicreg", ["+geometry=on", f"geometry.out_dir={tmp_path}",
                                       f"geometry.probes.data={digits / 'val'}"])  # fmt: skip
@@ -209,7 +209,7 @@ class TestProbeCallback:
         from types import SimpleNamespace
 
         from solo_geometry.config import ProbesConfig
-        from solo_geometry.probe_callback import ProbeCallback
+        from solo_geometry.callbacks import ProbeCallback
 
         callback = ProbeCallback(ProbesConfig(), None, tmp_path)
         trainer = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path))
@@ -217,7 +217,7 @@ class TestProbeCallback:
         assert callback.result is None and not (tmp_path / "probes.json").exists()
 
     def test_rejects_bad_config(self) -> None:
-        from solo_geometry.probe_callback import ProbeCallback
+        from solo_geometry.callbacks import ProbeCallback
 
         with pytest.raises(TypeError, match="ProbesConfig"):
             ProbeCallback({"enabled": True}, None, None)  # type: ignore[arg-type]

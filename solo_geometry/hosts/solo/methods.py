@@ -5,7 +5,7 @@ classes, ``issubclass(METHODS["byol"], BYOL)`` holds). Constructing that subclas
 the config's ``geometry`` node (:func:`solo_geometry.config.geometry_config`):
 
 * absent or off: ``__new__`` returns solo-learn's own class, built exactly as solo-learn builds it;
-* on, for a method in :data:`~solo_geometry.hosts.solo_losses.SUPPORTED`: the geometry-aware
+* on, for a method in :data:`~solo_geometry.hosts.solo.losses.SUPPORTED`: the geometry-aware
   subclass: the configured head swapped in (projector and momentum projector together, the
   latter re-initialised from the former), pseudo-collapse if asked, ``geometry_view`` over
   solo-learn's own losses, and the monitor (and probes) attached by ``configure_callbacks``;
@@ -19,16 +19,20 @@ once solo-learn has used it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import torch
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from torch import Tensor
 
-from solo_geometry.config import GeometryConfig, build_configured_head, geometry_config
-from solo_geometry.hosts.solo_losses import SUPPORTED, UNSUPPORTED, LossSpec, default_dtype
-from solo_geometry.monitor import GeometryMonitor, GeometryView, MonitorConfig, kept
+from solo_geometry.callbacks import geometry_callbacks
+from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.heads import build_configured_head
+from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
+from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
+from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.records import RunFolder
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 
@@ -50,24 +54,24 @@ def run_dir_of(gcfg: GeometryConfig) -> str | None:
     """The run folder: ``geometry.out_dir``, else Hydra's output dir when Hydra runs."""
     if gcfg.out_dir:
         return gcfg.out_dir
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        if HydraConfig.initialized():
-            return str(HydraConfig.get().runtime.output_dir)
-    except Exception:  # noqa: BLE001 - no Hydra run: the trainer's root dir is used
-        pass
+    if HydraConfig.initialized():
+        return str(HydraConfig.get().runtime.output_dir)
     return None
 
 
-class GeometryMethod:
-    """Mixin placed before a solo-learn method class by :func:`wrap`."""
+class GeometryMethod(GeometryHost):
+    """The geometry-aware side of a wrapped solo-learn method (placed before it by :func:`wrap`).
+
+    Constructing a wrapped entry gives solo-learn's own class when geometry is off, this
+    subclass when on: head swapped and initialised as configured, solo-learn's ``forward``,
+    ``multicrop_forward`` and ``momentum_forward`` keeping their features while the monitor
+    captures, the view built by :class:`~solo_geometry.hosts.base.GeometryHost` over the loss
+    rebuilt from ``solo.losses``, and the geometry callbacks attached.
+    """
 
     _solo_base: type
     _solo_name: str
     _loss_spec: LossSpec | None
-    # Features kept from the training step while the monitor asks (``geometry_capture``).
-    _geometry_kept: dict[str, list[torch.Tensor]] | None = None
 
     def __new__(cls, cfg: Any = None, *args: Any, **kwargs: Any) -> Any:
         """solo-learn's own class when geometry is off or absent, else this subclass."""
@@ -107,8 +111,6 @@ class GeometryMethod:
     def _apply_init(self, gcfg: GeometryConfig) -> None:
         if not gcfg.init.pseudo_collapse:
             return
-        from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
-
         model: Any = self
         pseudo_collapse_(model.projector, alpha=gcfg.init.alpha)
         if gcfg.init.backbone:
@@ -125,99 +127,56 @@ class GeometryMethod:
         if hasattr(model, "momentum_backbone"):
             initialize_momentum_params(model.backbone, model.momentum_backbone)
 
-    def geometry_capture(self, enabled: bool) -> None:
-        """Keep (or stop keeping and drop) the features the training step computes.
-
-        While enabled, the features of every crop from the backbone (``forward``,
-        ``multicrop_forward``) and from the momentum backbone (``momentum_forward``) are kept
-        detached, in call order, and ``geometry_view`` uses them instead of a second forward.
-        """
-        self._geometry_kept = {"feats": [], "momentum_feats": []} if enabled else None
-
-    def _keep(self, key: str, out: dict[str, Any]) -> dict[str, Any]:
-        model: Any = self
-        if self._geometry_kept is not None and model.training:
-            self._geometry_kept[key].append(kept(out["feats"]))
+    def forward(self, X: Tensor, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """solo-learn's ``forward``, its backbone features kept while capture is on."""
+        out = super().forward(X, *args, **kwargs)  # type: ignore[misc]
+        self.keep("feats", out["feats"])
         return out
 
-    def forward(self, X: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """solo-learn's ``forward``, its backbone features kept while capture is on."""
-        return self._keep("feats", super().forward(X, *args, **kwargs))  # type: ignore[misc]
-
-    def multicrop_forward(self, X: torch.Tensor) -> dict[str, Any]:
+    def multicrop_forward(self, X: Tensor) -> dict[str, Any]:
         """solo-learn's ``multicrop_forward``, its features kept while capture is on."""
-        return self._keep("feats", super().multicrop_forward(X))  # type: ignore[misc]
+        out = super().multicrop_forward(X)  # type: ignore[misc]
+        self.keep("feats", out["feats"])
+        return out
 
-    def _kept(self, key: str, count: int, n: int) -> list[torch.Tensor] | None:
-        """The kept tensors, if exactly ``count`` of at least ``n`` rows were kept."""
-        tensors = (self._geometry_kept or {}).get(key, [])
-        if len(tensors) != count or any(f.shape[0] < n for f in tensors):
-            return None
-        return tensors
+    def geometry_crops(self, batch: Any) -> list[Tensor]:
+        """The crops of a solo-learn batch ``[indexes, [X_1, ..., X_V], targets]``."""
+        return [batch[1]] if isinstance(batch[1], Tensor) else list(batch[1])
 
-    def geometry_view(self, batch: Any) -> GeometryView:
-        """The view of a solo-learn batch ``[indexes, [X_1, ..., X_V], targets]``.
-
-        Z holds the backbone features of every crop (V, N, d): those the training step computed
-        when capture is on (the batch being the first N samples of that step's), else computed
-        here in the module's current mode without gradients. The loss closures rebuild the
-        method's SSL loss.
-        """
-        model: Any = self
-        spec = model._loss_spec
-        crops = [batch[1]] if isinstance(batch[1], torch.Tensor) else list(batch[1])
+    def geometry_forward(self, crops: list[Tensor]) -> list[Tensor]:
+        """solo-learn's backbone forward of each crop (``BaseMethod.multicrop_forward``)."""
         from solo.methods.base import BaseMethod
 
-        n = crops[0].shape[0]
-        reuse = self._kept("feats", len(crops), n)
-        reuse_momentum = self._kept("momentum_feats", model.num_large_crops, n)
-        with torch.no_grad():
-            if reuse is not None:
-                feats = [f[:n] for f in reuse]  # the step's batch's first n samples
-            else:
-                feats = [BaseMethod.multicrop_forward(model, x)["feats"].detach() for x in crops]
-            ctx = spec.context(model, crops, batch, reuse_momentum)
-        Z = torch.stack(feats)  # (V, N, d)
+        return [BaseMethod.multicrop_forward(self, x)["feats"] for x in crops]
 
-        def loss_of_outputs(H: torch.Tensor) -> torch.Tensor:
-            with default_dtype(H.dtype):
-                return spec.loss(model, ctx, H)
-
-        def loss_of_features(Z_: torch.Tensor) -> torch.Tensor:
-            return loss_of_outputs(torch.stack([model.projector(Z_[v]) for v in range(len(Z_))]))
-
-        return GeometryView(
-            features=Z,
-            head=model.projector,
-            loss_of_features=loss_of_features,
-            backbone=model.backbone,
-            images=crops[0],
-            loss_of_outputs=loss_of_outputs,
-        )
+    def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
+        """The method's SSL loss rebuilt from ``solo.losses`` (:mod:`.losses`)."""
+        model: Any = self
+        spec = self._loss_spec
+        assert spec is not None  # __new__ refused methods without one
+        momentum = self.captured("momentum_feats", model.num_large_crops)
+        ctx = spec.context(model, crops, batch, momentum)
+        return lambda H: spec.loss(model, ctx, H)
 
     def configure_callbacks(self) -> list[Callback]:
-        """Attach the monitor (and the probes when enabled and a labelled val set exists)."""
-        gcfg = self.geometry_cfg
-        meta = {"method": self._solo_name, "geometry": dataclasses.asdict(gcfg)}
-        config = MonitorConfig.from_geometry(gcfg, out_dir=self.geometry_run_dir)
-        callbacks: list[Callback] = [GeometryMonitor(config, meta=meta)]
-        if gcfg.probes.enabled:
-            from solo_geometry.probe_callback import ProbeCallback
-
-            model: Any = self
-            data = gcfg.probes.data or OmegaConf.select(model.cfg, "data.val_path", default=None)
-            train = OmegaConf.select(model.cfg, "data.train_path", default=None)
-            callbacks.append(ProbeCallback(gcfg.probes, data, self.geometry_run_dir, train))
-        return callbacks
+        """Attach the monitor, the probes and the report (:func:`geometry_callbacks`)."""
+        model: Any = self
+        select = OmegaConf.select
+        return geometry_callbacks(
+            self.geometry_cfg,
+            run_dir=self.geometry_run_dir,
+            meta={"host": "solo", "method": self._solo_name},
+            train_dir=select(model.cfg, "data.train_path", default=None),
+            val_dir=select(model.cfg, "data.val_path", default=None),
+            dataset=select(model.cfg, "data.dataset", default=None),
+        )
 
     def on_fit_start(self) -> None:
         """Write the resolved config into the run folder (rank zero) before training."""
         model: Any = self
         super().on_fit_start()  # type: ignore[misc]
         if self.geometry_run_dir and model.trainer.is_global_zero:
-            from solo_geometry.rundir import write_config
-
-            write_config(self.geometry_run_dir, model.cfg)
+            RunFolder(self.geometry_run_dir).write_config(model.cfg)
 
 
 def wrap(name: str, base: type) -> type:
@@ -235,9 +194,11 @@ def wrap(name: str, base: type) -> type:
     return type(f"Geometry{base.__name__}", (GeometryMethod, base), attrs)
 
 
-def _momentum_forward(self: Any, X: torch.Tensor) -> dict[str, Any]:
+def _momentum_forward(self: Any, X: Tensor) -> dict[str, Any]:
     """solo-learn's ``momentum_forward``, its features kept while capture is on."""
-    return self._keep("momentum_feats", self._solo_base.momentum_forward(self, X))
+    out = self._solo_base.momentum_forward(self, X)
+    self.keep("momentum_feats", out["feats"])
+    return out
 
 
 def is_wrapped(cls: Any) -> bool:

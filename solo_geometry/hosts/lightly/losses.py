@@ -30,7 +30,8 @@ from lightly.utils.lars import LARS
 from lightly.utils.scheduler import cosine_schedule
 from torch import Tensor, nn
 
-from solo_geometry.config import HeadConfig, build_configured_head
+from solo_geometry.config import HeadConfig
+from solo_geometry.heads import build_configured_head, build_mlp, solo_projector
 
 __all__ = [
     "Objective",
@@ -40,16 +41,6 @@ __all__ = [
     "momentum_tau",
     "warmup_cosine_lr",
 ]
-
-
-def _mlp(dims: list[int], bn: bool) -> nn.Sequential:
-    """Linear layers (with bias) joined by [BatchNorm1d,] ReLU, solo-learn's projector layout."""
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
-        layers.append(nn.Linear(a, b))
-        if i < len(dims) - 2:
-            layers += [nn.BatchNorm1d(b), nn.ReLU()] if bn else [nn.ReLU()]
-    return nn.Sequential(*layers)
 
 
 def build_projector(
@@ -73,13 +64,7 @@ def build_projector(
     hidden, out = int(kwargs["proj_hidden_dim"]), int(kwargs["proj_output_dim"])
     if head is not None and head.name != "projector":
         return build_configured_head(head, features_dim, out, default_hidden=hidden)
-    if method == "simclr":
-        return _mlp([features_dim, hidden, out], bn=False)
-    if method == "byol":
-        return _mlp([features_dim, hidden, out], bn=True)
-    if method in ("vicreg", "barlow_twins"):
-        return _mlp([features_dim, hidden, hidden, out], bn=True)
-    raise ValueError(f"unknown method {method!r}; choose from byol, simclr, vicreg, barlow_twins")
+    return solo_projector(method, features_dim, hidden, out)
 
 
 def build_predictor(method: str, kwargs: dict[str, Any]) -> nn.Module | None:
@@ -87,7 +72,7 @@ def build_predictor(method: str, kwargs: dict[str, Any]) -> nn.Module | None:
     if method != "byol":
         return None
     out = int(kwargs["proj_output_dim"])
-    return _mlp([out, int(kwargs["pred_hidden_dim"]), out], bn=True)
+    return build_mlp([out, int(kwargs["pred_hidden_dim"]), out], norm=True)
 
 
 class Objective(nn.Module):
@@ -135,7 +120,10 @@ class Objective(nn.Module):
         self._predictor = [predictor] if predictor is not None else []
 
     def forward(
-        self, H: Tensor, targets: Tensor | None = None, predictor: nn.Module | None = None
+        self,
+        H: Tensor,
+        targets: Tensor | None = None,
+        predictor: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
         """Loss of head outputs H (V, N, p) given detached targets (V, N, p) or None.
 

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
-from solo_geometry.features import IMAGENET_MEAN_STD, MEANS_STDS
+from solo_geometry.datasets import IMAGENET_MEAN_STD, MEANS_STDS
 
 __all__ = [
-    "MEANS_STDS",
     "MultiViewTransform",
     "build_pipeline",
     "build_train_loader",
@@ -253,8 +253,6 @@ def train_dataset(data: dict[str, Any], transform: Callable[[Any], Any]) -> Data
         folder = datasets.ImageFolder(str(root), transform=transform)
         base, labels = folder, list(folder.targets)
     if data["fraction"] > 0:
-        from sklearn.model_selection import train_test_split
-
         keep, _ = train_test_split(
             list(range(len(labels))),
             train_size=data["fraction"],

@@ -17,9 +17,7 @@ Logged metrics:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -29,7 +27,9 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from solo_geometry.backbones import build_backbone
-from solo_geometry.hosts.lightly_methods import (
+from solo_geometry.config import GeometryConfig
+from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
+from solo_geometry.hosts.lightly.losses import (
     Objective,
     build_optimizer,
     build_predictor,
@@ -37,30 +37,14 @@ from solo_geometry.hosts.lightly_methods import (
     momentum_tau,
     warmup_cosine_lr,
 )
-from solo_geometry.hosts.lightly_recipe import MOMENTUM_METHODS, ParsedRecipe
-from solo_geometry.monitor import kept
+from solo_geometry.hosts.lightly.recipe import MOMENTUM_METHODS, ParsedRecipe
+from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.linalg.operators import frozen_module
 
-if TYPE_CHECKING:
-    from solo_geometry.config import GeometryConfig
-    from solo_geometry.monitor import GeometryView
-
-__all__ = ["LightlyMethod", "frozen_buffers"]
+__all__ = ["LightlyMethod"]
 
 
-@contextmanager
-def frozen_buffers(*modules: nn.Module) -> Iterator[None]:
-    """Restore every buffer (BatchNorm running statistics) of ``modules`` on exit."""
-    saved = [{k: b.clone() for k, b in m.named_buffers()} for m in modules]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for m, state in zip(modules, saved, strict=True):
-                for k, b in m.named_buffers():
-                    b.copy_(state[k])
-
-
-class LightlyMethod(pl.LightningModule):
+class LightlyMethod(GeometryHost, pl.LightningModule):
     """SimCLR, BYOL, VICReg or Barlow Twins as a solo-learn recipe describes it.
 
     Args:
@@ -93,12 +77,9 @@ class LightlyMethod(pl.LightningModule):
         self.objective = Objective(recipe.method, kwargs, predictor)
         self._last_step = 0
         self._max_steps = 1  # optimiser steps of the fit, set in on_train_start
-        self._geometry_kept: dict[str, Tensor | None] | None = None  # see geometry_capture
 
     def _initialise(self, geometry: GeometryConfig) -> None:
         """Apply the geometry group's opt-in initialisers (before momentum copies are made)."""
-        from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
-
         if geometry.init.pseudo_collapse:
             pseudo_collapse_(self.projector, geometry.init.alpha)
             if geometry.init.backbone:
@@ -133,9 +114,10 @@ class LightlyMethod(pl.LightningModule):
         feats = [self.backbone(x) for x in views]  # V x (N, d)
         H = torch.stack([self.projector(f) for f in feats])  # (views, batch, p)
         targets = self._targets(views)
-        if self._geometry_kept is not None:  # the monitor measures this step: keep its inputs
-            self._geometry_kept["feats"] = kept(torch.stack(feats))  # (views, batch, d)
-            self._geometry_kept["targets"] = None if targets is None else kept(targets)
+        for f in feats:  # the monitor measures this step: keep its inputs (capture on)
+            self.keep("feats", f)
+        if targets is not None:
+            self.keep("targets", targets)
         loss = self.objective(H, targets)
         class_loss, acc1 = self._class_loss(feats, labels)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True)
@@ -206,62 +188,28 @@ class LightlyMethod(pl.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
         return [optimizer], [{"scheduler": scheduler, "interval": sch["interval"], "frequency": 1}]
 
-    def geometry_capture(self, enabled: bool) -> None:
-        """Keep (or stop keeping and drop) the features and targets of the training step."""
-        self._geometry_kept = {} if enabled else None
+    def geometry_crops(self, batch: Any) -> list[Tensor]:
+        """The views of a batch ``(indexes, [views], labels)``."""
+        return list(batch[1])
 
-    def geometry_view(self, batch: Any) -> GeometryView:
-        """The monitor's view of a training batch (``GeometryAware``).
+    def geometry_forward(self, crops: list[Tensor]) -> list[Tensor]:
+        """Backbone features of each view, as ``training_step`` computes them."""
+        return [self.backbone(x) for x in crops]
 
-        Features and targets are those the training step computed when capture is on (the
-        batch being the first samples of that step's); otherwise they are computed as in
-        ``training_step`` (training mode, so BatchNorm uses batch statistics) with every buffer
-        restored afterwards and no gradient.
+    def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
+        """The objective of H (V, N, p), the momentum targets and the predictor held fixed.
 
-        Args:
-            batch: a training batch ``(indexes, [views], labels)``.
-
-        Returns:
-            features (V, N, d) detached, the projector as head, a loss closure Z -> scalar with
-            the momentum targets detached, the same loss as a function of head outputs, the
-            backbone and the first view's images. Closures given fewer samples than the batch
-            (the monitor's ``max_samples``) use the first samples' targets.
+        Targets are the training step's own when captured, else the momentum branch's outputs
+        computed here (under the base's state guard, so its BatchNorm statistics are restored).
         """
-        from solo_geometry.monitor import GeometryView
-
-        _, views, _ = batch
-        reuse, n = self._geometry_kept or {}, views[0].shape[0]
-        feats = reuse.get("feats")
-        if feats is not None and feats.shape[0] == len(views) and feats.shape[1] >= n:
-            Z, targets = feats[:, :n], reuse["targets"]  # (views, n, d)
-        else:
-            modules = [self.backbone] + (
-                [self.momentum_backbone, self.momentum_projector] if self.momentum else []
-            )
-            with torch.no_grad(), frozen_buffers(*modules):
-                Z = torch.stack([self.backbone(x) for x in views]).detach()  # (views, batch, d)
-                targets = self._targets(views)  # no_grad: detached
-        head, objective = self.projector, self.objective
-        predictors: dict[torch.dtype, nn.Module] = {}
+        captured = self.captured("targets", 1)
+        targets = captured[0] if captured is not None else self._targets(crops)
+        objective = self.objective
+        predictor = getattr(self, "predictor", None)
 
         def loss_of_outputs(H: Tensor) -> Tensor:
-            # The monitor may measure the first n samples only: take the same targets.
-            tgt = None if targets is None else targets[:, : H.shape[1]].to(H)
-            pred = None
-            if hasattr(self, "predictor"):  # a copy in H's dtype: measurements never touch it
-                if H.dtype not in predictors:
-                    predictors[H.dtype] = copy.deepcopy(self.predictor).to(H.dtype)
-                pred = predictors[H.dtype]
+            tgt = None if targets is None else targets.to(H)
+            pred = None if predictor is None else frozen_module(predictor, H.dtype, H.device)
             return objective(H, tgt, pred)
 
-        def loss_of_features(z: Tensor) -> Tensor:
-            return loss_of_outputs(torch.stack([head(z_v) for z_v in z]))  # (views, batch, p)
-
-        return GeometryView(
-            features=Z,
-            head=head,
-            loss_of_features=loss_of_features,
-            backbone=self.backbone,
-            images=views[0].detach(),
-            loss_of_outputs=loss_of_outputs,
-        )
+        return loss_of_outputs

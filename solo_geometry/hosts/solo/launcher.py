@@ -4,7 +4,7 @@
 run folder exists), creates the run folder (DESIGN.md section 7) and runs solo-learn's
 ``main_pretrain.py`` *by module* (``python -m main_pretrain``) from the solo-learn checkout, with
 this package and the checkout on ``PYTHONPATH``: Hydra discovers the plugin, which wraps
-``solo.methods.METHODS`` (:mod:`solo_geometry.hosts.solo_methods`), and DDP's re-launched ranks,
+``solo.methods.METHODS`` (:mod:`solo_geometry.hosts.solo.methods`), and DDP's re-launched ranks,
 started the same way by Lightning, get the plugin too.
 
 The checkout is found from ``solo_root``, else the ``SOLO_LEARN_ROOT`` environment variable,
@@ -19,21 +19,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.hosts.solo_losses import SUPPORTED, UNSUPPORTED
-from solo_geometry.rundir import finish_run_dir, new_run_dir, write_config
+from solo_geometry.config import geometry_config
+from solo_geometry.hosts.solo.losses import SUPPORTED
+from solo_geometry.recipe import load_recipe
+from solo_geometry.records import RunFolder
 
-__all__ = [
-    "SUPPORTED",
-    "UNSUPPORTED",
-    "LaunchError",
-    "check_recipe",
-    "find_solo_root",
-    "install",
-    "launch",
-    "solo_command",
-]
+__all__ = ["ENTRY", "LaunchError", "check_recipe", "find_solo_root", "launch", "solo_command"]
 
 ENV_ROOT = "SOLO_LEARN_ROOT"
 ENTRY = "main_pretrain"
@@ -42,13 +36,6 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # holds solo_geometry/ and 
 
 class LaunchError(RuntimeError):
     """solo-learn's pretraining could not be started or did not finish."""
-
-
-def install() -> list[str]:
-    """Wrap ``solo.methods.METHODS`` in place (see :mod:`solo_geometry.hosts.solo_methods`)."""
-    from solo_geometry.hosts.solo_methods import install as _install
-
-    return _install()
 
 
 def find_solo_root(solo_root: Path | str | None = None) -> Path:
@@ -93,9 +80,6 @@ def check_recipe(config: Path | str, overrides: list[str]) -> DictConfig:
         ValueError: for a malformed recipe or override, a bad geometry option, or geometry on
             for a method the adapter does not support.
     """
-    from solo_geometry.config import geometry_config
-    from solo_geometry.recipe import load_recipe
-
     cfg = load_recipe(config, overrides)
     method = OmegaConf.select(cfg, "method", default=None)
     if method is None:
@@ -112,7 +96,7 @@ def solo_command(config: Path, overrides: list[str], run: Path, cfg: DictConfig)
     """The command line running solo-learn's ``main_pretrain`` module for one run."""
     extra = [
         f"hydra.run.dir='{run}'",
-        f"checkpoint.dir='{run / 'checkpoints'}'",
+        f"checkpoint.dir='{RunFolder(run).checkpoints}'",
         f"++default_root_dir='{run}'",  # Lightning's own logs, not in the caller's cwd
     ]
     if "geometry" in cfg:
@@ -127,8 +111,6 @@ def solo_command(config: Path, overrides: list[str], run: Path, cfg: DictConfig)
 
 
 def _cuda_available() -> bool:
-    import torch
-
     return bool(torch.cuda.is_available())
 
 
@@ -163,7 +145,8 @@ def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_r
     root = find_solo_root(solo_root)
     cfg = check_recipe(config, list(overrides))
     name = str(cfg.get("name") or config.stem)  # the recipe's name, as the lightly host names runs
-    run = new_run_dir(Path(runs_root).expanduser().resolve(), name)
+    folder = RunFolder.create(Path(runs_root).expanduser().resolve(), name)
+    run = folder.path
     print(f"solo-geometry: run folder {run}", flush=True)
     ok = False
     try:
@@ -171,14 +154,14 @@ def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_r
         result = subprocess.run(argv, env=_environment(root), check=False)
         if result.returncode != 0:
             raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {result.returncode}")
-        if not (run / "config.yaml").exists():
+        if not folder.config.exists():
             hydra_cfg = run / ".hydra" / "config.yaml"
             loaded = OmegaConf.load(hydra_cfg) if hydra_cfg.exists() else cfg
             assert isinstance(loaded, DictConfig)
-            write_config(run, loaded)
+            folder.write_config(loaded)
         ok = True
     finally:
-        kept = finish_run_dir(run, ok=ok)
+        kept = folder.finish(ok=ok)
         if not ok:
             print(f"solo-geometry: run failed; folder {'kept' if kept else 'removed'}: {run}")
     print(f"solo-geometry: finished, run folder {run}", flush=True)

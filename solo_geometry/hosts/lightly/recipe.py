@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.hosts.lightly_data import (
+from solo_geometry.hosts.lightly.data import (
     node_of,
     parse_augmentations,
     reject_unknown,
@@ -99,8 +100,6 @@ _DATASETS = ("cifar10", "cifar100", "imagenet", "imagenet100", "custom")
 
 def trainer_keys() -> frozenset[str]:
     """Return the names of ``lightning.pytorch.Trainer`` constructor arguments."""
-    from lightning.pytorch import Trainer
-
     return frozenset(p for p in inspect.signature(Trainer.__init__).parameters if p != "self")
 
 

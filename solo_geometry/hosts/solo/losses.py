@@ -7,9 +7,10 @@ projector outputs H (V, N, p) of one batch: L(H) = loss(H, targets), where every
 H[v] = projector(Z[v]) it equals the SSL term of the method's ``training_step`` on that batch.
 
 The closures accept H in any floating dtype (the monitor works in float64): captured targets are
-cast to H's dtype, fixed modules (the predictor) run on detached copies of their state in that
-dtype, and solo-learn's losses run under H's default dtype (``barlow_loss_func`` builds a
-BatchNorm inside).
+cast to H's dtype and fixed modules (the predictor) run on detached copies of their state in that
+dtype. torch's global default dtype is never changed: Barlow Twins, whose ``barlow_loss_func``
+builds a float32 BatchNorm inside (which refuses float64 input), is evaluated by
+:func:`barlow_loss`, solo-learn's formula in H's dtype, tested equal to ``barlow_loss_func``.
 
 Supported methods (``SUPPORTED``): simclr, supcon, byol, mocov3, simsiam, vicreg, vibcreg,
 barlow_twins. Not supported, because their loss depends on state the adapter cannot rebuild
@@ -20,17 +21,17 @@ ressl, swav, wmse.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from solo_geometry.linalg.operators import frozen_module
 
-__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "default_dtype", "frozen_call"]
+__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss"]
 
 Context = dict[str, Any]
 
@@ -52,19 +53,8 @@ class LossSpec:
     momentum: bool = False
 
 
-@contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """Temporarily set torch's default floating dtype."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
-def frozen_call(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)`` on detached copies of its state cast to x's dtype (module left untouched)."""
+def _frozen(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` on detached copies of its state in x's dtype (module left untouched)."""
     return frozen_module(module, x.dtype, x.device)(x)
 
 
@@ -86,13 +76,12 @@ def _label_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> C
 def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
     from solo.methods.base import BaseMomentumMethod
 
-    n = crops[0].shape[0]
     with torch.no_grad():
         if kept is None:
             large = crops[: model.num_large_crops]
             kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
-        # on the whole kept batch, as the training step projected it (its BatchNorm statistics)
-        targets = [model.momentum_projector(f)[:n].detach() for f in kept]
+        # the whole batch, as the training step projected it (its BatchNorm statistics)
+        targets = [model.momentum_projector(f).detach() for f in kept]
     return {"targets": targets}
 
 
@@ -107,7 +96,7 @@ def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.byol import byol_loss_func
 
-    P = [frozen_call(model.predictor, H[v]) for v in range(H.shape[0])]
+    P = [_frozen(model.predictor, H[v]) for v in range(H.shape[0])]
     loss = H.new_zeros(())
     for v1 in range(model.num_large_crops):
         for v2 in range(H.shape[0]):
@@ -119,7 +108,7 @@ def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.mocov3 import mocov3_loss_func
 
-    Q = [frozen_call(model.predictor, H[v]) for v in range(2)]
+    Q = [_frozen(model.predictor, H[v]) for v in range(2)]
     K = [k.to(H) for k in ctx["targets"]]
     t = model.temperature
     return mocov3_loss_func(Q[0], K[1], temperature=t) + mocov3_loss_func(Q[1], K[0], temperature=t)
@@ -128,7 +117,7 @@ def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _simsiam(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.simsiam import simsiam_loss_func
 
-    P = [frozen_call(model.predictor, H[v]) for v in range(2)]
+    P = [_frozen(model.predictor, H[v]) for v in range(2)]
     return simsiam_loss_func(P[0], H[1]) / 2 + simsiam_loss_func(P[1], H[0]) / 2
 
 
@@ -156,10 +145,40 @@ def _vibcreg(model: Any, ctx: Context, H: Tensor) -> Tensor:
     )
 
 
-def _barlow(model: Any, ctx: Context, H: Tensor) -> Tensor:
-    from solo.losses.barlow import barlow_loss_func
+def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tensor:
+    """solo-learn's ``barlow_loss_func`` computed in the inputs' dtype.
 
-    return barlow_loss_func(H[0], H[1], lamb=model.lamb, scale_loss=model.scale_loss)
+    Same steps as ``solo.losses.barlow.barlow_loss_func``: each view standardised per feature
+    with its batch mean and biased variance (``BatchNorm1d(affine=False)`` in training mode,
+    eps 1e-5), cross-correlation averaged over the batch (and over ranks under DDP, as solo-learn
+    all-reduces it), off-diagonal terms weighted by ``lamb``, the sum scaled by ``scale_loss``.
+
+    Args:
+        z1: head outputs of view 1 (N, D).
+        z2: head outputs of view 2 (N, D).
+        lamb: off-diagonal weight.
+        scale_loss: overall scale.
+
+    Returns:
+        The scalar loss.
+    """
+    n = z1.shape[0]
+
+    def standardised(z: Tensor) -> Tensor:
+        return (z - z.mean(0)) / torch.sqrt(z.var(0, unbiased=False) + 1e-5)  # (N, D)
+
+    corr = torch.einsum("bi, bj -> ij", standardised(z1), standardised(z2)) / n  # (D, D)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(corr)
+        corr = corr / dist.get_world_size()
+    eye = torch.eye(corr.shape[0], dtype=corr.dtype, device=corr.device)
+    cdif = (corr - eye).pow(2)
+    weights = torch.where(eye.bool(), torch.ones_like(eye), torch.full_like(eye, lamb))
+    return scale_loss * (cdif * weights).sum()
+
+
+def _barlow(model: Any, ctx: Context, H: Tensor) -> Tensor:
+    return barlow_loss(H[0], H[1], lamb=model.lamb, scale_loss=model.scale_loss)
 
 
 SUPPORTED: dict[str, LossSpec] = {

@@ -21,7 +21,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import DictConfig
+
+from solo_geometry.callbacks import geometry_callbacks
+from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.hosts.lightly.data import build_train_loader, check_image_folder, num_classes
+from solo_geometry.hosts.lightly.module import LightlyMethod
+from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
+from solo_geometry.recipe import load_recipe
+from solo_geometry.records import RunFolder
 
 __all__ = ["HOST", "build_callbacks", "launch", "prepare", "run_recipe"]
 
@@ -41,10 +54,6 @@ def prepare(cfg: DictConfig) -> tuple[Any, Any]:
         ValueError: naming an unsupported, unknown, missing or invalid field.
         FileNotFoundError: if ``data.train_path`` (or the probes' folder) does not exist.
     """
-    from solo_geometry.config import geometry_config
-    from solo_geometry.hosts.lightly_data import check_image_folder
-    from solo_geometry.hosts.lightly_recipe import parse_recipe
-
     recipe = parse_recipe(cfg)
     geometry = geometry_config(cfg)
     if recipe.data["dataset"] not in ("cifar10", "cifar100"):
@@ -56,15 +65,17 @@ def prepare(cfg: DictConfig) -> tuple[Any, Any]:
     return recipe, geometry
 
 
-def _probes_dir(recipe: Any, geometry: Any) -> str | None:
+def _probes_dir(recipe: ParsedRecipe, geometry: GeometryConfig | None) -> str | None:
     """The labelled folder the probes run on, or None when they do not run."""
     if geometry is None or not geometry.probes.enabled:
         return None
     return geometry.probes.data or recipe.data["val_path"]
 
 
-def build_callbacks(run: Path, recipe: Any, geometry: Any) -> list[Any]:
-    """Checkpointing (recipe's ``checkpoint`` node), and monitor and probes when geometry is on.
+def build_callbacks(
+    run: RunFolder, recipe: ParsedRecipe, geometry: GeometryConfig | None
+) -> list[Callback]:
+    """Checkpointing (recipe's ``checkpoint`` node), and the geometry callbacks when on.
 
     Args:
         run: the run folder.
@@ -74,14 +85,12 @@ def build_callbacks(run: Path, recipe: Any, geometry: Any) -> list[Any]:
     Returns:
         The Lightning callbacks, in the order they should run.
     """
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    callbacks: list[Any] = []
+    callbacks: list[Callback] = []
     ckpt = recipe.checkpoint
     if ckpt["enabled"]:
         callbacks.append(
             ModelCheckpoint(
-                dirpath=run / "checkpoints",
+                dirpath=run.checkpoints,
                 filename="{epoch}",
                 save_top_k=-1 if ckpt["keep_prev"] else 1,
                 monitor=None,
@@ -90,38 +99,31 @@ def build_callbacks(run: Path, recipe: Any, geometry: Any) -> list[Any]:
             )
         )
     if geometry is not None:
-        from dataclasses import asdict
-
-        from solo_geometry.monitor import GeometryMonitor, MonitorConfig
-        from solo_geometry.probe_callback import ProbeCallback
-
-        config = MonitorConfig.from_geometry(geometry, out_dir=str(run))
-        meta = {"host": HOST, "method": recipe.method, "geometry": asdict(geometry)}
-        callbacks.append(GeometryMonitor(config, meta=meta))
-        train = recipe.data.get("train_path")
-        callbacks.append(ProbeCallback(geometry.probes, _probes_dir(recipe, geometry), run, train))
+        callbacks += geometry_callbacks(
+            geometry,
+            run_dir=run.path,
+            meta={"host": HOST, "method": recipe.method},
+            train_dir=recipe.data.get("train_path"),
+            val_dir=recipe.data.get("val_path"),
+            dataset=recipe.data["dataset"],
+        )
     return callbacks
 
 
-def _trainer(run: Path, recipe: Any, callbacks: list[Any]) -> Any:
+def _trainer(run: RunFolder, recipe: ParsedRecipe, callbacks: list[Callback]) -> Trainer:
     """The Lightning Trainer: the recipe's Trainer keys, as solo-learn passes them."""
-    from lightning.pytorch import Trainer
-    from lightning.pytorch.loggers import CSVLogger
-
     kwargs = dict(recipe.trainer)
     if str(kwargs.get("accelerator")) in ("gpu", "cuda") and not _cuda_available():
         print("lightly host: no GPU here, running on the CPU (accelerator=cpu)", flush=True)
         kwargs.update(accelerator="cpu", devices=1)
     if kwargs.get("strategy") == "ddp":
-        from lightning.pytorch.strategies import DDPStrategy
-
         kwargs["strategy"] = DDPStrategy(find_unused_parameters=False)  # as solo-learn
-    kwargs.setdefault("default_root_dir", str(run))
+    kwargs.setdefault("default_root_dir", str(run.path))
     if kwargs.get("strategy") is None:
         kwargs.pop("strategy", None)
     return Trainer(
         max_epochs=recipe.max_epochs,
-        logger=CSVLogger(str(run), name="logs"),
+        logger=CSVLogger(str(run.path), name="logs"),
         callbacks=callbacks,
         enable_checkpointing=bool(recipe.checkpoint["enabled"]),
         **kwargs,
@@ -129,8 +131,6 @@ def _trainer(run: Path, recipe: Any, callbacks: list[Any]) -> Any:
 
 
 def _cuda_available() -> bool:
-    import torch
-
     return bool(torch.cuda.is_available())
 
 
@@ -148,30 +148,24 @@ def run_recipe(cfg: DictConfig, *, runs_root: str | Path) -> Path:
         ValueError: on an unsupported recipe field (before anything is written).
         FileNotFoundError: if a data folder is missing (before anything is written).
     """
-    from lightning.pytorch import seed_everything
-
-    from solo_geometry.hosts.lightly_data import build_train_loader, num_classes
-    from solo_geometry.hosts.lightly_module import LightlyMethod
-    from solo_geometry.rundir import finish_run_dir, new_run_dir, write_config
-
     recipe, geometry = prepare(cfg)
     for note in recipe.notes:
         print(f"lightly host: note: {note}")
     seed_everything(recipe.seed)
     loader = build_train_loader(recipe.data, recipe.augmentations, recipe.optimizer["batch_size"])
     model = LightlyMethod(recipe, num_classes(recipe.data), geometry)
-    run = new_run_dir(Path(runs_root), recipe.name)
+    run = RunFolder.create(Path(runs_root), recipe.name)
     try:
-        write_config(run, cfg)
+        run.write_config(cfg)
         trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
         trainer.fit(model, loader)
-        (run / "checkpoints").mkdir(exist_ok=True)
-        trainer.save_checkpoint(run / "checkpoints" / "last.ckpt")
+        run.checkpoints.mkdir(exist_ok=True)
+        trainer.save_checkpoint(run.checkpoints / "last.ckpt")
     except BaseException:
-        finish_run_dir(run, ok=False)
+        run.finish(ok=False)
         raise
-    finish_run_dir(run, ok=True)
-    return run
+    run.finish(ok=True)
+    return run.path
 
 
 def launch(config: str | Path, overrides: Sequence[str] = (), *, runs_root: str | Path) -> Path:
@@ -189,6 +183,4 @@ def launch(config: str | Path, overrides: Sequence[str] = (), *, runs_root: str 
         FileNotFoundError: if the recipe or a data folder is missing.
         ValueError: if the recipe cannot be composed or has an unsupported field.
     """
-    from solo_geometry.recipe import load_recipe
-
     return run_recipe(load_recipe(config, list(overrides)), runs_root=runs_root)

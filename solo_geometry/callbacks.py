@@ -1,0 +1,190 @@
+"""The end-of-fit steps of a geometry run, and the callbacks every host attaches.
+
+:func:`geometry_callbacks` is what a host adds to its Trainer when geometry is on, in this order
+(Lightning runs ``on_train_end`` in list order):
+
+1. :class:`~solo_geometry.monitor.GeometryMonitor`: measurements during training, the final
+   record at the end of fit;
+2. :class:`ProbeCallback`: backbone-vs-head probes and the orbit table, when enabled and a
+   labelled image folder exists;
+3. :class:`ReportCallback`: ``report/index.html`` and its plots, always, probes or not.
+
+Their inputs are checked in ``setup``, before the first training step: a module without a
+``backbone`` and a ``projector`` module, or a probe folder that does not exist, is an error
+naming the value. Failures after training (probes, report) are warnings: they never turn a
+finished training run into a failed one. Output on rank zero only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import nn
+from typing_extensions import override
+
+from solo_geometry.config import GeometryConfig, ProbesConfig
+from solo_geometry.datasets import MeanStd, mean_std_of
+from solo_geometry.evaluation import evaluate
+from solo_geometry.monitor import GeometryMonitor
+from solo_geometry.records import RunFolder
+from solo_geometry.report import write_report
+from solo_geometry.state import preserved_state
+
+__all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]
+
+
+def _run_of(run_dir: Path | None, trainer: pl.Trainer) -> RunFolder:
+    return RunFolder(run_dir or Path(trainer.default_root_dir))
+
+
+def _modules(pl_module: pl.LightningModule) -> tuple[nn.Module, nn.Module]:
+    """The module's ``backbone`` and ``projector``; ValueError naming what is missing."""
+    found = {name: getattr(pl_module, name, None) for name in ("backbone", "projector")}
+    bad = sorted(k for k, v in found.items() if not isinstance(v, nn.Module))
+    if bad:
+        raise ValueError(
+            f"{type(pl_module).__name__}: geometry needs nn.Module attributes 'backbone' and "
+            f"'projector'; missing or not a module: {bad}"
+        )
+    return found["backbone"], found["projector"]  # type: ignore[return-value]
+
+
+def probe_data(
+    cfg: ProbesConfig, train_dir: str | Path | None, val_dir: str | Path | None
+) -> Path | tuple[Path, Path] | None:
+    """The probes' data: ``cfg.data``, else (recipe train split, val split), else the val split.
+
+    Returns:
+        A folder, a (probe-train, held-out) pair, or None when there is no labelled folder.
+    """
+    if cfg.data:
+        return Path(cfg.data)
+    if not val_dir:
+        return None
+    if train_dir and Path(train_dir).is_dir():
+        return Path(train_dir), Path(val_dir)  # fit on the train split, score on held-out
+    return Path(val_dir)
+
+
+class ProbeCallback(Callback):
+    """Probe the backbone and the head once, at the end of fit (rank zero).
+
+    Args:
+        cfg: the ``geometry.probes`` node.
+        data: from :func:`probe_data`; None: probes skipped with a note.
+        run_dir: where ``probes.json`` goes; None: the trainer's root dir.
+        mean_std: the recipe's input normalisation.
+
+    Raises:
+        TypeError: if ``cfg`` is not a :class:`ProbesConfig`.
+        ValueError: in ``setup``, for a probe folder that does not exist or a module without
+            ``backbone`` and ``projector``.
+    """
+
+    def __init__(
+        self,
+        cfg: ProbesConfig,
+        data: Path | tuple[Path, Path] | None,
+        run_dir: str | Path | None,
+        mean_std: MeanStd,
+    ) -> None:
+        super().__init__()
+        if not isinstance(cfg, ProbesConfig):
+            raise TypeError(f"cfg must be a ProbesConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.data = data
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.mean_std = mean_std
+        self.result: Any = None
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        _modules(pl_module)
+        folders = self.data if isinstance(self.data, tuple) else (self.data,)
+        for folder in folders:
+            if folder is not None and not Path(folder).is_dir():
+                key = "geometry.probes.data" if self.cfg.data else "data.train_path/val_path"
+                raise ValueError(f"{key}: probe folder {str(folder)!r} does not exist")
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        if self.data is None:
+            rank_zero_info("solo-geometry: probes skipped, no labelled image folder")
+            return
+        run = _run_of(self.run_dir, trainer)
+        backbone, head = _modules(pl_module)
+        try:
+            with preserved_state(pl_module):
+                pl_module.eval()
+                self.result = evaluate(backbone, head, self.data, run, self.cfg,
+                                       mean_std=self.mean_std, device=pl_module.device)  # fmt: skip
+            rank_zero_info(f"solo-geometry: probes written to {run.probes}")
+        except Exception as err:  # noqa: BLE001 - probes never fail a finished run
+            rank_zero_warn(f"solo-geometry: probes failed: {type(err).__name__}: {err}")
+
+
+class ReportCallback(Callback):
+    """Write ``report/index.html`` and its plots at the end of fit (rank zero).
+
+    Args:
+        run_dir: the run folder; None: the trainer's root dir.
+    """
+
+    def __init__(self, run_dir: str | Path | None) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.index: Path | None = None
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        run = _run_of(self.run_dir, trainer)
+        try:
+            self.index = write_report([run.path])
+            rank_zero_info(f"solo-geometry: report written to {self.index}")
+        except Exception as err:  # noqa: BLE001 - the report never fails a finished run
+            rank_zero_warn(f"solo-geometry: report failed: {type(err).__name__}: {err}")
+
+
+def geometry_callbacks(
+    cfg: GeometryConfig,
+    *,
+    run_dir: str | Path | None,
+    meta: Mapping[str, Any],
+    train_dir: str | Path | None = None,
+    val_dir: str | Path | None = None,
+    dataset: str | None = None,
+) -> list[Callback]:
+    """The monitor, the probes (when enabled) and the report, for one run.
+
+    Args:
+        cfg: the validated ``geometry`` node.
+        run_dir: the run folder (None: the trainer's root dir).
+        meta: plain facts stored with the first record and the checkpoint (host, method).
+        train_dir: the recipe's ``data.train_path``.
+        val_dir: the recipe's ``data.val_path``.
+        dataset: the recipe's ``data.dataset`` (its normalisation statistics).
+
+    Returns:
+        The callbacks, in the order they must run.
+    """
+    out_cfg = cfg if cfg.out_dir or run_dir is None else _with_out_dir(cfg, run_dir)
+    callbacks: list[Callback] = [GeometryMonitor(out_cfg, meta=meta)]
+    if cfg.probes.enabled:
+        data = probe_data(cfg.probes, train_dir, val_dir)
+        callbacks.append(ProbeCallback(cfg.probes, data, run_dir, mean_std_of(dataset)))
+    callbacks.append(ReportCallback(run_dir))
+    return callbacks
+
+
+def _with_out_dir(cfg: GeometryConfig, run_dir: str | Path) -> GeometryConfig:
+    return dataclasses.replace(cfg, out_dir=str(run_dir))

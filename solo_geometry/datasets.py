@@ -1,0 +1,316 @@
+"""Data: the embedded digits, image folders, normalisation tables, splits and probe targets.
+
+``make_digits`` writes scikit-learn's bundled handwritten digits (1,797 real 8x8 scans, 10
+classes) as RGB PNGs in solo-learn's ``image_folder`` layout, so every recipe, test and the demo
+run on real images on any machine. ``MEANS_STDS`` holds the input normalisation solo-learn
+uses per dataset name; ``load_image_folder``, ``probe_splits`` and ``target_set`` give the probes
+their images and targets (class, quarter-turn rotation, binned brightness jitter).
+
+References:
+    - [0]: Alpaydin and Kaynak, Optical Recognition of Handwritten Digits, UCI, 1998
+"""
+
+from __future__ import annotations
+
+import colorsys
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from sklearn.datasets import load_digits
+from torch import Tensor
+from torchvision.datasets import ImageFolder
+from torchvision.transforms import functional as TF
+
+from solo_geometry.geometry.augment import apply_augmentation
+
+__all__ = [
+    "CIFAR_MEAN_STD",
+    "DIGITS_MARKER",
+    "IMAGENET_MEAN_STD",
+    "MEANS_STDS",
+    "ORBIT_T_MAX",
+    "MeanStd",
+    "load_image_folder",
+    "make_digits",
+    "mean_std_of",
+    "probe_splits",
+    "rotation_set",
+    "stratified_split",
+    "target_set",
+]
+
+MeanStd = tuple[Sequence[float], Sequence[float]]
+# solo-learn normalises CIFAR with its own statistics and every other dataset with ImageNet's.
+IMAGENET_MEAN_STD: MeanStd = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+CIFAR_MEAN_STD: MeanStd = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+# Per-dataset normalisation: the statistics solo-learn uses for these dataset names.
+MEANS_STDS: dict[str, MeanStd] = {
+    "cifar10": CIFAR_MEAN_STD,
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "imagenet100": IMAGENET_MEAN_STD,
+    "imagenet": IMAGENET_MEAN_STD,
+}
+
+
+def mean_std_of(dataset: str | None) -> MeanStd:
+    """The input normalisation solo-learn uses for ``dataset`` (ImageNet's for any other name)."""
+    return MEANS_STDS.get(str(dataset), IMAGENET_MEAN_STD)
+
+
+DIGITS_MARKER = ".solo_geometry_digits.json"
+_FORMAT = 1  # bump when the bytes written change
+_SEED = 0
+_VAL_FRACTION = 0.2
+
+
+def _split(labels: np.ndarray) -> np.ndarray:
+    """Boolean mask (N,) of validation samples: a fixed stratified 80/20 split."""
+    rng = np.random.default_rng(_SEED)
+    is_val = np.zeros(labels.shape[0], dtype=bool)
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        n_val = int(round(_VAL_FRACTION * idx.size))
+        is_val[rng.permutation(idx)[:n_val]] = True
+    return is_val
+
+
+def _colours(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-image foreground and background RGB colours (n, 3) in [0, 1], fixed by the seed.
+
+    Digits are grey scans; a tint gives colour augmentations (saturation, hue) something to
+    act on while the class stays in the stroke shape.
+    """
+    rng = np.random.default_rng(_SEED + 1)
+    hue = rng.uniform(0.0, 1.0, size=n)
+    fg = np.array([colorsys.hsv_to_rgb(h, rng.uniform(0.5, 1.0), 1.0) for h in hue])
+    bg = np.array([colorsys.hsv_to_rgb((h + 0.5) % 1.0, 0.6, rng.uniform(0.05, 0.3)) for h in hue])
+    return fg, bg
+
+
+def _render(pixels: np.ndarray, fg: np.ndarray, bg: np.ndarray, size: int) -> Image.Image:
+    """One (8, 8) scan with values 0..16 as a (size, size) RGB image."""
+    alpha = Image.fromarray((pixels * (255.0 / 16.0)).round().astype(np.uint8), mode="L")
+    a = np.asarray(alpha.resize((size, size), Image.Resampling.BILINEAR), dtype=np.float64)
+    a = a[..., None] / 255.0  # (size, size, 1)
+    rgb = bg * (1.0 - a) + fg * a  # (size, size, 3)
+    return Image.fromarray((rgb * 255.0).round().astype(np.uint8), mode="RGB")
+
+
+def _write_pngs(root: Path, size: int) -> dict[str, int]:
+    """Render every digit into ``root/{train,val}/<class>/<index>.png``; counts per split."""
+    digits = load_digits()
+    images, labels = digits.images, digits.target  # (1797, 8, 8) in 0..16, (1797,)
+    is_val = _split(labels)
+    fg, bg = _colours(labels.shape[0])
+    counts = {"train": 0, "val": 0}
+    for i in range(labels.shape[0]):
+        split = "val" if is_val[i] else "train"
+        folder = root / split / str(int(labels[i]))
+        folder.mkdir(parents=True, exist_ok=True)
+        _render(images[i], fg[i], bg[i], size).save(folder / f"{i:04d}.png", optimize=False)
+        counts[split] += 1
+    return counts
+
+
+def _move_dir(src: Path, dst: Path) -> None:
+    """Move folder ``src`` to ``dst``, replacing a previous ``dst``."""
+    shutil.rmtree(dst, ignore_errors=True)
+    src.rename(dst)
+
+
+def _check_out_dir(out: Path) -> dict | None:
+    """The marker of a previous export in ``out``, or None for a missing or empty folder."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {str(out)!r} exists and is not a directory")
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    marker = out / DIGITS_MARKER
+    if not marker.is_file():
+        raise ValueError(
+            f"out_dir {str(out)!r} is not empty and is not a digits export (no {DIGITS_MARKER}); "
+            "refusing to write into it: choose an empty or new folder"
+        )
+    try:
+        return dict(json.loads(marker.read_text()))
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"unreadable digits marker {str(marker)!r}: {err}") from err
+
+
+def make_digits(out_dir: str | Path, size: int = 32) -> Path:
+    """Write the digits as RGB PNGs in ``out_dir/{train,val}/<class>/*.png``.
+
+    The split is a fixed stratified 80/20 split (1,438 train, 359 val); the bytes are the same
+    on every run. Calling it again on a previous export of the same size does nothing; of
+    another size, rewrites that export.
+
+    Args:
+        out_dir: destination folder: missing, empty, or a previous digits export.
+        size: side of the square images in pixels, 8..512.
+
+    Returns:
+        ``out_dir`` as a Path.
+
+    Raises:
+        ValueError: if ``size`` is out of range, or ``out_dir`` is a file or a non-empty
+            folder that is not a digits export.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or not 8 <= size <= 512:
+        raise ValueError(f"size must be an int in [8, 512], got {size!r}")
+    out = Path(out_dir)
+    previous = _check_out_dir(out)
+    meta: dict[str, object] = {
+        "format": _FORMAT,
+        "size": size,
+        "seed": _SEED,
+        "val_fraction": _VAL_FRACTION,
+    }
+    if previous is not None and {k: previous.get(k) for k in meta} == meta:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        meta["counts"] = _write_pngs(tmp, size)
+        (tmp / DIGITS_MARKER).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        out.mkdir(exist_ok=True)
+        for name in ("train", "val", DIGITS_MARKER):  # only ever a previous export's files
+            (tmp / name).replace(out / name) if (tmp / name).is_file() else _move_dir(
+                tmp / name, out / name
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
+    """Read an ``ImageFolder`` tree into memory.
+
+    Args:
+        root: folder with one sub-folder of images per class.
+
+    Returns:
+        Images (N, 3, H, W) float32 in [0, 1], labels (N,) int64, class names.
+
+    Raises:
+        ValueError: if ``root`` is not a folder or holds no images.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"image folder {str(root)!r} does not exist or is not a directory")
+    try:
+        folder = ImageFolder(str(root))
+    except (FileNotFoundError, RuntimeError) as err:
+        raise ValueError(f"no images in {str(root)!r}: {err}") from err
+    images = [TF.to_tensor(folder.loader(path).convert("RGB")) for path, _ in folder.samples]
+    labels = torch.tensor([label for _, label in folder.samples], dtype=torch.long)
+    return torch.stack(images), labels, list(folder.classes)
+
+
+def rotation_set(images: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Rotate each image by a random multiple of 90 degrees (exact, no resampling).
+
+    Args:
+        images: (N, C, H, W) square images.
+        generator: fixes the draws.
+
+    Returns:
+        Rotated images (N, C, H, W) and the number of quarter turns (N,) in {0, 1, 2, 3}.
+    """
+    quarters = torch.randint(0, 4, (images.shape[0],), generator=generator)
+    out = images.clone()
+    for k in range(1, 4):
+        idx = torch.nonzero(quarters == k).flatten()
+        out[idx] = torch.rot90(images[idx], k, dims=(2, 3))
+    return out, quarters
+
+
+def stratified_split(
+    y: Tensor, fraction: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Split indices into (fit, validation), taking ``fraction`` of every class for validation.
+
+    Args:
+        y: integer labels (N,).
+        fraction: share of each class held out, in (0, 1); each class with at least two samples
+            keeps one sample on each side.
+        generator: CPU generator that fixes the permutation.
+
+    Returns:
+        Index tensors ``(fit_idx, val_idx)``, both sorted.
+
+    Raises:
+        ValueError: if ``fraction`` is not in (0, 1).
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation fraction must be in (0, 1); got {fraction}")
+    y_cpu = y.detach().cpu()
+    fit, val = [], []
+    for c in torch.unique(y_cpu).tolist():
+        idx = torch.nonzero(y_cpu == c).flatten()
+        idx = idx[torch.randperm(len(idx), generator=generator)]
+        n_val = min(max(round(fraction * len(idx)), 1), len(idx) - 1) if len(idx) > 1 else 0
+        val.append(idx[:n_val])
+        fit.append(idx[n_val:])
+    return torch.cat(fit).sort().values, torch.cat(val).sort().values
+
+
+def probe_splits(data_dir: Path | tuple[Path, Path], seed: int) -> dict[str, tuple[Tensor, Tensor]]:
+    """Train and held-out (images, labels) of a labelled image folder.
+
+    Args:
+        data_dir: a pair (train folder, held-out folder) of class folders;
+            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders; or one class
+            folder, then split 50/50 (stratified, seeded) into train and held-out.
+        seed: fixes the 50/50 split.
+
+    Returns:
+        ``{"train": (images (N, 3, H, W), labels (N,)), "test": (images, labels)}``.
+    """
+    if isinstance(data_dir, tuple):
+        train_dir, held_dir = data_dir
+        return {"train": load_image_folder(train_dir)[:2], "test": load_image_folder(held_dir)[:2]}
+    held = next((data_dir / s for s in ("val", "test") if (data_dir / s).is_dir()), None)
+    if (data_dir / "train").is_dir() and held is not None:
+        train = load_image_folder(data_dir / "train")
+        return {"train": train[:2], "test": load_image_folder(held)[:2]}
+    images, labels, _ = load_image_folder(data_dir)
+    tr, te = stratified_split(labels, 0.5, torch.Generator().manual_seed(seed))
+    return {"train": (images[tr], labels[tr]), "test": (images[te], labels[te])}
+
+
+def target_set(
+    images: Tensor, labels: Tensor, target: str, gen: torch.Generator, bins: int, t_max: float
+) -> tuple[Tensor, Tensor]:
+    """Images and the target of one probe task.
+
+    Args:
+        images: (N, C, H, W) in [0, 1].
+        labels: class labels (N,).
+        target: ``class`` (labels), ``rotation`` (quarter turns 0..3) or ``jitter``
+            (brightness t uniform in [-t_max, t_max], binned into ``bins`` equal bins).
+        gen: fixes the draws.
+        bins: number of jitter bins.
+        t_max: jitter range.
+
+    Returns:
+        Transformed images (N, C, H, W) and targets (N,).
+    """
+    if target == "class":
+        return images, labels
+    if target == "rotation":
+        return rotation_set(images, gen)
+    t = (torch.rand(images.shape[0], generator=gen) * 2 - 1) * t_max  # (N,) in [-t_max, t_max)
+    binned = ((t + t_max) / (2 * t_max) * bins).long().clamp(0, bins - 1)
+    return apply_augmentation(images, "brightness", t), binned
+
+
+# Orbit parameter range per family (t = 0 is the identity; units: see geometry/augment.py).
+ORBIT_T_MAX: dict[str, float] = {
+    "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1,
+    "rotation": 0.5, "scale": 0.3, "translation": 0.15,
+}  # fmt: skip

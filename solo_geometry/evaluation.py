@@ -1,0 +1,149 @@
+"""Backbone-vs-head evaluation of a trained model on a labelled image folder.
+
+:func:`evaluate` fits the probes of :mod:`solo_geometry.probes` on Z and on H for every
+configured target (class, quarter-turn rotation, binned brightness jitter) and measures the
+orbit table (DESIGN.md section 3, "Orbits") on held-out images, then writes both into the run
+folder's ``probes.json`` as a :class:`~solo_geometry.records.ProbeTable`. Features go through
+the run's feature cache, so evaluating again costs no forward pass.
+
+References:
+    - [0]: Alain and Bengio, 2016, Understanding intermediate layers using linear classifier
+      probes, arXiv 1610.01644
+    - [1]: Chen et al., 2020, A Simple Framework for Contrastive Learning (SimCLR),
+      arXiv 2002.05709 (probing before vs after the projection head)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from solo_geometry.config import OrbitsConfig, ProbesConfig
+from solo_geometry.datasets import (
+    IMAGENET_MEAN_STD,
+    ORBIT_T_MAX,
+    MeanStd,
+    probe_splits,
+    stratified_split,
+    target_set,
+)
+from solo_geometry.features import Features, extract_features
+from solo_geometry.geometry.orbits import make_orbits, orbit_compression
+from solo_geometry.probes import linear_probe, mlp_probe
+from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable, RunFolder
+
+__all__ = ["evaluate", "orbit_table"]
+
+Extract = Callable[[Any, str, dict[str, Tensor] | None], Features]
+
+
+def orbit_table(
+    extract: Extract, images: Tensor, labels: Tensor, cfg: OrbitsConfig
+) -> list[OrbitRow]:
+    """Orbit statistics of Z and H per family, ``cfg.k`` copies of each image along t.
+
+    Args:
+        extract: ``extract(data, name, extras) -> Features`` (cached extraction).
+        images: held-out images (n, C, H, W) in [0, 1].
+        labels: their classes (n,).
+        cfg: families and orbit size; t evenly spaced in [-t_max, t_max] (``ORBIT_T_MAX``).
+
+    Returns:
+        One :class:`OrbitRow` per family.
+    """
+    rows = []
+    for family in cfg.families:
+        t_max = ORBIT_T_MAX[family]
+        x, orbit, t = make_orbits(images, family, cfg.k, t_max)  # (n*K, C, H, W), (n*K,), (K,)
+        t_all = t.repeat(images.shape[0])  # (n * K,), orbit-major like x
+        feats = extract((x, labels[orbit]), f"test/orbit/{family}", {"orbit": orbit, "t": t_all})
+        stats = orbit_compression(feats.z, feats.h, orbit, feats.labels)
+        compression = {"mean": stats["compression_mean"], "std": stats["compression_std"]}
+        rows.append(OrbitRow(family, t_max, stats["z"], stats["h"], compression))
+    return rows
+
+
+def _probe_rows(
+    extract: Extract, splits: dict[str, tuple[Tensor, Tensor]], cfg: ProbesConfig, device: Any
+) -> list[ProbeRow]:
+    rows = []
+    for target in cfg.targets:
+        feats = {}
+        for split in ("train", "test"):
+            gen = torch.Generator().manual_seed(cfg.seed + (split == "test"))
+            x, y = target_set(*splits[split], target, gen, cfg.jitter_bins, cfg.jitter_max)
+            feats[split] = extract((x, y), f"{split}/{target}", None)
+        tr, te = feats["train"], feats["test"]
+        chance = float(torch.bincount(te.labels).max()) / len(te.labels)
+        for space in ("z", "h"):
+            x_tr, x_te = getattr(tr, space), getattr(te, space)
+            for probe in cfg.probes:
+                if probe == "linear":
+                    res = linear_probe(x_tr, tr.labels, x_te, te.labels, cfg.linear,
+                                       seed=cfg.seed, device=device)  # fmt: skip
+                else:
+                    res = mlp_probe(x_tr, tr.labels, x_te, te.labels, cfg.mlp, seed=cfg.seed,
+                                    device=device)  # fmt: skip
+                rows.append(ProbeRow(space, probe, target, res.accuracy, chance, res.details))
+    return rows
+
+
+def evaluate(
+    backbone: nn.Module,
+    head: nn.Module,
+    data: str | Path | tuple[Path, Path],
+    run: RunFolder,
+    cfg: ProbesConfig | None = None,
+    *,
+    mean_std: MeanStd = IMAGENET_MEAN_STD,
+    device: str | torch.device | None = None,
+    tag: str | None = None,
+    progress: bool = True,
+) -> ProbeTable:
+    """Backbone-vs-head probes and the orbit table; writes the run's ``probes.json``.
+
+    Args:
+        backbone: images (N, 3, H, W) -> Z (N, d); put in eval mode, mode restored.
+        head: Z (N, d) -> H (N, p); same.
+        data: a pair (probe-train folder, held-out folder) of class folders;
+            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders; or one class
+            folder split 50/50 (stratified, seeded) into probe-train and held-out.
+        run: the run folder (``probes.json`` and the feature cache ``features.pt``).
+        cfg: targets, probes and their options, orbit table (``geometry.probes``).
+        mean_std: input normalisation: the recipe's (``datasets.mean_std_of``).
+        device: where to run the model and the probes (default: the backbone's device).
+        tag: identifies the model in the feature cache (another tag: cache rebuilt).
+        progress: progress bars on stderr.
+
+    Returns:
+        The :class:`ProbeTable` written.
+
+    Raises:
+        ValueError: on a missing or empty data folder.
+    """
+    cfg = cfg if cfg is not None else ProbesConfig()
+    splits = probe_splits(data if isinstance(data, tuple) else Path(data), cfg.seed)
+
+    def extract(data: Any, name: str, extras: dict[str, Tensor] | None) -> Features:
+        return extract_features(
+            backbone, head, data, batch_size=cfg.batch_size, device=device, cache=run.features,
+            name=name, tag=tag, mean_std=mean_std, extras=extras, progress=progress,
+        )  # fmt: skip
+
+    rows = _probe_rows(extract, splits, cfg, device)
+    test_x, test_y = splits["test"]
+    n_orbit = min(cfg.orbits.images, len(test_y) - 1)
+    pick = stratified_split(test_y, min(0.99, n_orbit / len(test_y)),
+                            torch.Generator().manual_seed(cfg.seed))[1][:n_orbit]  # fmt: skip
+    orbits = orbit_table(extract, test_x[pick], test_y[pick], cfg.orbits)
+    settings = {"data": str(data), "mean_std": [list(m) for m in mean_std],
+                "n_train": len(splits["train"][1]), "n_test": len(test_y),
+                "orbit_images": len(pick), "probes": dataclasses.asdict(cfg)}  # fmt: skip
+    table = ProbeTable(rows, orbits, settings)
+    run.write_probes(table)
+    return table

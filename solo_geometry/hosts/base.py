@@ -1,0 +1,125 @@
+"""What every host shares: feature capture, the state guard and the assembly of the view.
+
+A host's LightningModule mixes in :class:`GeometryHost` and supplies only what is its own:
+
+* ``geometry_crops(batch)``: the batch's image crops, large crops first;
+* ``geometry_forward(crops)``: fresh backbone features of each crop (used when nothing was
+  captured from the training step);
+* ``geometry_loss(batch, crops)``: the method's loss as a function of the head outputs H
+  (V, N, p) of the whole batch, every other quantity held fixed at its training-step value.
+
+The base owns the rest: capture of the training step's own features (``geometry_capture``,
+:meth:`GeometryHost.keep`), the state guard around any fresh forward
+(:func:`solo_geometry.state.preserved_state`), and the :class:`GeometryView` of the whole batch.
+The view never cuts the batch: the loss is the training step's loss (same features, BatchNorm
+statistics, negatives); restricting the operators to a sub-block is the measurement's business.
+The module must call its backbone ``backbone`` and its head ``projector``, as solo-learn does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from solo_geometry.measure import GeometryView
+from solo_geometry.state import preserved_state
+
+__all__ = ["GeometryHost", "assemble_view", "kept"]
+
+LossOfOutputs = Callable[[Tensor], Tensor]
+
+
+def kept(t: Tensor) -> Tensor:
+    """A tensor as a module keeps it for ``geometry_capture``.
+
+    Detached; half precision (an autocast output) is raised to float32, as a fresh forward
+    outside autocast would give it.
+    """
+    t = t.detach()
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def assemble_view(
+    features: Tensor,
+    head: torch.nn.Module,
+    loss_of_outputs: LossOfOutputs,
+    backbone: torch.nn.Module | None = None,
+    images: Tensor | None = None,
+) -> GeometryView:
+    """The view of one batch, the loss of Z built as the loss of H[v] = head(Z[v]).
+
+    Args:
+        features: backbone features Z (V, N, d), detached.
+        head: the projection head.
+        loss_of_outputs: H (V, N, p) -> scalar, everything but H held fixed.
+        backbone: the backbone, for augmentation tangents.
+        images: the first crop's images (N, C, H, W).
+
+    Returns:
+        The :class:`GeometryView`.
+    """
+
+    def loss_of_features(Z: Tensor) -> Tensor:
+        return loss_of_outputs(torch.stack([head(Z[v]) for v in range(Z.shape[0])]))  # (V, N, p)
+
+    return GeometryView(
+        features=features.detach(),
+        head=head,
+        loss_of_features=loss_of_features,
+        backbone=backbone,
+        images=None if images is None else images.detach(),
+        loss_of_outputs=loss_of_outputs,
+    )
+
+
+class GeometryHost:
+    """Mixin of a host's LightningModule: capture, state guard and view (module docstring)."""
+
+    # What the training step kept while capture is on: key -> tensors in call order.
+    _geometry_kept: dict[str, list[Tensor]] | None = None
+
+    def geometry_capture(self, enabled: bool) -> None:
+        """Keep (or stop keeping and drop) what the training step computes."""
+        self._geometry_kept = {} if enabled else None
+
+    def keep(self, key: str, tensor: Tensor) -> None:
+        """Keep ``tensor`` (detached) under ``key`` if capture is on and the module trains."""
+        if self._geometry_kept is not None and getattr(self, "training", False):
+            self._geometry_kept.setdefault(key, []).append(kept(tensor))
+
+    def captured(self, key: str, count: int) -> list[Tensor] | None:
+        """The tensors kept under ``key`` if exactly ``count`` were kept, else None."""
+        tensors = (self._geometry_kept or {}).get(key, [])
+        return list(tensors) if len(tensors) == count else None
+
+    def geometry_crops(self, batch: Any) -> list[Tensor]:
+        """The batch's image crops (each (N, C, H, W)), large crops first."""
+        raise NotImplementedError
+
+    def geometry_forward(self, crops: list[Tensor]) -> list[Tensor]:
+        """Fresh backbone features (N, d) of each crop, as the training step computes them."""
+        raise NotImplementedError
+
+    def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
+        """The method's loss of the head outputs H (V, N, p) of the whole batch."""
+        raise NotImplementedError
+
+    def geometry_view(self, batch: Any) -> GeometryView:
+        """The monitor's view of a whole training batch (``GeometryAware``).
+
+        Features are the training step's own when capture was on during it; otherwise they
+        are computed here in the module's current mode, without gradients, with every buffer
+        (BatchNorm running statistics), mode and RNG state restored afterwards.
+        """
+        module: Any = self
+        crops = self.geometry_crops(batch)
+        with torch.no_grad(), preserved_state(module):
+            feats = self.captured("feats", len(crops))
+            if feats is None:
+                feats = self.geometry_forward(crops)
+            loss_of_outputs = self.geometry_loss(batch, crops)
+        Z = torch.stack([f.detach() for f in feats])  # (views, batch, d)
+        return assemble_view(Z, module.projector, loss_of_outputs, module.backbone, crops[0])

@@ -1,0 +1,207 @@
+"""One measurement: the contract a module offers the monitor, and the numbers taken from it.
+
+A LightningModule offers a :class:`GeometryView` of a training batch (the backbone features of
+the whole batch, the head, the loss closures); :func:`measure` takes every configured number of
+DESIGN.md section 3 from it and says which settings define them:
+
+* the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff||, on the principal sub-block
+  of ``max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;
+* normalised std, covariance condition number and effective rank of Z and of H, over the whole
+  batch (all views);
+* the metric singularity rho of the head along colour-augmentation tangents;
+* on request, the SLQ spectral density of H_eff.
+
+Nothing here touches training state; the monitor runs :func:`measure` inside the state guard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from solo_geometry.config import GeometryConfig
+from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
+from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spectrum
+from solo_geometry.geometry.stats import stats_record
+from solo_geometry.linalg.lanczos import slq_density
+from solo_geometry.linalg.operators import head_operators
+from solo_geometry.records import Scalar, Settings
+
+__all__ = ["GeometryAware", "GeometryView", "Measurement", "measure"]
+
+
+@dataclass(frozen=True)
+class GeometryView:
+    """What the monitor needs from a module for one batch.
+
+    Attributes:
+        features: backbone features Z (V, N, d) of the whole batch, detached.
+        head: the projection head h, applied per view: H[v] = h(Z[v]).
+        loss_of_features: Z (V, N, d) -> scalar loss, everything but Z held fixed and detached;
+            the training step's loss on this batch.
+        backbone: the backbone f, for augmentation tangents (optional).
+        images: one view's images (N, C, H, W) matching ``features[0]`` (optional).
+        loss_of_outputs: H (V, N, p) -> scalar, the same loss as a function of the head's
+            outputs, needed to split H_eff into GN + M (optional: without it only the H_eff
+            spectrum is recorded). It may receive H in float64: cast captured tensors with
+            ``t.to(H)``.
+    """
+
+    features: Tensor
+    head: nn.Module
+    loss_of_features: Callable[[Tensor], Tensor]
+    backbone: nn.Module | None = None
+    images: Tensor | None = None
+    loss_of_outputs: Callable[[Tensor], Tensor] | None = None
+
+
+@runtime_checkable
+class GeometryAware(Protocol):
+    """A LightningModule the monitor can measure.
+
+    Optionally it also implements ``geometry_capture(enabled: bool) -> None``: while enabled, its
+    training step keeps (detached) the features it computes, and ``geometry_view`` uses them
+    instead of running the backbone again. Disabling drops what was kept.
+    """
+
+    def geometry_view(self, batch: Any) -> GeometryView:
+        """Return the :class:`GeometryView` of ``batch`` (a training batch)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The outcome of :func:`measure`.
+
+    Attributes:
+        metrics: flat ``name -> value`` (None where undefined, e.g. ``<op>/cond`` with no
+            eigenvalue above the floor).
+        settings: what defines the numbers.
+        density: H_eff's SLQ density (``nodes``, ``weights``) or None.
+    """
+
+    metrics: dict[str, Scalar]
+    settings: Settings
+    density: dict[str, list[float]] | None
+
+
+def _weight_norm(head: nn.Module) -> float:
+    """Frobenius norm of the head's Linear weights (of all its parameters if it has none)."""
+    weights = [m.weight for m in head.modules() if isinstance(m, nn.Linear)]
+    weights = weights or list(head.parameters())
+    with torch.no_grad():
+        return float(sum(w.detach().double().pow(2).sum() for w in weights) ** 0.5)
+
+
+def _hessian(
+    view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator
+) -> tuple[dict[str, Scalar], float]:
+    """Spectra of H_eff (and GN, M when the view splits the loss) and the absolute floor."""
+    options = dict(steps=cfg.lanczos_steps, dtype=getattr(torch, cfg.dtype), tau=cfg.measure.tau,
+                   max_samples=cfg.max_samples, generator=gen)  # fmt: skip
+    if view.loss_of_outputs is None:  # no split into GN + M possible: H_eff alone
+
+        def loss(Z_: Tensor) -> Tensor:  # the closure runs in the features' own dtype
+            return view.loss_of_features(Z_.to(Z.dtype)).to(Z_.dtype)
+
+        spec = effective_hessian_spectrum(nn.Identity(), loss, Z, **options)
+        record = {k: v for k, v in spec.as_record().items() if k.startswith("heff/")}
+        return record, spec.floor
+    spec = effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, **options)
+    return dict(spec.as_record()), spec.floor
+
+
+def _stats(view: GeometryView, Z: Tensor) -> dict[str, Scalar]:
+    with torch.no_grad():
+        H = torch.stack([view.head(Z[v]) for v in range(Z.shape[0])])  # (V, N, p)
+    # pooled over the whole batch, all views: V * N samples (DESIGN.md section 3)
+    pooled = {**stats_record("z", Z.flatten(0, 1)), **stats_record("h", H.flatten(0, 1))}
+    return {**pooled, "stats/n_samples": Z.shape[0] * Z.shape[1]}
+
+
+def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator) -> dict:
+    if view.backbone is None or view.images is None:
+        return {}
+    m = min(cfg.measure.augment_samples, Z.shape[1])
+    images, z0 = view.images[:m], Z[0, :m]  # (m, C, H, W), (m, d)
+    out = {}
+    for family in cfg.measure.augment_families:
+        tangents = augmentation_tangents(view.backbone, images, family)  # (m, d)
+        out[f"rho/{family}"] = float(metric_singularity(view.head, z0, tangents, generator=gen))
+    return out
+
+
+def _density(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator) -> dict:
+    assert view.loss_of_outputs is not None
+    ops = head_operators(view.head, view.loss_of_outputs, Z, dtype=getattr(torch, cfg.dtype))
+    dens = slq_density(ops.heff, ops.dim, steps=cfg.lanczos_steps,
+                       probes=cfg.measure.density_probes, generator=gen, dtype=ops.dtype,
+                       device=Z.device)  # fmt: skip
+    return {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()}
+
+
+def _checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
+    """The metrics with an undefined condition number as None; raise on any other non-finite.
+
+    ``<op>/cond`` is NaN by definition when no eigenvalue is above the floor (M of a linear or
+    ReLU head is pure round-off): recorded as None, not a failed measurement.
+    """
+    out = dict(metrics)
+    for key, value in metrics.items():
+        if key.endswith("/cond") and isinstance(value, float) and math.isnan(value):
+            out[key] = None
+    bad = sorted(k for k, v in out.items() if isinstance(v, float) and not math.isfinite(v))
+    if bad:
+        raise FloatingPointError(f"non-finite measurement(s): {bad}")
+    return out
+
+
+def measure(view: GeometryView, cfg: GeometryConfig, *, density: bool) -> Measurement:
+    """Take every configured measurement of one view.
+
+    Args:
+        view: the module's view of a whole training batch.
+        cfg: the geometry config (``measure`` says which numbers).
+        density: also compute H_eff's SLQ density.
+
+    Returns:
+        The metrics, the settings that define them and the density (or None).
+
+    Raises:
+        FloatingPointError: if a number that must be finite is not.
+    """
+    gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
+    Z = view.features.detach()  # (V, N, d)
+    dtype = getattr(torch, cfg.dtype)
+    metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
+    floor = None
+    if cfg.measure.hessian:
+        spectra, floor = _hessian(view, Z, cfg, gen)
+        metrics.update(spectra)
+    if cfg.measure.stats:
+        metrics.update(_stats(view, Z))
+    if cfg.measure.augment:
+        metrics.update(_rho(view, Z, cfg, gen))
+    dens = None
+    if density and cfg.measure.hessian and view.loss_of_outputs is not None:
+        dens = _density(view, Z, cfg, gen)
+    n_block = min(cfg.max_samples, Z.shape[1])
+    settings = Settings(
+        dtype=cfg.dtype,
+        tau=DEFAULT_TAU[dtype] if cfg.measure.tau is None else cfg.measure.tau,
+        floor=floor,
+        n_batch=Z.shape[1],
+        n_block=n_block if cfg.measure.hessian else None,
+        n_views=Z.shape[0],
+        dim=Z.shape[0] * n_block * Z.shape[2] if cfg.measure.hessian else None,
+        lanczos_steps=cfg.lanczos_steps,
+        density_probes=cfg.measure.density_probes if dens is not None else None,
+        augment_samples=cfg.measure.augment_samples if cfg.measure.augment else None,
+        seed=cfg.seed,
+    )
+    return Measurement(_checked(metrics), settings, dens)

@@ -1,0 +1,461 @@
+"""Run records: the versioned schema of what a run writes, and the run folder that holds it.
+
+Every file a run writes (DESIGN.md section 7) is a schema defined here and written and read
+only through this module:
+
+* ``geometry.jsonl``: one :class:`GeometryRecord` per line (schema version, step, epoch,
+  status and reason, the :class:`Settings` that define its numbers, then the metrics);
+* ``probes.json``: a :class:`ProbeTable` (probe rows, gaps, orbit table, settings);
+* ``config.yaml``, ``features.pt``, ``checkpoints/``, ``report/``: paths of :class:`RunFolder`.
+
+:func:`read_records` is the one reader of ``geometry.jsonl``: it tolerates a torn last line (a
+write cut by a kill), names any other unreadable line, and rejects a record of an unknown
+schema version with an error naming the version, so no reader ever guesses a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "GeometryRecord",
+    "OrbitRow",
+    "ProbeRow",
+    "ProbeTable",
+    "RecordsError",
+    "RunFolder",
+    "Settings",
+    "read_records",
+]
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "skipped")
+Scalar = float | int | bool | None
+
+
+class RecordsError(ValueError):
+    """A run file that cannot be read: corrupt, or written by an unknown schema version."""
+
+
+def _check_schema(data: Mapping[str, Any], where: str) -> None:
+    version = data.get("schema")
+    if version != SCHEMA_VERSION:
+        raise RecordsError(
+            f"{where}: schema version {version!r} is not one this reader knows "
+            f"({SCHEMA_VERSION}); upgrade solo-geometry or re-run the measurement"
+        )
+
+
+def _from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    """Build a dataclass from a mapping, rejecting unknown keys with their names."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise RecordsError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings that define a record's numbers (None where a measurement did not run).
+
+    Attributes:
+        dtype: arithmetic of the measurement (``float64`` or ``float32``).
+        tau: relative negativity floor (DESIGN.md section 3).
+        floor: the absolute floor tau * max|lambda(H_eff)| used for all three operators.
+        n_batch: samples of the batch the loss saw.
+        n_block: samples whose rows form the operators' principal sub-block.
+        n_views: views V of the batch.
+        dim: size of the operators, n_views * n_block * d.
+        lanczos_steps: Lanczos step budget per operator.
+        density_probes: SLQ probes of the density, when the record carries one.
+        augment_samples: images used for augmentation tangents.
+        seed: seed of the monitor's generator.
+    """
+
+    dtype: str | None = None
+    tau: float | None = None
+    floor: float | None = None
+    n_batch: int | None = None
+    n_block: int | None = None
+    n_views: int | None = None
+    dim: int | None = None
+    lanczos_steps: int | None = None
+    density_probes: int | None = None
+    augment_samples: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class GeometryRecord:
+    """One measurement, one line of ``geometry.jsonl``.
+
+    Attributes:
+        step: optimiser steps taken before the measurement (parameters before step ``step``).
+        epoch: the trainer's epoch.
+        status: ``"ok"`` or ``"skipped"``.
+        reason: why a measurement was skipped (``None`` when ok).
+        settings: what defines the numbers.
+        metrics: flat ``name -> value``; ``None`` where a number is undefined (e.g. the
+            condition number of an operator with no eigenvalue above the floor).
+        density: SLQ density of H_eff (``nodes``, ``weights``), first and final record only.
+        final: the measurement at the end of fit.
+        head: name of the measured head.
+        n_skipped: skipped measurements so far in the run, this one included.
+        seconds: wall time of the measurement.
+        meta: plain facts about the run (first record only), e.g. the geometry config.
+        schema: the schema version, :data:`SCHEMA_VERSION`.
+    """
+
+    step: int
+    epoch: int
+    status: str
+    reason: str | None = None
+    settings: Settings = field(default_factory=Settings)
+    metrics: dict[str, Scalar] = field(default_factory=dict)
+    density: dict[str, list[float]] | None = None
+    final: bool = False
+    head: str | None = None
+    n_skipped: int = 0
+    seconds: float = 0.0
+    meta: dict[str, Any] | None = None
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise RecordsError(f"status: unknown value {self.status!r}; choose from {STATUSES}")
+
+    @property
+    def ok(self) -> bool:
+        """Whether the measurement succeeded."""
+        return self.status == "ok"
+
+    def value(self, key: str) -> float | None:
+        """A metric as a float, None when absent, undefined or not a number."""
+        v = self.metrics.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            return None
+        return float(v)
+
+    def to_json(self) -> str:
+        """The record as one line of JSON (no newline)."""
+        return json.dumps(dataclasses.asdict(self), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "record") -> GeometryRecord:
+        """Parse a record; raises :class:`RecordsError` naming what is wrong."""
+        if not isinstance(data, Mapping):
+            raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        _check_schema(data, where)
+        data = dict(data)
+        data["settings"] = _from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
+        try:
+            return _from_dict(cls, data, where)
+        except TypeError as err:  # a required field missing
+            raise RecordsError(f"{where}: {err}") from err
+
+
+def read_records(
+    source: str | Path,
+    *,
+    ok_only: bool = False,
+    problems: list[tuple[int, str]] | None = None,
+) -> list[GeometryRecord]:
+    """Read ``geometry.jsonl`` (a run folder or the file itself).
+
+    Args:
+        source: the run folder or the file.
+        ok_only: keep only successful measurements.
+        problems: if given, an unreadable line (other than a torn last one) is appended here
+            as ``(line number, reason)`` and skipped instead of raising; a report uses this to
+            draw the rest. An unknown schema version always raises.
+
+    Returns:
+        The records in file order; [] when the file does not exist.
+
+    Raises:
+        RecordsError: on an unreadable line other than a torn last one (unless ``problems``
+            is given), or an unknown schema version; the message names the file and line.
+    """
+    path = Path(source)
+    path = path / RunFolder.GEOMETRY if path.is_dir() else path
+    if not path.is_file():
+        return []
+    text = path.read_text(errors="replace")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines) and not text.endswith("\n"):
+                warnings.warn(f"{where}: torn last record ignored ({err.msg})", stacklevel=2)
+                continue
+            if problems is None:
+                raise RecordsError(f"{where}: not a JSON record ({err.msg})") from err
+            problems.append((number, f"not JSON ({err.msg})"))
+            continue
+        if isinstance(data, Mapping) and data.get("schema") != SCHEMA_VERSION:
+            _check_schema(data, where)  # never tolerated: the reader cannot guess
+        try:
+            records.append(GeometryRecord.from_dict(data, where))
+        except RecordsError as err:
+            if problems is None:
+                raise
+            problems.append((number, str(err).removeprefix(f"{where}: ")))
+    return [r for r in records if r.ok] if ok_only else records
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One probe fit: features ``z`` or ``h``, probe ``linear`` or ``mlp``, one target."""
+
+    features: str
+    probe: str
+    target: str
+    accuracy: float
+    chance: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OrbitRow:
+    """The orbit statistics of one augmentation family (DESIGN.md section 3, "Orbits").
+
+    Attributes:
+        family: augmentation family.
+        t_max: orbits span t in [-t_max, t_max].
+        z: statistics of the backbone features.
+        h: statistics of the head outputs.
+        compression: compression statistics (spread(Z) / spread(H)).
+    """
+
+    family: str
+    t_max: float
+    z: dict[str, float]
+    h: dict[str, float]
+    compression: dict[str, float]
+
+
+@dataclass(frozen=True)
+class ProbeTable:
+    """``probes.json``: backbone-vs-head probes and the orbit table.
+
+    Attributes:
+        rows: every probe fit.
+        orbits: the orbit table, one row per family.
+        settings: what defines the numbers (data folder, seed, split sizes, probe options).
+        schema: the schema version.
+    """
+
+    rows: list[ProbeRow]
+    orbits: list[OrbitRow] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def accuracy(self, features: str, probe: str, target: str) -> float | None:
+        """Held-out accuracy of one fit, None if it did not run."""
+        hits = [r.accuracy for r in self.rows if (r.features, r.probe, r.target) ==
+                (features, probe, target)]  # fmt: skip
+        return hits[0] if hits else None
+
+    def gaps(self) -> dict[str, dict[str, float]]:
+        """Backbone minus head (``z_minus_h``) and MLP minus linear (``mlp_minus_linear``)."""
+        acc = {(r.features, r.probe, r.target): r.accuracy for r in self.rows}
+        z_h = {f"{p}/{t}": a - acc[("h", p, t)] for (f, p, t), a in acc.items()
+               if f == "z" and ("h", p, t) in acc}  # fmt: skip
+        mlp_lin = {f"{f}/{t}": a - acc[(f, "linear", t)] for (f, p, t), a in acc.items()
+                   if p == "mlp" and (f, "linear", t) in acc}  # fmt: skip
+        return {"z_minus_h": z_h, "mlp_minus_linear": mlp_lin}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types, with the gaps included for readers of the JSON file."""
+        return {**dataclasses.asdict(self), "gaps": self.gaps()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "probes") -> ProbeTable:
+        """Parse ``probes.json``; raises :class:`RecordsError` naming what is wrong."""
+        _check_schema(data, where)
+        body = {k: v for k, v in data.items() if k != "gaps"}
+        body["rows"] = [_from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
+        body["orbits"] = [_from_dict(OrbitRow, r, f"{where}.orbits")
+                          for r in body.get("orbits", [])]  # fmt: skip
+        return _from_dict(cls, body, where)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename: nothing half-written is left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder and every path in it (DESIGN.md section 7).
+
+    While a run is being set up or trained the folder holds a ``.incomplete`` marker;
+    :meth:`finish` removes it on success, and on failure removes the whole folder unless
+    something worth keeping (a checkpoint or geometry records) was written.
+
+    Attributes:
+        path: the folder.
+    """
+
+    path: Path
+
+    GEOMETRY = "geometry.jsonl"
+    PROBES = "probes.json"
+    FEATURES = "features.pt"
+    CONFIG = "config.yaml"
+    CHECKPOINTS = "checkpoints"
+    REPORT = "report"
+    INCOMPLETE = ".incomplete"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def create(cls, root: str | Path, name: str) -> RunFolder:
+        """Create ``<root>/<name>-<YYYYmmdd-HHMMSS>`` (a numeric suffix if it exists already).
+
+        Args:
+            root: the runs folder (created if missing).
+            name: the run's name, e.g. ``byol-digits``; no path separators.
+
+        Returns:
+            The new run folder, holding a ``.incomplete`` marker.
+
+        Raises:
+            ValueError: if ``name`` is empty or holds a path separator.
+        """
+        if not name or "/" in name or "\\" in name or name in {".", ".."}:
+            raise ValueError(f"run name must be a plain folder name, got {name!r}")
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for attempt in range(1000):
+            path = root / (f"{name}-{stamp}" + (f"-{attempt}" if attempt else ""))
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            (path / cls.INCOMPLETE).write_text("setting up\n")
+            return cls(path)
+        raise FileExistsError(f"could not create a fresh run folder for {name!r} under {root}")
+
+    @property
+    def geometry(self) -> Path:
+        """``geometry.jsonl``."""
+        return self.path / self.GEOMETRY
+
+    @property
+    def probes(self) -> Path:
+        """``probes.json``."""
+        return self.path / self.PROBES
+
+    @property
+    def features(self) -> Path:
+        """``features.pt``, the probes' feature cache."""
+        return self.path / self.FEATURES
+
+    @property
+    def config(self) -> Path:
+        """``config.yaml``, the resolved recipe."""
+        return self.path / self.CONFIG
+
+    @property
+    def checkpoints(self) -> Path:
+        """``checkpoints/``."""
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def report(self) -> Path:
+        """``report/`` (PNG plots and ``index.html``)."""
+        return self.path / self.REPORT
+
+    def has_results(self) -> bool:
+        """Whether the folder holds anything worth keeping (checkpoints or geometry records)."""
+        if any(self.path.rglob("*.ckpt")):
+            return True
+        return self.geometry.is_file() and self.geometry.stat().st_size > 0
+
+    def finish(self, *, ok: bool) -> bool:
+        """Drop the marker on success; on failure remove the folder unless it holds results.
+
+        Returns:
+            Whether the folder still exists.
+        """
+        if ok:
+            (self.path / self.INCOMPLETE).unlink(missing_ok=True)
+            return True
+        if not self.has_results():
+            shutil.rmtree(self.path, ignore_errors=True)
+            return False
+        (self.path / self.INCOMPLETE).write_text("failed; partial results kept\n")
+        return True
+
+    def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
+        """Write the resolved config; an unresolvable interpolation is kept as text."""
+        node = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(dict(cfg))
+        try:
+            text = OmegaConf.to_yaml(node, resolve=True)
+        except Exception:  # noqa: BLE001 - an unresolvable interpolation: keep it unresolved
+            text = OmegaConf.to_yaml(node)
+        _write_atomic(self.config, text)
+        return self.config
+
+    def records(self, *, ok_only: bool = False) -> list[GeometryRecord]:
+        """The geometry records (see :func:`read_records`)."""
+        return read_records(self.geometry, ok_only=ok_only)
+
+    def start_records(self, keep_through: int | None) -> None:
+        """Begin ``geometry.jsonl``: empty, or on resume the records up to a step.
+
+        Args:
+            keep_through: None for a fresh run (an existing file is replaced); else keep the
+                records with ``step <= keep_through`` (a torn last line is dropped) and
+                nothing after, so a resumed run continues without gap or duplicate.
+        """
+        kept: Iterable[GeometryRecord] = ()
+        if keep_through is not None:
+            kept = [r for r in self.records() if r.step <= keep_through]
+        _write_atomic(self.geometry, "".join(f"{r.to_json()}\n" for r in kept))
+
+    def append_record(self, record: GeometryRecord) -> None:
+        """Append one record as one line (flushed at once)."""
+        with self.geometry.open("a") as fh:
+            fh.write(record.to_json() + "\n")
+
+    def read_probes(self) -> ProbeTable | None:
+        """The probe table, None when the run has none."""
+        if not self.probes.is_file():
+            return None
+        try:
+            data = json.loads(self.probes.read_text())
+        except json.JSONDecodeError as err:
+            raise RecordsError(f"{self.probes}: not JSON ({err.msg})") from err
+        return ProbeTable.from_dict(data, str(self.probes))
+
+    def write_probes(self, table: ProbeTable) -> Path:
+        """Write ``probes.json`` atomically."""
+        _write_atomic(self.probes, json.dumps(table.to_dict(), indent=2, allow_nan=True))
+        return self.probes
