@@ -32,7 +32,7 @@ from solo_geometry.linalg.lanczos import slq_density
 from solo_geometry.linalg.operators import head_operators
 from solo_geometry.records import Scalar, Settings
 
-__all__ = ["GeometryAware", "GeometryView", "Measurement", "measure"]
+__all__ = ["GeometryAware", "GeometryView", "Measurement", "checked", "measure"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def _density(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Gene
     return {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()}
 
 
-def _checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
+def checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
     """The metrics with an undefined condition number as None; raise on any other non-finite.
 
     ``<op>/cond`` is NaN by definition when no eigenvalue is above the floor (M of a linear or
@@ -170,10 +170,8 @@ def measure(view: GeometryView, cfg: GeometryConfig, *, density: bool) -> Measur
         density: also compute H_eff's SLQ density.
 
     Returns:
-        The metrics, the settings that define them and the density (or None).
-
-    Raises:
-        FloatingPointError: if a number that must be finite is not.
+        The metrics (not yet checked: see :func:`checked`), the settings that define them and
+        the density (or None).
     """
     gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
     Z = view.features.detach()  # (V, N, d)
@@ -204,4 +202,4 @@ def measure(view: GeometryView, cfg: GeometryConfig, *, density: bool) -> Measur
         augment_samples=cfg.measure.augment_samples if cfg.measure.augment else None,
         seed=cfg.seed,
     )
-    return Measurement(_checked(metrics), settings, dens)
+    return Measurement(metrics, settings, dens)

@@ -39,7 +39,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.measure import GeometryAware, measure
+from solo_geometry.measure import GeometryAware, checked, measure
 from solo_geometry.records import GeometryRecord, RunFolder
 from solo_geometry.state import preserved_state
 
@@ -108,11 +108,16 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.is_global_zero and self._run is not None:
+        if not trainer.is_global_zero or self._run is None:
+            return
+        try:
             self._run.path.mkdir(parents=True, exist_ok=True)
             if not self._resumed and self._run.geometry.exists():
                 rank_zero_warn(f"GeometryMonitor: overwriting {self._run.geometry} (not resumed)")
             self._run.start_records(self.last_step if self._resumed else None)
+        except OSError as err:  # an unwritable folder never stops training
+            self._warn_once("write", f"GeometryMonitor: cannot write {self._run.geometry}: "
+                            f"{err!r}; measurements continue, unrecorded")  # fmt: skip
 
     @override
     def on_train_batch_start(
@@ -204,7 +209,7 @@ class GeometryMonitor(Callback):
             with preserved_state(pl_module):
                 view = pl_module.geometry_view(batch)  # type: ignore[operator]
                 result = measure(view, self.config, density=final or not self.n_records)
-            fields.update(status="ok", metrics=result.metrics, settings=result.settings,
+            fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
                           density=result.density)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training
             self.n_skipped += 1
@@ -225,7 +230,11 @@ class GeometryMonitor(Callback):
         if record.ok:
             self.last = {"step": record.step, **record.metrics}
         if trainer.is_global_zero and self._run is not None:
-            self._run.append_record(record)
+            try:
+                self._run.append_record(record)
+            except (OSError, ValueError) as err:  # an unwritable folder never stops training
+                self._warn_once("write", f"GeometryMonitor: cannot write {self._run.geometry}: "
+                                f"{err!r}; measurements continue, unrecorded")  # fmt: skip
         scalars = {f"geometry/{k}": float(v) for k, v in record.metrics.items()
                    if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
         scalars.update({"geometry/n_skipped": float(record.n_skipped),

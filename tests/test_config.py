@@ -11,10 +11,12 @@ from omegaconf import OmegaConf
 from solo_geometry.config import (
     GeometryConfig,
     HeadConfig,
+    MeasureConfig,
+    ProbesConfig,
     as_bool,
-    build_configured_head,
     geometry_config,
 )
+from solo_geometry.heads import build_configured_head
 
 
 def _cfg(node: object) -> OmegaConf:
@@ -89,11 +91,40 @@ class TestGeometryConfig:
             ({"measure": {"augment_families": ["blur"]}}, "geometry.measure.augment_families"),
             ({"init": {"alpha": -1.0}}, "geometry.init.alpha"),
             ({"enabled": "maybe"}, "geometry.enabled"),
+            ({"probes": {"targets": ["colour"]}}, "geometry.probes.targets"),
+            ({"probes": {"mlp": {"hidden": 0}}}, "geometry.probes.mlp.hidden"),
+            ({"probes": {"linear": {"l2_grid": []}}}, "geometry.probes.linear.l2_grid"),
+            ({"probes": {"orbits": {"families": ["blur"]}}}, "geometry.probes.orbits.families"),
+            ({"probes": {"orbits": {"k": 1}}}, "geometry.probes.orbits.k"),
+            ({"measure": {"tau": -1e-3}}, "geometry.measure.tau"),
         ],
     )
     def test_bad_input_names_the_key(self, node: dict, key: str) -> None:
         with pytest.raises(ValueError, match=key.replace(".", r"\.")):
             geometry_config(_cfg(node))
+
+    @pytest.mark.parametrize(
+        ("build", "key"),
+        [
+            (lambda: GeometryConfig(every_n_steps=0), "geometry.every_n_steps"),
+            (lambda: GeometryConfig(dtype="float16"), "geometry.dtype"),
+            (lambda: HeadConfig(name="mlp9"), "geometry.head.name"),
+            (lambda: HeadConfig(activation="sine"), "geometry.head.activation"),
+            (lambda: MeasureConfig(augment_families=["blur"]), "geometry.measure.augment_families"),
+            (lambda: ProbesConfig(probes=["svm"]), "geometry.probes.probes"),
+        ],
+    )
+    def test_python_construction_is_validated_too(self, build: object, key: str) -> None:
+        # the same checks whether the node comes from Hydra or from plain Python
+        with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+            build()  # type: ignore[operator]
+
+    def test_nested_probe_options_reach_the_config(self) -> None:
+        g = geometry_config(_cfg({"probes": {"mlp": {"hidden": 32}, "linear": {"tol": 1e-6},
+                                             "orbits": {"families": ["hue"], "k": 4}}}))  # fmt: skip
+        assert g is not None
+        assert (g.probes.mlp.hidden, g.probes.linear.tol) == (32, 1e-6)
+        assert (g.probes.orbits.families, g.probes.orbits.k) == (["hue"], 4)
 
     def test_unknown_head_lists_choices(self) -> None:
         with pytest.raises(ValueError, match="smooth_mlp"):

@@ -4,23 +4,8 @@ from torch import nn
 
 from solo_geometry.backbones import build_backbone
 from solo_geometry.heads import MetricLinearHead, SmoothMLPHead
-from solo_geometry.init import normalized_std, pseudo_collapse_, pseudo_collapse_backbone_
-
-
-class TestNormalizedStd:
-    def test_isotropic_and_collapsed(self):
-        x = torch.randn(20000, 16, generator=torch.Generator().manual_seed(0))
-        assert normalized_std(x) == pytest.approx(16**-0.5, rel=0.02)
-        assert normalized_std(torch.ones(10, 16)) == pytest.approx(0.0, abs=1e-7)
-
-    def test_against_numpy(self):
-        x = torch.randn(50, 7, dtype=torch.float64)
-        xn = (x / x.norm(dim=1, keepdim=True)).numpy()
-        assert normalized_std(x) == pytest.approx(xn.std(axis=0, ddof=1).mean(), rel=1e-6)
-
-    def test_bad_shape(self):
-        with pytest.raises(ValueError, match=r"got shape \(5,\)"):
-            normalized_std(torch.randn(5))
+from solo_geometry.geometry.stats import representation_stats
+from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
 
 
 class TestPseudoCollapse:
@@ -29,10 +14,10 @@ class TestPseudoCollapse:
         torch.manual_seed(0)
         head = SmoothMLPHead(32, 64, 16, activation=activation, norm=None)
         z = torch.randn(256, 32)
-        before = normalized_std(head(z))
+        before = representation_stats(head(z))["normalized_std"]
         weights = [m.weight.clone() for m in head.modules() if isinstance(m, nn.Linear)]
         assert pseudo_collapse_(head, alpha=0.1) is head
-        after = normalized_std(head(z))
+        after = representation_stats(head(z))["normalized_std"]
         assert after < 0.5 * before
         for w, m in zip(
             weights, [m for m in head.modules() if isinstance(m, nn.Linear)], strict=True

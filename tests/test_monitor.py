@@ -22,17 +22,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from solo_geometry.config import MeasureConfig
-from solo_geometry.monitor import (
-    GeometryAware,
-    GeometryMonitor,
-    GeometryView,
-    MonitorConfig,
-    kept,
-    preserved_state,
-    read_records,
-    subsample,
-)
+from solo_geometry.config import GeometryConfig, HeadConfig, MeasureConfig
+from solo_geometry.hosts.base import kept
+from solo_geometry.measure import GeometryAware, GeometryView, Measurement
+from solo_geometry.monitor import GeometryMonitor
+from solo_geometry.records import read_records
+from solo_geometry.state import preserved_state
 
 HESSIAN_KEYS = [
     f"{op}/{q}"
@@ -140,12 +135,12 @@ class CapturingGeometry(BoringGeometry):
         return super().features(X)
 
 
-def _config(out: Path, augment: bool = True, **kw: Any) -> MonitorConfig:
+def _config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
     measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
                             density_probes=1)  # fmt: skip
     base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, measure=measure, out_dir=str(out))
     base.update(kw)
-    return MonitorConfig(**base)
+    return GeometryConfig(**base)
 
 
 def _fit(
@@ -179,22 +174,20 @@ def _state(model: pl.LightningModule, trainer: pl.Trainer) -> dict[str, Tensor]:
 
 
 class TestMonitorConfig:
-    @pytest.mark.parametrize(
-        ("kw", "match"),
-        [({"every_n_steps": 0}, "every_n_steps"), ({"max_samples": 1}, "max_samples"),
-         ({"dtype": "half"}, "dtype"), ({"lanczos_steps": 0}, "lanczos_steps")],
-    )  # fmt: skip
-    def test_rejects(self, kw: dict, match: str) -> None:
-        with pytest.raises(ValueError, match=match):
-            MonitorConfig(**kw)
+    def test_takes_the_geometry_config_only(self) -> None:
+        with pytest.raises(TypeError, match="GeometryConfig"):
+            GeometryMonitor({"every_n_steps": 2})  # type: ignore[arg-type]
 
-    def test_from_geometry(self) -> None:
-        from solo_geometry.config import GeometryConfig
-
-        cfg = MonitorConfig.from_geometry(GeometryConfig(every_n_steps=7), out_dir="x")
-        assert (cfg.every_n_steps, cfg.out_dir, cfg.head_name) == (7, "x", "projector")
-        assert cfg.measure.augment_families == ["brightness"] and cfg.max_samples == 16
-        assert cfg.measure == GeometryConfig().measure
+    def test_cadence_and_settings_come_from_the_config(self, tmp_path: Path) -> None:
+        cfg = _config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")
+        _fit(tmp_path, [GeometryMonitor(cfg)], steps=7)
+        records = read_records(tmp_path)
+        assert [r.step for r in records] == [0, 3, 6, 7]
+        s = records[0].settings
+        assert (s.dtype, s.tau, s.n_batch, s.n_block, s.n_views) == ("float32", 1e-5, 8, 4, 2)
+        assert s.dim == 2 * 4 * 8 and s.floor == pytest.approx(
+            1e-5 * max(abs(records[0].metrics["heff/lambda_min"]),
+                       abs(records[0].metrics["heff/lambda_max"])))  # fmt: skip
 
     def test_module_without_view(self, tmp_path: Path) -> None:
         class Plain(BoringGeometry):
@@ -219,12 +212,6 @@ class TestHelpers:
         assert model.training and all(m.training for m in model.modules())
         assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
         assert torch.equal(rng, torch.get_rng_state())
-
-    def test_subsample(self) -> None:
-        batch = [torch.arange(10), [torch.ones(10, 3), torch.ones(10, 3)], torch.zeros(10), "x"]
-        out = subsample(batch, 4)
-        assert out[0].tolist() == [0, 1, 2, 3] and out[1][1].shape == (4, 3)
-        assert out[3] == "x" and subsample(batch, 20) is batch
 
     def test_kept_detaches_and_raises_half_precision(self) -> None:
         x = torch.randn(3, 4, requires_grad=True)
@@ -253,16 +240,19 @@ class TestGeometryMonitor:
         monitor = GeometryMonitor(_config(tmp_path), meta={"method": "boring"})
         _fit(tmp_path, [monitor])
         records = read_records(tmp_path)
-        assert [r["step"] for r in records] == [0, 2, 4, 6]
-        assert [r["status"] for r in records] == ["ok"] * 4, records[0].get("error")
+        assert [r.step for r in records] == [0, 2, 4, 6]
+        assert [r.status for r in records] == ["ok"] * 4, records[0].reason
         for r in records:
             for key in [*HESSIAN_KEYS, *STATS_KEYS, "rho/brightness", "head/weight_norm"]:
-                assert math.isfinite(r[key]), key
-            assert r["head"] == "Sequential" and r["n_skipped"] == 0
-        assert "density" in records[0] and "density" in records[-1] and records[-1]["final"]
-        assert "density" not in records[1]
-        assert math.isclose(sum(records[0]["density"]["weights"]), 1.0, rel_tol=1e-6)
-        assert records[0]["meta"] == {"method": "boring"}
+                assert math.isfinite(r.metrics[key]), key
+            assert r.head == "projector" and r.n_skipped == 0
+            # statistics over the whole batch, all views (8 samples x 2 views)
+            assert r.metrics["stats/n_samples"] == 16
+        assert records[0].density and records[-1].density and records[-1].final
+        assert records[1].density is None
+        assert math.isclose(sum(records[0].density["weights"]), 1.0, rel_tol=1e-6)
+        assert records[0].meta is not None and records[0].meta["method"] == "boring"
+        assert records[0].meta["geometry"]["every_n_steps"] == 2 and records[1].meta is None
 
     def test_measures_on_the_training_steps_features(self, tmp_path: Path) -> None:
         views: list[Tensor] = []
@@ -277,8 +267,8 @@ class TestGeometryMonitor:
         model, trainer = _fit(tmp_path, [monitor], Spy)
         assert "geometry/heff/lambda_max" in trainer.callback_metrics  # logged after backward
         records = read_records(tmp_path)
-        assert [r["step"] for r in records] == [0, 2, 4, 6]
-        assert [r["status"] for r in records] == ["ok"] * 4, records[0].get("error")
+        assert [r.step for r in records] == [0, 2, 4, 6]
+        assert [r.status for r in records] == ["ok"] * 4, records[0].reason
         assert model.fresh_forwards == 1  # only the final record, after training, ran its own
         assert model.kept is None  # capture switched off after each measurement
         assert [v.shape for v in views] == [torch.Size([2, 8, 8])] * 4
@@ -287,8 +277,8 @@ class TestGeometryMonitor:
         monitor = GeometryMonitor(_config(tmp_path))
         model, _ = _fit(tmp_path, [monitor], lambda: CapturingGeometry(skip_first=1), steps=3)
         records = read_records(tmp_path)
-        assert [r["step"] for r in records] == [0, 2, 3]
-        assert [r["status"] for r in records] == ["ok"] * 3, records[0].get("error")
+        assert [r.step for r in records] == [0, 2, 3]
+        assert [r.status for r in records] == ["ok"] * 3, records[0].reason
         assert model.fresh_forwards == 2  # the skipped step 0 and the final record
         assert model.kept is None
 
@@ -299,10 +289,10 @@ class TestGeometryMonitor:
             model, _ = _fit(tmp_path, [GeometryMonitor(_config(tmp_path))],
                             lambda: BoringGeometry(fail_at=(0, 4), nan_at=(2,)))  # fmt: skip
         records = read_records(tmp_path)
-        assert [r["status"] for r in records] == ["skipped", "skipped", "skipped", "ok"]
-        assert [r["n_skipped"] for r in records] == [1, 2, 3, 3]
-        assert "RuntimeError: boom" in records[0]["error"]
-        assert records[1]["error"]  # NaN loss: non-finite spectra or a failed eigensolver
+        assert [r.status for r in records] == ["skipped", "skipped", "skipped", "ok"]
+        assert [r.n_skipped for r in records] == [1, 2, 3, 3]
+        assert "RuntimeError: boom" in str(records[0].reason)
+        assert records[1].reason  # NaN loss: non-finite spectra or a failed eigensolver
         ours = [w for w in caught if "GeometryMonitor" in str(w.message)]
         assert len(ours) == 1  # warned once, then only counted
         for k, v in ref_model.state_dict().items():  # damage undone, training unchanged
@@ -326,24 +316,31 @@ class TestGeometryMonitor:
         ckpts = tmp_path / "ckpt"
         saver = ModelCheckpoint(dirpath=ckpts, every_n_train_steps=3, save_top_k=-1)
         _fit(tmp_path, [GeometryMonitor(_config(tmp_path)), saver])
-        assert [r["step"] for r in read_records(tmp_path)] == [0, 2, 4, 6]
+        assert [r.step for r in read_records(tmp_path)] == [0, 2, 4, 6]
         mid = next(p for p in ckpts.glob("*.ckpt") if "step=3" in p.name)
         ckpt = torch.load(mid, map_location="cpu", weights_only=True)  # plain types only
         entry = ckpt["geometry"]
         assert entry["summary"] == {"n_records": 2, "n_skipped": 0, "last_step": 2}
         assert entry["config"]["every_n_steps"] == 2 and entry["last"]["step"] == 2
         json.dumps(entry)
+        # what a kill after the checkpoint leaves: records up to step 4, the last one torn
+        lines = (tmp_path / "geometry.jsonl").read_text().splitlines()
+        (tmp_path / "geometry.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])
+        first = {r.step: r.seconds for r in read_records(tmp_path)}
         monitor = GeometryMonitor(_config(tmp_path))
         _fit(tmp_path, [monitor], ckpt=str(mid))
         records = read_records(tmp_path)
-        assert [r["step"] for r in records] == [0, 2, 4, 6]  # no gap, no duplicate
-        assert monitor.n_records == 4 and records[-1]["final"]
+        assert [r.step for r in records] == [0, 2, 4, 6]  # no gap, no duplicate
+        assert monitor.n_records == 4 and records[-1].final
+        # steps up to the checkpoint kept as written; those after it written by the resumed run
+        assert [r.seconds for r in records[:2]] == [first[0], first[2]]
+        assert records[2].seconds != first[4]
 
     def test_fresh_run_overwrites(self, tmp_path: Path) -> None:
         (tmp_path / "geometry.jsonl").write_text('{"step": 99}\n')
         with pytest.warns(UserWarning, match="overwriting"):
             _fit(tmp_path, [GeometryMonitor(_config(tmp_path))], steps=1)
-        assert [r["step"] for r in read_records(tmp_path)] == [0, 1]
+        assert [r.step for r in read_records(tmp_path)] == [0, 1]
 
     def test_non_finite_metric_is_skipped(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -352,15 +349,16 @@ class TestGeometryMonitor:
 
         real = monitor_module.measure
 
-        def fake(*args: Any, **kwargs: Any) -> Any:
-            metrics, density = real(*args, **kwargs)
-            return {**metrics, "z/cond": math.inf}, density
+        def fake(*args: Any, **kwargs: Any) -> Measurement:
+            result = real(*args, **kwargs)
+            metrics = {**result.metrics, "z/cond": math.inf}
+            return Measurement(metrics, result.settings, result.density)
 
         monkeypatch.setattr(monitor_module, "measure", fake)
         _fit(tmp_path, [GeometryMonitor(_config(tmp_path, augment=False))], steps=1)
         record = read_records(tmp_path)[0]
-        assert record["status"] == "skipped" and "FloatingPointError" in record["error"]
-        assert "z/cond" in record["error"]
+        assert record.status == "skipped" and "FloatingPointError" in str(record.reason)
+        assert "z/cond" in str(record.reason)
 
     def test_hessian_only_without_output_loss(self, tmp_path: Path) -> None:
         class FeaturesOnly(BoringGeometry):
@@ -371,5 +369,14 @@ class TestGeometryMonitor:
         monitor = GeometryMonitor(_config(tmp_path, augment=False))
         _fit(tmp_path, [monitor], FeaturesOnly, steps=1)
         record = read_records(tmp_path)[0]
-        assert record["status"] == "ok", record.get("error")
-        assert "heff/lambda_max" in record and "gn/lambda_max" not in record
+        assert record.status == "ok", record.reason
+        assert "heff/lambda_max" in record.metrics and "gn/lambda_max" not in record.metrics
+
+    def test_unwritable_folder_never_stops_training(self, tmp_path: Path) -> None:
+        ref_model, _ = _fit(tmp_path / "ref", [])
+        blocked = tmp_path / "blocked"
+        blocked.write_text("a file where the run folder should be")
+        with pytest.warns(UserWarning, match="GeometryMonitor"):
+            model, _ = _fit(tmp_path, [GeometryMonitor(_config(blocked / "run"))])
+        for k, v in ref_model.state_dict().items():
+            assert torch.equal(v, model.state_dict()[k]), k
