@@ -3,8 +3,8 @@ import torch
 from torch import nn
 
 from solo_geometry.backbones import build_backbone
-from solo_geometry.heads import MetricLinearHead, SmoothMLPHead
 from solo_geometry.geometry.stats import representation_stats
+from solo_geometry.heads import MetricLinearHead, SmoothMLPHead
 from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
 
 

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from solo_geometry.config import GeometryConfig, HeadConfig, MeasureConfig
+from solo_geometry.config import GeometryConfig, MeasureConfig
 from solo_geometry.hosts.base import kept
 from solo_geometry.measure import GeometryAware, GeometryView, Measurement
 from solo_geometry.monitor import GeometryMonitor

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +11,20 @@ import yaml
 from PIL import Image
 from torch import nn
 
+from solo_geometry.backbones import build_backbone
 from solo_geometry.checkpoint import load_model
 from solo_geometry.cli import main as cli_main
-from solo_geometry.features import extract_features, load_cache, rotation_set
+from solo_geometry.config import LinearProbeConfig, MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.datasets import probe_splits, rotation_set, stratified_split
+from solo_geometry.evaluation import evaluate
+from solo_geometry.features import extract_features, load_cache
+from solo_geometry.heads import solo_projector
 from solo_geometry.probes import (
     linear_probe,
     mlp_probe,
-    probe_report,
     standardize,
-    stratified_split,
 )
+from solo_geometry.records import RunFolder
 
 F64 = torch.float64
 
@@ -75,7 +78,9 @@ class TestLinearProbe:
     def test_estimated_preconditioner_matches_sklearn(self, d: int, max_rows: int) -> None:
         x, y = _random_features(500, d)  # more rows than max_rows: covariance from a subset
         tr, te = _split(len(y))
-        res = linear_probe(x[tr], y[tr], x[te], y[te], dtype=F64, max_rows=max_rows)
+        res = linear_probe(
+            x[tr], y[tr], x[te], y[te], LinearProbeConfig(max_rows=max_rows), dtype=F64
+        )
         ref = _sklearn_accuracy(x, y, tr, te, res.details["l2"])
         assert abs(res.accuracy - ref) <= 0.01, (res.accuracy, ref)
 
@@ -98,17 +103,16 @@ class TestLinearProbe:
         x, y = _random_features(200)
         state = torch.get_rng_state()
         linear_probe(x[:150], y[:150], x[150:], y[150:])
-        mlp_probe(x[:150], y[:150], x[150:], y[150:], max_epochs=2)
+        mlp_probe(x[:150], y[:150], x[150:], y[150:], MlpProbeConfig(max_epochs=2))
         assert torch.equal(state, torch.get_rng_state())
 
     @pytest.mark.parametrize(
         ("kwargs", "match"),
-        [({"l2_grid": ()}, "l2_grid"), ({"val_fraction": 1.5}, "fraction")],
+        [({"l2_grid": []}, "l2_grid"), ({"val_fraction": 1.5}, "val_fraction")],
     )
-    def test_bad_arguments_raise(self, kwargs: dict, match: str) -> None:
-        x, y = _random_features(100)
+    def test_bad_options_raise(self, kwargs: dict, match: str) -> None:
         with pytest.raises(ValueError, match=match):
-            linear_probe(x[:80], y[:80], x[80:], y[80:], **kwargs)
+            LinearProbeConfig(**kwargs)
 
     def test_shape_mismatch_raises(self) -> None:
         with pytest.raises(ValueError, match="same d"):
@@ -120,7 +124,7 @@ class TestMlpProbe:
         x, y = _xor()
         tr, te = _split(len(y))
         lin = linear_probe(x[tr], y[tr], x[te], y[te], dtype=F64)
-        mlp = mlp_probe(x[tr], y[tr], x[te], y[te], dtype=F64, hidden=32, lr=1e-2)
+        mlp = mlp_probe(x[tr], y[tr], x[te], y[te], MlpProbeConfig(hidden=32, lr=1e-2), dtype=F64)
         assert lin.accuracy < 0.65
         assert mlp.accuracy > 0.9
 
@@ -128,13 +132,13 @@ class TestMlpProbe:
         y = torch.arange(300) % 3
         x = torch.ones(300, 8, dtype=F64)
         tr, te = _split(300)
-        res = mlp_probe(x[tr], y[tr], x[te], y[te], dtype=F64, max_epochs=20)
+        res = mlp_probe(x[tr], y[tr], x[te], y[te], MlpProbeConfig(max_epochs=20), dtype=F64)
         assert res.accuracy <= float(torch.bincount(y[te]).max()) / len(te) + 1e-12
 
     def test_deterministic_for_a_seed(self) -> None:
         x, y = _xor(300)
-        a = mlp_probe(x[:200], y[:200], x[200:], y[200:], seed=1, max_epochs=15)
-        b = mlp_probe(x[:200], y[:200], x[200:], y[200:], seed=1, max_epochs=15)
+        a = mlp_probe(x[:200], y[:200], x[200:], y[200:], MlpProbeConfig(max_epochs=15), seed=1)
+        b = mlp_probe(x[:200], y[:200], x[200:], y[200:], MlpProbeConfig(max_epochs=15), seed=1)
         assert a == b
 
 
@@ -207,33 +211,30 @@ class TestExtractFeatures:
             extract_features(_Counting(), nn.Identity(), tmp_path / "nope", progress=False)
 
 
-class TestProbeReport:
-    def test_identity_head_probes_equally_and_writes_json(self, tmp_path: Path) -> None:
+class TestEvaluate:
+    def test_identity_head_probes_equally_and_writes_the_table(self, tmp_path: Path) -> None:
         data = _image_folder(tmp_path / "data")
-        out = tmp_path / "run"
+        run = RunFolder(tmp_path / "run")
         torch.manual_seed(0)
-        result = probe_report(_Counting(), nn.Identity(), data, out, orbit_families=("brightness",),
-                              orbit_images=6, orbit_k=3, progress=False)  # fmt: skip
-        saved = json.loads((out / "probes.json").read_text())
-        assert saved["gaps"] == result["gaps"]
-        assert len(saved["probes"]) == 2 * 2 * 3
-        assert all(abs(v) < 1e-12 for v in saved["gaps"]["z_minus_h"].values())
-        orbit = saved["orbits"]["brightness"]
-        assert orbit["compression_mean"] == pytest.approx(1.0)
-        assert {"z", "h", "compression_std"} <= set(orbit)
-        assert (out / "features.pt").is_file()
+        cfg = ProbesConfig(orbits=OrbitsConfig(families=["brightness"], images=6, k=3))
+        table = evaluate(_Counting(), nn.Identity(), data, run, cfg, progress=False)
+        saved = run.read_probes()
+        assert saved == table
+        assert len(saved.rows) == 2 * 2 * 3
+        assert all(abs(v) < 1e-12 for v in saved.gaps()["z_minus_h"].values())
+        (orbit,) = saved.orbits
+        assert orbit.family == "brightness" and orbit.compression["mean"] == pytest.approx(1.0)
+        assert run.features.is_file()
+        assert saved.settings["probes"]["orbits"]["k"] == 3
 
-    def test_unknown_target_raises(self, tmp_path: Path) -> None:
-        with pytest.raises(ValueError, match="unknown target 'colour'"):
-            probe_report(_Counting(), nn.Identity(), tmp_path, tmp_path, targets=("colour",))
+    def test_unknown_target_raises(self) -> None:
+        with pytest.raises(ValueError, match="unknown value 'colour'"):
+            ProbesConfig(targets=["colour"])
 
 
 def _fake_run(root: Path, method: str = "byol") -> Path:
-    from solo_geometry.backbones import build_backbone
-    from solo_geometry.checkpoint import _solo_projector
-
     backbone, d = build_backbone("resnet18", cifar=True)
-    projector = _solo_projector(method, d, 16, 8)
+    projector = solo_projector(method, d, 16, 8)
     state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
     state |= {f"projector.{k}": v for k, v in projector.state_dict().items()}
     state["classifier.weight"] = torch.zeros(3, d)
@@ -274,8 +275,8 @@ class TestProbeCommand:
         run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 4)
         assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",
                     "--targets", "class") == 0  # fmt: skip
-        probes = json.loads((run / "probes.json").read_text())["probes"]
-        assert {(p["features"], p["probe"]) for p in probes} == {
+        probes = RunFolder(run).read_probes().rows
+        assert {(p.features, p.probe) for p in probes} == {
             ("z", "linear"),
             ("z", "mlp"),
             ("h", "linear"),
@@ -311,8 +312,6 @@ class TestProbeCommand:
 
 class TestProbeSplits:
     def test_pair_of_folders_fits_on_train_and_scores_on_held_out(self, tmp_path: Path) -> None:
-        from solo_geometry.features import probe_splits
-
         root = _image_folder(tmp_path / "data", n_per_class=4)
         (root / "val" / "2" / "0.png").unlink()  # held-out: 11 images, train: 12
         pair = probe_splits((root / "train", root / "val"), seed=0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import warnings
 from pathlib import Path
@@ -13,14 +12,24 @@ import pytest
 import torch
 from PIL import Image
 
-from solo_geometry.report import add_report_parser, read_geometry, write_report
+from solo_geometry.records import (
+    GeometryRecord,
+    OrbitRow,
+    ProbeRow,
+    ProbeTable,
+    RunFolder,
+    Settings,
+)
+from solo_geometry.report import add_report_parser, write_report
 
 FAMILIES = ("brightness", "contrast", "saturation", "hue")
 
 
-def _record(step: int, head_scale: float, rng: np.random.Generator, density: bool) -> dict:
+def _record(
+    step: int, head_scale: float, rng: np.random.Generator, density: bool, tau: float = 1e-10
+) -> GeometryRecord:
     lmax = 2.0 * head_scale * (1 + 0.1 * step / 50)
-    rec = {"step": step, "epoch": step // 100, "status": "ok", "n_skipped": 0, "head": "smooth_mlp"}
+    rec: dict = {}
     for op, lo in (("heff", -0.3), ("gn", 1e-12), ("m", -0.4)):
         rec |= {f"{op}/lambda_min": lo * head_scale,
                 f"{op}/lambda_max": lmax * (0.5 + (op == "heff")),
@@ -35,15 +44,19 @@ def _record(step: int, head_scale: float, rng: np.random.Generator, density: boo
             f"{x}/effective_rank": dim / 3 + step / 10,
         }
     rec |= {f"rho/{f}": float(10 ** rng.uniform(-3, 0)) for f in FAMILIES}
+    dens = None
     if density:
         nodes = np.sort(rng.normal(0.5, 0.6, 40)) * head_scale
-        rec["density"] = {"nodes": nodes.tolist(), "weights": (np.ones(40) / 40).tolist()}
-    return rec
+        dens = {"nodes": nodes.tolist(), "weights": (np.ones(40) / 40).tolist()}
+    floor = tau * max(abs(rec["heff/lambda_min"]), abs(rec["heff/lambda_max"]))
+    settings = Settings(dtype="float64" if tau == 1e-10 else "float32", tau=tau, floor=floor)
+    return GeometryRecord(step, step // 100, "ok", settings=settings, metrics=rec, density=dens,
+                          head="smooth_mlp")  # fmt: skip
 
 
-def _probes_json() -> dict:
+def _probe_table() -> ProbeTable:
     rows = [
-        {"features": f, "probe": p, "target": t, "accuracy": acc, "chance": 0.1}
+        ProbeRow(f, p, t, acc, 0.1)
         for f, base in (("z", 0.9), ("h", 0.7))
         for p in ("linear", "mlp")
         for t, acc in (("class", base), ("rotation", base - 0.3), ("jitter", base - 0.4))
@@ -51,18 +64,9 @@ def _probes_json() -> dict:
     metrics = {k: 0.5 for k in ("spread_mean", "spread_std", "d_intra_mean", "d_intra_std",
                                 "d_inter_mean", "d_inter_std", "separation_mean",
                                 "separation_std")}  # fmt: skip
-    orbits = {
-        f: {
-            "z": metrics,
-            "h": metrics,
-            "compression_mean": 2.0 + i,
-            "compression_std": 0.3,
-            "t_max": 0.4,
-        }
-        for i, f in enumerate(FAMILIES)
-    }
-    return {"probes": rows, "gaps": {"z_minus_h": {"linear/class": 0.2},
-            "mlp_minus_linear": {"z/class": 0.0}}, "orbits": orbits}  # fmt: skip
+    orbits = [OrbitRow(f, 0.4, metrics, metrics, {"mean": 2.0 + i, "std": 0.3})
+              for i, f in enumerate(FAMILIES)]  # fmt: skip
+    return ProbeTable(rows, orbits)
 
 
 def _features(n: int) -> dict:
@@ -92,21 +96,22 @@ def make_run(
     corrupt: bool = False,
     probes: bool = True,
     n_features: int | None = 40,
+    tau: float = 1e-10,
 ) -> Path:
     run = root / name
     run.mkdir(parents=True)
     rng = np.random.default_rng(int(scale * 10))
     steps = list(range(0, 301, 50))
-    lines = [json.dumps(_record(s, scale, rng, s in (0, 300))) for s in steps]
-    lines.insert(3, json.dumps({"step": 125, "epoch": 1, "status": "skipped", "n_skipped": 1,
-                                "error": "non-finite Lanczos"}))  # fmt: skip
+    lines = [_record(s, scale, rng, s in (0, 300), tau).to_json() for s in steps]
+    skipped = GeometryRecord(125, 1, "skipped", reason="non-finite Lanczos", n_skipped=1)
+    lines.insert(3, skipped.to_json())
     if corrupt:
-        lines.insert(2, '{"step": 75, "heff/lambda_')  # truncated write
+        lines.insert(2, '{"step": 75, "heff/lambda_')  # a cut write in the middle of the file
         lines.insert(5, "[1, 2, 3]")
     (run / "geometry.jsonl").write_text("\n".join(lines) + "\n")
     (run / "config.yaml").write_text(f"method: simclr\ngeometry:\n  head:\n    name: {name}\n")
     if probes:
-        (run / "probes.json").write_text(json.dumps(_probes_json()))
+        RunFolder(run).write_probes(_probe_table())
     if n_features:
         torch.save(_features(n_features), run / "features.pt")
     return run
@@ -137,14 +142,14 @@ class TestWriteReport:
                                 "umap_orbit.png"}  # fmt: skip
         page = index.read_text()
         assert "Z - H" in page and "compression" in page and "method: simclr" in page
-        assert "line 4 (step 125): non-finite Lanczos" in page
+        assert "step 125: non-finite Lanczos" in page
 
     def test_corrupt_lines_named_and_rest_drawn(self, tmp_path: Path) -> None:
         run = make_run(tmp_path, "relu", corrupt=True, n_features=None)
         with pytest.warns(UserWarning, match="unusable lines 3, 6"):
             index = write_report([run], tmp_path / "out")
         page = index.read_text()
-        assert "line 3: not JSON" in page and "line 6: not a record" in page
+        assert "line 3: not JSON" in page and "line 6: expected a JSON object" in page
         assert "spectra.png" in _check_pngs(index)
         assert "no features.pt" in page
 
@@ -173,13 +178,33 @@ class TestWriteReport:
             write_report([])
 
 
-class TestReadGeometry:
-    def test_line_numbers_of_bad_lines(self, tmp_path: Path) -> None:
-        path = tmp_path / "g.jsonl"
-        path.write_text('{"step": 0, "status": "ok"}\n\nnot json\n{"epoch": 1}\n')
-        records, problems, skipped = read_geometry(path)
-        assert len(records) == 1 and skipped == []
-        assert [n for n, _ in problems] == [3, 4]
+class TestFloor:
+    """The spectra plot draws each record's own floor (its dtype's tau), not a default."""
+
+    @staticmethod
+    def _floor_curve(run: Path, tmp: Path) -> np.ndarray:
+        from solo_geometry import plots
+
+        drawn: list[np.ndarray] = []
+        real = plots.plt.Axes.plot
+
+        def spy(ax, x, y, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if str(kwargs.get("label", "")).endswith("-floor"):
+                drawn.append(np.asarray(y, dtype=float))
+            return real(ax, x, y, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(plots.plt.Axes, "plot", spy)
+            plots.plot_spectra([("r", RunFolder(run).records(ok_only=True))], tmp / "s.png")
+        return drawn[0]
+
+    @pytest.mark.parametrize("tau", [1e-10, 1e-5, 3e-3])
+    def test_each_records_floor(self, tmp_path: Path, tau: float) -> None:
+        run = make_run(tmp_path, "swish", probes=False, n_features=None, tau=tau)
+        records = RunFolder(run).records(ok_only=True)
+        expected = [-tau * max(abs(r.metrics["heff/lambda_min"]), abs(r.metrics["heff/lambda_max"]))
+                    for r in records]  # fmt: skip
+        np.testing.assert_allclose(self._floor_curve(run, tmp_path), expected, rtol=1e-12)
 
 
 class TestReportCommand:
