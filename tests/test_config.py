@@ -120,8 +120,9 @@ class TestGeometryConfig:
             build()  # type: ignore[operator]
 
     def test_nested_probe_options_reach_the_config(self) -> None:
-        g = geometry_config(_cfg({"probes": {"mlp": {"hidden": 32}, "linear": {"tol": 1e-6},
-                                             "orbits": {"families": ["hue"], "k": 4}}}))  # fmt: skip
+        probes = {"mlp": {"hidden": 32}, "linear": {"tol": 1e-6},
+                  "orbits": {"families": ["hue"], "k": 4}}  # fmt: skip
+        g = geometry_config(_cfg({"probes": probes}))
         assert g is not None
         assert (g.probes.mlp.hidden, g.probes.linear.tol) == (32, 1e-6)
         assert (g.probes.orbits.families, g.probes.orbits.k) == (["hue"], 4)

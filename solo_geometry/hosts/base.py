@@ -70,7 +70,7 @@ def assemble_view(
         head=head,
         loss_of_features=loss_of_features,
         backbone=backbone,
-        images=None if images is None else images.detach(),
+        images=images,
         loss_of_outputs=loss_of_outputs,
     )
 

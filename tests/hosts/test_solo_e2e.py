@@ -5,12 +5,11 @@ Real solo-learn 1.0.6, real Lightning Trainer, the digits data on disk, a couple
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from test_solo_helpers import (
     GEOMETRY_TINY,
     METHODS4,
@@ -26,6 +25,8 @@ from test_solo_helpers import (
     write_digits,
 )
 
+from solo_geometry.records import GeometryRecord, read_records
+
 pytest.importorskip("solo", reason=SOLO_REASON)
 
 DOCUMENTED = [
@@ -37,24 +38,23 @@ DOCUMENTED = [
 ]  # fmt: skip
 
 
-def _records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "geometry.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+def _records(run_dir: Path) -> list[GeometryRecord]:
+    return read_records(run_dir)
 
 
-def _check_records(records: list[dict], steps: list[int]) -> None:
-    assert [r["step"] for r in records] == steps
+def _check_records(records: list[GeometryRecord], steps: list[int]) -> None:
+    assert [r.step for r in records] == steps
     for r in records:
-        assert r["status"] == "ok", r.get("error")
-        for key in ("step", "epoch", "n_skipped", "head", *DOCUMENTED):
-            assert key in r, key
+        assert r.ok, r.reason
         for key in DOCUMENTED:
-            if r[key] is None:  # undefined cond: no eigenvalue above the floor (ReLU head's M)
+            assert key in r.metrics, key
+            if r.metrics[key] is None:  # undefined cond: no eigenvalue above the floor
                 assert key in ("m/cond", "gn/cond"), key
                 continue
-            assert math.isfinite(r[key]), (key, r[key])
+            assert math.isfinite(r.metrics[key]), (key, r.metrics[key])
+        assert r.settings.n_batch is not None and r.settings.floor is not None
     for r in (records[0], records[-1]):
-        assert len(r["density"]["nodes"]) == len(r["density"]["weights"]) > 0
+        assert r.density and len(r.density["nodes"]) == len(r.density["weights"]) > 0
 
 
 def _launcher(args: list[str], cwd: Path) -> tuple:
@@ -96,11 +96,11 @@ class TestMainPretrain:
                                   tmp_path / "b")  # fmt: skip
         assert plain.returncode == 0 and collapsed.returncode == 0, tail(collapsed)
         first_plain, first = _records(tmp_path / "a")[0], _records(tmp_path / "b")[0]
-        assert first["head"] == first_plain["head"] == "smooth_mlp"
-        assert first["meta"]["geometry"]["head"]["activation"] == "gelu"
-        assert first["meta"]["geometry"]["init"] == {"pseudo_collapse": True, "alpha": 0.1,
-                                                      "backbone": False}  # fmt: skip
-        ratio = first["head/weight_norm"] / first_plain["head/weight_norm"]
+        assert first.head == first_plain.head == "smooth_mlp"
+        assert first.meta and first.meta["geometry"]["head"]["activation"] == "gelu"
+        assert first.meta["geometry"]["init"] == {"pseudo_collapse": True, "alpha": 0.1,
+                                                  "backbone": False}  # fmt: skip
+        ratio = first.metrics["head/weight_norm"] / first_plain.metrics["head/weight_norm"]
         assert ratio == pytest.approx(0.1, rel=1e-4)  # same seed, every head weight times alpha
 
     def test_resume_continues_the_file(self, digits: Path, tmp_path: Path) -> None:
@@ -109,14 +109,23 @@ class TestMainPretrain:
                 "geometry.measure.augment=false"]  # fmt: skip
         first = main_pretrain("simclr", opts, tmp_path)
         assert first.returncode == 0, tail(first)
-        assert [r["step"] for r in _records(tmp_path)] == [0, 1, 2, 3, 4]
+        written = {r.step: r.seconds for r in _records(tmp_path)}
+        assert sorted(written) == [0, 1, 2, 3, 4]
         mid = next((tmp_path / "ckpt").rglob("*ep=0.ckpt"))
+        ckpt_step = torch.load(mid, map_location="cpu", weights_only=False)["global_step"]
+        # what a kill after the checkpoint leaves: the records up to it, then a torn line
+        lines = (tmp_path / "geometry.jsonl").read_text().splitlines()
+        (tmp_path / "geometry.jsonl").write_text(
+            "\n".join(lines[: ckpt_step + 1]) + "\n" + lines[ckpt_step + 1][:30]
+        )
         again = main_pretrain("simclr", [*opts, f"+resume_from_checkpoint='{mid}'"], tmp_path)
         assert again.returncode == 0, tail(again)
         records = _records(tmp_path)
-        assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # no gap, no duplicate
-        assert records[-1]["final"] and all(r["status"] == "ok" for r in records)
-        shutil.copy(mid, tmp_path.parent / "resume-mid.ckpt")
+        assert [r.step for r in records] == [0, 1, 2, 3, 4]  # no gap, no duplicate
+        assert records[-1].final and all(r.ok for r in records)
+        # the records after the checkpoint were written by the resumed run, not left over
+        assert all(r.seconds == written[r.step] for r in records if r.step <= ckpt_step - 1)
+        assert all(r.seconds != written[r.step] for r in records if r.step > ckpt_step)
 
     def test_unknown_head_fails_clearly(self, digits: Path, tmp_path: Path) -> None:
         proc = main_pretrain("byol", [*TINY, *_data(digits), "+geometry=on",

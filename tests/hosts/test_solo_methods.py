@@ -193,31 +193,13 @@ class TestHeadAndInit:
         assert type(METHODS["swav"](cfg)) is ORIGINAL["swav"]
 
     def test_configure_callbacks(self, digits: Path, tmp_path: Path) -> None:
+        from solo_geometry.callbacks import ProbeCallback, ReportCallback
         from solo_geometry.monitor import GeometryMonitor
-        from solo_geometry.callbacks import ProbeCallback
 
         cfg = _cfg(digits, "vicreg", ["+geometry=on", f"geometry.out_dir={tmp_path}",
                                       f"geometry.probes.data={digits / 'val'}"])  # fmt: skip
         callbacks = METHODS["vicreg"](cfg).configure_callbacks()
-        assert [type(c) for c in callbacks] == [GeometryMonitor, ProbeCallback]
+        assert [type(c) for c in callbacks] == [GeometryMonitor, ProbeCallback, ReportCallback]
         assert callbacks[0].config.out_dir == str(tmp_path)
-        assert callbacks[0].meta["geometry"]["head"]["name"] == "projector"
-
-
-class TestProbeCallback:
-    def test_skipped_with_a_note_without_labelled_data(self, tmp_path: Path) -> None:
-        from types import SimpleNamespace
-
-        from solo_geometry.config import ProbesConfig
-        from solo_geometry.callbacks import ProbeCallback
-
-        callback = ProbeCallback(ProbesConfig(), None, tmp_path)
-        trainer = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path))
-        callback.on_train_end(trainer, None)  # type: ignore[arg-type]
-        assert callback.result is None and not (tmp_path / "probes.json").exists()
-
-    def test_rejects_bad_config(self) -> None:
-        from solo_geometry.callbacks import ProbeCallback
-
-        with pytest.raises(TypeError, match="ProbesConfig"):
-            ProbeCallback({"enabled": True}, None, None)  # type: ignore[arg-type]
+        assert callbacks[0].meta == {"host": "solo", "method": "vicreg"}
+        assert callbacks[1].data == digits / "val"
