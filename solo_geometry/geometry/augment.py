@@ -7,21 +7,27 @@ Each family is a function ``aug(x, t)`` of images x (N, C, H, W) and a parameter
 * geometric (resampling with :func:`torch.nn.functional.grid_sample`, which has no forward-mode
   AD): rotation, scale, translation.
 
-Nothing is clamped to [0, 1]: clamping would zero the derivative wherever a pixel saturates.
+Families act on images in pixel space (unnormalised, as a data pipeline's transforms do before
+its ``Normalize``). Nothing is clamped to [0, 1]: clamping would zero the derivative wherever a
+pixel saturates.
 
-The tangent of a family at x is v_aug(x) = d f(aug(x, t)) / dt at t = 0, in the backbone's
-feature space Z (DESIGN.md section 3). ``metric_singularity`` compares the head's pullback
-metric G = J^T J along these tangents with random directions (rho_aug).
+The tangent of a family at x is v_aug(x) = d f(normalise(aug(x, t))) / dt at t = 0, in the
+backbone's feature space Z, with the recipe's normalisation between the augmentation and the
+backbone f, in the BatchNorm mode of the point it differentiates at (DESIGN.md section 3).
+``metric_singularity`` compares the head's pullback metric G = J^T J along these tangents with
+random directions (rho_aug).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _NormBase
 
 from solo_geometry.linalg.operators import has_batch_norm, head_operators
 
@@ -29,13 +35,18 @@ __all__ = [
     "COLOUR_FAMILIES",
     "FAMILIES",
     "GEOMETRIC_FAMILIES",
+    "Normalization",
     "apply_augmentation",
+    "apply_normalization",
     "augmentation_tangents",
     "default_step",
+    "deterministic_mode",
     "metric_singularity",
+    "undo_normalization",
 ]
 
 Augmentation = Callable[[Tensor, Tensor | float], Tensor]
+Normalization = tuple[Sequence[float], Sequence[float]]  # a recipe's per-channel (mean, std)
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale
 _RGB_TO_YIQ = torch.tensor(
@@ -172,49 +183,151 @@ def default_step(dtype: torch.dtype) -> float:
     return 1e-4 if dtype == torch.float64 else 2e-3
 
 
-def _central(backbone: nn.Module, aug: Augmentation, x: Tensor, h: float) -> Tensor:
-    """Central difference (f(aug(x, h)) - f(aug(x, -h))) / 2h, (N, d)."""
-    return (backbone(aug(x, h)) - backbone(aug(x, -h))) / (2 * h)
+def _channel_stats(x: Tensor, normalize: Normalization) -> tuple[Tensor, Tensor]:
+    """Mean and std of ``normalize`` as (1, C, 1, 1) tensors of x's dtype and device."""
+    mean, std = (
+        torch.as_tensor(v, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1) for v in normalize
+    )
+    if mean.numel() != x.shape[1] or std.numel() != x.shape[1] or not bool((std > 0).all()):
+        raise ValueError(
+            f"normalize must be (mean, std) with {x.shape[1]} values each and std > 0; "
+            f"got {normalize!r}"
+        )
+    return mean, std
+
+
+def apply_normalization(x: Tensor, normalize: Normalization) -> Tensor:
+    """(x - mean) / std per channel, as ``torchvision.transforms.Normalize``.
+
+    Args:
+        x: images (N, C, H, W) in pixel space.
+        normalize: ``(mean, std)``, C values each.
+
+    Returns:
+        Normalised images (N, C, H, W).
+
+    Raises:
+        ValueError: if ``normalize`` does not have C values each or a std is not positive.
+    """
+    mean, std = _channel_stats(x, normalize)
+    return (x - mean) / std
+
+
+def undo_normalization(x: Tensor, normalize: Normalization) -> Tensor:
+    """Undo :func:`apply_normalization`: x * std + mean, back to pixel space (N, C, H, W).
+
+    Raises:
+        ValueError: if ``normalize`` does not have C values each or a std is not positive.
+    """
+    mean, std = _channel_stats(x, normalize)
+    return x * std + mean
+
+
+@contextmanager
+def deterministic_mode(module: nn.Module, *, batch_stats: bool) -> Iterator[nn.Module]:
+    """Run ``module`` as a deterministic function of its input, leaving its state as found.
+
+    Inside the context every submodule is in eval mode (dropout and other random layers off)
+    except the normalisation layers with running statistics (BatchNorm and other ``_NormBase``),
+    which use the batch's statistics when ``batch_stats`` (training mode with
+    ``track_running_stats`` switched off, so running statistics and ``num_batches_tracked`` are
+    never written, and forward-mode AD sees no in-place update) and their running statistics
+    otherwise. Every module's ``training`` and ``track_running_stats`` are restored on exit.
+
+    Args:
+        module: the network.
+        batch_stats: whether normalisation layers use batch statistics (training-mode BatchNorm).
+
+    Yields:
+        ``module`` itself.
+    """
+    modules = list(module.modules())
+    saved = [(m.training, getattr(m, "track_running_stats", None)) for m in modules]
+    try:
+        for m in modules:
+            m.training = False
+            if batch_stats and isinstance(m, _NormBase):
+                m.training, m.track_running_stats = True, False
+        yield module
+    finally:
+        for m, (training, track) in zip(modules, saved, strict=True):
+            m.training = training
+            if track is not None:
+                m.track_running_stats = track
+
+
+def _central(f: Callable[[float], Tensor], h: float) -> Tensor:
+    """Central difference (f(h) - f(-h)) / 2h."""
+    return (f(h) - f(-h)) / (2 * h)
 
 
 def augmentation_tangents(
-    backbone: nn.Module, x: Tensor, family: str, *, step: float | None = None
+    backbone: nn.Module,
+    images: Tensor,
+    family: str,
+    *,
+    normalize: Normalization | None = None,
+    images_normalized: bool = True,
+    bn_training: bool | None = None,
+    step: float | None = None,
 ) -> Tensor:
-    """Tangents v_aug(x) = d backbone(aug(x, t)) / dt at t = 0.
+    """Tangents v_aug(x) = d backbone(normalise(aug(x, t))) / dt at t = 0, in Z.
 
-    The backbone runs in eval mode (per-image features; BatchNorm running statistics are read,
-    never written), restored in ``finally``. Colour families use forward-mode AD
-    (:func:`torch.func.jvp`), geometric ones central differences with ``step`` and ``step / 2``
-    combined by Richardson extrapolation (see :func:`default_step`).
+    The augmentation acts on the unnormalised image (pixel space), then comes the recipe's
+    normalisation, then the backbone (DESIGN.md section 3). With ``normalize = (mean, std)`` and
+    ``images_normalized`` (a training batch, normalised by the recipe) the images are first
+    mapped back to pixel space, x = images * std + mean; with ``images_normalized=False`` they
+    are taken as pixels. With ``normalize=None`` the images are pixels the backbone reads as
+    they are.
+
+    The backbone runs in the BatchNorm mode of the point it differentiates at: batch statistics
+    when ``bn_training`` (default: the backbone's own ``training`` flag, so a feature computed
+    in a training step is differentiated in training mode), running statistics otherwise; other
+    layers run in eval mode (no dropout), see :func:`deterministic_mode`. In batch-statistics
+    mode every image of the batch moves with t, so the batch statistics move too: the tangent is
+    that of the whole batch's pipeline, as in the training step. Running statistics,
+    ``num_batches_tracked``, every module's mode, ``.grad`` and the RNG are left as found.
+    Colour families use forward-mode AD (:func:`torch.func.jvp`); geometric ones central
+    differences with ``step`` and ``step / 2`` combined by Richardson extrapolation (see
+    :func:`default_step`), since ``grid_sample`` has no forward-mode AD.
 
     Args:
-        backbone: images (N, C, H, W) -> features (N, d).
-        x: images (N, C, H, W).
+        backbone: images (N, C, H, W) -> features (N, d) (or (N, d, 1, 1), flattened).
+        images: images (N, C, H, W), normalised or pixels (see above).
         family: one of ``FAMILIES``.
+        normalize: the recipe's ``(mean, std)`` (C values each), or None.
+        images_normalized: whether ``images`` are already normalised by ``normalize``.
+        bn_training: BatchNorm on batch statistics (True) or running statistics (False);
+            None: ``backbone.training``.
         step: central-difference step (geometric families); default :func:`default_step`.
 
     Returns:
-        Tangents (N, d).
+        Tangents (N, d), detached.
 
     Raises:
-        ValueError: on an unknown family or a non-positive step.
+        ValueError: on an unknown family, a non-positive step or a bad ``normalize``.
     """
     aug = _check_family(family)
-    h = default_step(x.dtype) if step is None else step
+    h = default_step(images.dtype) if step is None else step
     if h <= 0:
         raise ValueError(f"step must be positive; got {step}")
-    was_training = backbone.training
-    try:
-        backbone.eval()
-        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    x = images.detach()
+    if normalize is not None and images_normalized:
+        x = undo_normalization(x, normalize)  # (N, C, H, W) in pixel space
+
+    def pipeline(t: Tensor | float) -> Tensor:
+        moved = aug(x, t)  # (N, C, H, W), pixel space
+        return backbone(moved if normalize is None else apply_normalization(moved, normalize))
+
+    batch_stats = backbone.training if bn_training is None else bn_training
+    with deterministic_mode(backbone, batch_stats=batch_stats):
         if family in COLOUR_FAMILIES:
-            out = torch.func.jvp(lambda t: backbone(aug(x, t)), (zero,), (torch.ones_like(zero),))
-            return out[1].detach().flatten(1)  # (N, d)
+            zero = torch.zeros((), dtype=x.dtype, device=x.device)
+            out = torch.func.jvp(pipeline, (zero,), (torch.ones_like(zero),))
+            return out[1].detach().flatten(1)  # (N, d), the tangent
         with torch.no_grad():
-            coarse, fine = _central(backbone, aug, x, h), _central(backbone, aug, x, h / 2)
+            coarse, fine = _central(pipeline, h), _central(pipeline, h / 2)
         return (2 * fine - coarse).flatten(1)  # (N, d), Richardson: O(h) error cancels
-    finally:
-        backbone.train(was_training)
 
 
 def _quadratic_form(jv: Tensor, v: Tensor, per_sample: bool) -> Tensor:

@@ -1,16 +1,27 @@
-"""Representation statistics of one view's features (DESIGN.md section 3).
+"""Representation statistics, the whitening score and a metric's spectrum (DESIGN.md section 3).
 
-Every statistic is computed on the rows L2-normalised, in float64:
+Representation statistics are taken over every sample given: features (M, d), or (V, N, d) whose
+views are pooled into M = V * N rows, as the paper's code concatenates ``[z1, z2]``. Each is
+computed on the rows L2-normalised, in float64:
 
-* ``normalized_std``: the standard deviation over samples (unbiased, N - 1) of each dimension of
-  the normalised rows, averaged over dimensions; about 1/sqrt(d) when healthy, 0 at collapse;
-* ``cov_eigenvalues``: eigenvalues of the covariance (centred, divided by N - 1) of the
+* ``normalized_std``: the standard deviation over samples (unbiased, M - 1) of each dimension of
+  the normalised rows, averaged over dimensions; about 1/sqrt(d) when healthy, 0 at collapse
+  (the paper's ``torch.std(F.normalize(z), dim=0).mean()``);
+* ``cov_eigenvalues``: eigenvalues of the covariance (centred, divided by M - 1) of the
   normalised rows, descending, from the singular values of the centred matrix;
 * ``rank``: numerical rank of the centred matrix, singular values above
-  max(N, d) * eps(float64) * sigma_max (NumPy's ``matrix_rank`` rule);
-* ``cond``: largest over smallest covariance eigenvalue within the numerical rank (NaN at rank 0);
+  max(M, d) * eps(float64) * sigma_max (NumPy's ``matrix_rank`` rule);
+* ``cond`` (the default): largest over smallest covariance eigenvalue within the numerical rank
+  (NaN at rank 0), never against a clamp;
+* ``cond_paper``: the paper's covariance condition number, for comparison only: lambda_max over
+  max(lambda_min, 1e-7) over all d eigenvalues of that covariance (its code: ``eigvalsh`` of
+  ``z_c.T @ z_c / (M - 1)``, ``torch.clamp(eigenvalues[0], min=1e-7)``); with M <= d it is
+  lambda_max / 1e-7 whatever the features;
 * ``effective_rank``: RankMe [0], exp of the entropy of p_k = sigma_k / ||sigma||_1 + eps over
   the singular values sigma of the normalised (uncentred) rows, eps = 1e-7 by default.
+
+The whitening score compares Cov(H) with Cov(Z) on their shared numerical rank; the metric
+spectrum summarises the eigenvalues of a metric-linear head's W^T W.
 
 References:
     - [0]: Garrido, Balestriero, Najman, LeCun, 2023, arXiv 2210.02885 (RankMe)
@@ -19,14 +30,28 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["RANKME_EPS", "normalise_rows", "representation_stats", "stats_record"]
+__all__ = [
+    "PAPER_COV_CLAMP",
+    "RANKME_EPS",
+    "MetricSpectrum",
+    "RepresentationStats",
+    "WhiteningScore",
+    "metric_spectrum",
+    "normalise_rows",
+    "normalized_std",
+    "pool_views",
+    "representation_stats",
+    "stats_record",
+    "whitening_score",
+]
 
 RANKME_EPS = 1e-7  # RankMe's epsilon, as in its paper
+PAPER_COV_CLAMP = 1e-7  # the paper's clamp of the smallest covariance eigenvalue
 
 
 def normalise_rows(X: Tensor) -> Tensor:
@@ -35,63 +60,255 @@ def normalise_rows(X: Tensor) -> Tensor:
     return X / X.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
 
 
-def representation_stats(X: Tensor, *, eps: float = RANKME_EPS) -> dict[str, Any]:
-    """Statistics of one view's features.
-
-    Args:
-        X: features (N, d), N >= 2.
-        eps: RankMe's epsilon added to the L1-normalised singular values.
-
-    Returns:
-        Dict with ``normalized_std`` (float), ``cov_eigenvalues`` (list of d floats,
-        descending), ``cond`` (float), ``rank`` (int), ``effective_rank`` (float), ``eps``.
-
-    Raises:
-        ValueError: if X is not (N, d) with N >= 2.
-    """
-    if X.ndim != 2 or X.shape[0] < 2:
-        raise ValueError(f"X must have shape (N, d) with N >= 2; got {tuple(X.shape)}")
-    n, d = X.shape
-    Xn = normalise_rows(X)  # (N, d)
-    normalized_std = float(Xn.std(dim=0, correction=1).mean())
-    centred = Xn - Xn.mean(dim=0, keepdim=True)  # (N, d)
-    sigma = torch.linalg.svdvals(centred)  # (min(N, d),) descending
-    cov = torch.zeros(d, dtype=torch.float64)
-    cov[: sigma.numel()] = sigma**2 / (n - 1)
-    tol = max(n, d) * torch.finfo(torch.float64).eps * float(sigma[0])
-    rank = int((sigma > tol).sum())
-    cond = float(cov[0] / cov[rank - 1]) if rank > 0 else math.nan
-    s = torch.linalg.svdvals(Xn)
-    p = s / s.sum() + eps
-    effective_rank = float(torch.exp(-(p * torch.log(p)).sum()))
-    return {
-        "normalized_std": normalized_std,
-        "cov_eigenvalues": cov.tolist(),
-        "cond": cond,
-        "rank": rank,
-        "effective_rank": effective_rank,
-        "eps": eps,
-    }
-
-
-def stats_record(prefix: str, X: Tensor) -> dict[str, float]:
-    """Flat scalar record ``<prefix>/normalized_std``, ``/cond``, ``/rank``, ``/effective_rank``.
-
-    Args:
-        prefix: key prefix, e.g. ``"z"`` or ``"h"``.
-        X: one view (N, d), or several (V, N, d): then each statistic is computed per view and
-            averaged over views.
-
-    Returns:
-        The four scalars as floats.
+def pool_views(X: Tensor) -> Tensor:
+    """Features (N, d) as they are, or (V, N, d) with the views pooled into (V * N, d).
 
     Raises:
         ValueError: if X is neither 2- nor 3-dimensional.
     """
-    if X.ndim == 2:
-        X = X.unsqueeze(0)
-    if X.ndim != 3:
+    if X.ndim == 3:
+        return X.reshape(-1, X.shape[-1])  # (V * N, d), views stacked as torch.cat does
+    if X.ndim != 2:
         raise ValueError(f"X must have shape (N, d) or (V, N, d); got {tuple(X.shape)}")
-    keys = ("normalized_std", "cond", "rank", "effective_rank")
-    per_view = [representation_stats(view) for view in X]
-    return {f"{prefix}/{k}": sum(float(s[k]) for s in per_view) / len(per_view) for k in keys}
+    return X
+
+
+def _rows(X: Tensor) -> Tensor:
+    X = pool_views(X)
+    if X.shape[0] < 2:
+        raise ValueError(f"X must hold at least 2 samples; got shape {tuple(X.shape)}")
+    return normalise_rows(X)  # (M, d)
+
+
+def normalized_std(X: Tensor) -> float:
+    """Std over samples of the L2-normalised rows, averaged over dimensions.
+
+    About 1/sqrt(d) for isotropic features, 0 for collapsed ones (every row the same). The std
+    is unbiased (M - 1), as ``torch.std``; views of (V, N, d) are pooled first, as the paper's
+    code does with ``torch.cat([z1, z2])``.
+
+    Args:
+        X: features (N, d) or (V, N, d), at least 2 samples in all.
+
+    Returns:
+        The statistic as a float (computed in float64).
+
+    Raises:
+        ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
+    """
+    return float(_rows(X).std(dim=0, correction=1).mean())
+
+
+def _covariance_spectrum(Xn: Tensor) -> tuple[Tensor, int]:
+    """Covariance eigenvalues (d,) descending and numerical rank of normalised rows (M, d)."""
+    m, d = Xn.shape
+    sigma = torch.linalg.svdvals(Xn - Xn.mean(dim=0, keepdim=True))  # (min(M, d),) descending
+    cov = torch.zeros(d, dtype=torch.float64, device=Xn.device)
+    cov[: sigma.numel()] = sigma**2 / (m - 1)
+    tol = max(m, d) * torch.finfo(torch.float64).eps * sigma[0]
+    return cov, int((sigma > tol).sum())
+
+
+def _cond_on_rank(eigenvalues: Tensor, rank: int) -> float:
+    """lambda_1 / lambda_rank of descending eigenvalues; NaN at rank 0."""
+    return float(eigenvalues[0] / eigenvalues[rank - 1]) if rank > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class RepresentationStats:
+    """Statistics of one representation (definitions in the module docstring).
+
+    Attributes:
+        normalized_std: mean over dimensions of the std of the normalised rows.
+        cond: covariance condition number on the numerical rank (the default).
+        cond_paper: lambda_max / max(lambda_min, 1e-7), the paper's (comparison only).
+        rank: numerical rank of the centred normalised rows.
+        effective_rank: RankMe with ``eps``.
+        cov_eigenvalues: the d covariance eigenvalues, descending.
+        n_samples: rows the statistics saw (views pooled).
+        eps: RankMe's epsilon used.
+    """
+
+    normalized_std: float
+    cond: float
+    cond_paper: float
+    rank: int
+    effective_rank: float
+    cov_eigenvalues: tuple[float, ...]
+    n_samples: int
+    eps: float
+
+    def as_record(self, prefix: str) -> dict[str, float]:
+        """Flat scalars ``<prefix>/<field>``, eigenvalues left out, ``eps`` as ``rankme_eps``."""
+        values = {
+            "normalized_std": self.normalized_std,
+            "cond": self.cond,
+            "cond_paper": self.cond_paper,
+            "rank": self.rank,
+            "effective_rank": self.effective_rank,
+            "n_samples": self.n_samples,
+            "rankme_eps": self.eps,
+        }
+        return {f"{prefix}/{k}": float(v) for k, v in values.items()}
+
+
+def representation_stats(X: Tensor, *, eps: float = RANKME_EPS) -> RepresentationStats:
+    """Statistics of a representation over all its samples.
+
+    Args:
+        X: features (N, d), or (V, N, d) whose views are pooled; at least 2 samples in all.
+        eps: RankMe's epsilon added to the L1-normalised singular values.
+
+    Returns:
+        The :class:`RepresentationStats`.
+
+    Raises:
+        ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
+    """
+    Xn = _rows(X)  # (M, d)
+    cov, rank = _covariance_spectrum(Xn)
+    s = torch.linalg.svdvals(Xn)
+    p = s / s.sum() + eps
+    return RepresentationStats(
+        normalized_std=float(Xn.std(dim=0, correction=1).mean()),
+        cond=_cond_on_rank(cov, rank),
+        cond_paper=float(cov[0] / cov[-1].clamp_min(PAPER_COV_CLAMP)),
+        rank=rank,
+        effective_rank=float(torch.exp(-(p * torch.log(p)).sum())),
+        cov_eigenvalues=tuple(cov.tolist()),
+        n_samples=Xn.shape[0],
+        eps=eps,
+    )
+
+
+def stats_record(prefix: str, X: Tensor, *, eps: float = RANKME_EPS) -> dict[str, float]:
+    """:meth:`RepresentationStats.as_record` of ``representation_stats(X)``.
+
+    Args:
+        prefix: key prefix, e.g. ``"z"`` or ``"h"``.
+        X: features (N, d) or (V, N, d) (views pooled, never averaged).
+        eps: RankMe's epsilon.
+
+    Returns:
+        ``<prefix>/normalized_std``, ``/cond``, ``/cond_paper``, ``/rank``, ``/effective_rank``,
+        ``/n_samples`` and ``/rankme_eps`` as floats.
+
+    Raises:
+        ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
+    """
+    return representation_stats(X, eps=eps).as_record(prefix)
+
+
+@dataclass(frozen=True)
+class WhiteningScore:
+    """Condition numbers of Cov(Z) and Cov(H) on their shared numerical rank k.
+
+    Attributes:
+        score: cond_h / cond_z; below 1 when the head whitens (H more isotropic than Z).
+        rank: k = min(rank Cov(Z), rank Cov(H)).
+        cond_z: lambda_1 / lambda_k of Cov(Z).
+        cond_h: lambda_1 / lambda_k of Cov(H).
+    """
+
+    score: float
+    rank: int
+    cond_z: float
+    cond_h: float
+
+    def as_record(self, prefix: str = "whitening") -> dict[str, float]:
+        """Flat scalars ``<prefix>/{score,rank,cond_z,cond_h}``."""
+        return {
+            f"{prefix}/{k}": float(getattr(self, k)) for k in ("score", "rank", "cond_z", "cond_h")
+        }
+
+
+def whitening_score(Z: Tensor, H: Tensor) -> WhiteningScore:
+    """How much more isotropic the head's outputs are than the backbone's features.
+
+    Both covariances are of L2-normalised rows, centred, divided by M - 1 (as in
+    :func:`representation_stats`). With k the smaller of their two numerical ranks, each is
+    summarised by lambda_1 / lambda_k of its own descending eigenvalues, and the score is
+    cond_k(H) / cond_k(Z): 1 when the head keeps the conditioning, below 1 when it whitens.
+    Comparing on the shared rank keeps a wider space (p > d) from counting its extra null
+    directions. NaN when k = 0.
+
+    Args:
+        Z: backbone features (N, d) or (V, N, d).
+        H: head outputs (N, p) or (V, N, p) of the same samples.
+
+    Returns:
+        The :class:`WhiteningScore`.
+
+    Raises:
+        ValueError: if either is not (N, d) or (V, N, d) or holds fewer than 2 samples.
+    """
+    cov_z, rank_z = _covariance_spectrum(_rows(Z))
+    cov_h, rank_h = _covariance_spectrum(_rows(H))
+    k = min(rank_z, rank_h)
+    cond_z, cond_h = _cond_on_rank(cov_z, k), _cond_on_rank(cov_h, k)
+    return WhiteningScore(
+        score=cond_h / cond_z if k > 0 else math.nan, rank=k, cond_z=cond_z, cond_h=cond_h
+    )
+
+
+@dataclass(frozen=True)
+class MetricSpectrum:
+    """Summary of the eigenvalues of a metric W^T W (d x d).
+
+    Attributes:
+        min: smallest eigenvalue (as given; round-off may make it slightly negative).
+        max: largest eigenvalue.
+        cond: largest over smallest eigenvalue above the numerical-rank floor.
+        rank: eigenvalues above d * eps(dtype) * max, NumPy's ``matrix_rank`` rule for a
+            symmetric matrix (``hermitian=True``).
+        effective_rank: RankMe of W: exp of the entropy of s_k / ||s||_1 + eps with
+            s = sqrt(max(lambda, 0)) the singular values of W (NaN when W = 0).
+        eps: RankMe's epsilon used.
+    """
+
+    min: float
+    max: float
+    cond: float
+    rank: int
+    effective_rank: float
+    eps: float
+
+    def as_record(self, prefix: str = "metric") -> dict[str, float]:
+        """Flat scalars ``<prefix>/{min,max,cond,rank,effective_rank}``."""
+        keys = ("min", "max", "cond", "rank", "effective_rank")
+        return {f"{prefix}/{k}": float(getattr(self, k)) for k in keys}
+
+
+def metric_spectrum(eigenvalues: Tensor, *, eps: float = RANKME_EPS) -> MetricSpectrum:
+    """Summarise the spectrum of a metric-linear head's metric W^T W.
+
+    Args:
+        eigenvalues: the d eigenvalues of W^T W (d,), any order; the floor uses their dtype's
+            machine epsilon.
+        eps: RankMe's epsilon.
+
+    Returns:
+        The :class:`MetricSpectrum` (cond NaN when no eigenvalue is above the floor).
+
+    Raises:
+        ValueError: if ``eigenvalues`` is not a non-empty 1-D floating tensor.
+    """
+    if eigenvalues.ndim != 1 or eigenvalues.numel() == 0 or not eigenvalues.is_floating_point():
+        raise ValueError(
+            f"eigenvalues must be a non-empty 1-D floating tensor; got shape "
+            f"{tuple(eigenvalues.shape)}, dtype {eigenvalues.dtype}"
+        )
+    floor_eps = torch.finfo(eigenvalues.dtype).eps
+    lam = eigenvalues.detach().double().sort(descending=True).values  # (d,)
+    tol = lam.numel() * floor_eps * lam[0].abs()
+    rank = int((lam > tol).sum())
+    s = lam.clamp_min(0.0).sqrt()
+    p = s / s.sum() + eps
+    return MetricSpectrum(
+        min=float(lam[-1]),
+        max=float(lam[0]),
+        cond=_cond_on_rank(lam, rank),
+        rank=rank,
+        effective_rank=float(torch.exp(-(p * torch.log(p)).sum())),
+        eps=eps,
+    )

@@ -12,9 +12,11 @@ from solo_geometry.geometry.augment import (
     FAMILIES,
     GEOMETRIC_FAMILIES,
     apply_augmentation,
+    apply_normalization,
     augmentation_tangents,
     default_step,
     metric_singularity,
+    undo_normalization,
 )
 
 
@@ -65,7 +67,60 @@ class TestFamilies:
             augmentation_tangents(backbone(), images(), "rotation", step=0.0)
 
 
+CIFAR = ((0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
+
+
+def pipeline_reference(
+    net: nn.Module, pixels: Tensor, family: str, bn_training: bool
+) -> tuple[Tensor, Tensor]:
+    """Central differences (h = 1e-6) and reverse-over-reverse AD of the whole pipeline:
+    augment the pixels, normalise with CIFAR's statistics, run a copy of the net in the mode."""
+    net = copy.deepcopy(net).train(bn_training)  # the copy's running statistics may move
+    mean, std = (torch.tensor(v, dtype=torch.float64).view(1, 3, 1, 1) for v in CIFAR)
+
+    def f(t: Tensor | float) -> Tensor:
+        return net((apply_augmentation(pixels, family, t) - mean) / std)
+
+    h = 1e-6
+    with torch.no_grad():
+        cd = (f(h) - f(-h)) / (2 * h)
+    t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    y = f(t)
+    u = torch.zeros_like(y, requires_grad=True)
+    (w,) = torch.autograd.grad(y, t, grad_outputs=u, create_graph=True)
+    return cd, torch.autograd.grad(w, u)[0]
+
+
 class TestTangents:
+    @pytest.mark.parametrize("family", sorted(FAMILIES))
+    @pytest.mark.parametrize("bn_training", [True, False])
+    @pytest.mark.parametrize("images_normalized", [True, False])
+    def test_pixel_space_pipeline_in_the_batch_norm_mode(
+        self, family: str, bn_training: bool, images_normalized: bool
+    ) -> None:
+        net, pixels = backbone(norm=True).train(bn_training), images(n=4)
+        mean, std = (torch.tensor(v, dtype=torch.float64).view(1, 3, 1, 1) for v in CIFAR)
+        given = (pixels - mean) / std if images_normalized else pixels
+        got = augmentation_tangents(
+            net, given, family, normalize=CIFAR, images_normalized=images_normalized
+        )
+        cd, exact = pipeline_reference(net, pixels, family, bn_training)
+        assert got.shape == (4, 24)
+        smooth = family in COLOUR_FAMILIES  # bicubic resampling is C1 only: cd error O(h)
+        assert rel(cd, exact) < (1e-8 if smooth else 5e-5)
+        assert rel(got, cd) < (1e-8 if smooth else 1e-4)
+        assert rel(got, exact) < (1e-12 if smooth else 1e-5)
+
+    def test_explicit_mode_overrides_the_flag(self) -> None:
+        net, pixels = backbone(norm=True).eval(), images(n=4)
+        got = augmentation_tangents(
+            net, pixels, "brightness", normalize=CIFAR, images_normalized=False, bn_training=True
+        )
+        cd, _ = pipeline_reference(net, pixels, "brightness", bn_training=True)
+        assert rel(got, cd) < 1e-8
+        eval_cd, _ = pipeline_reference(net, pixels, "brightness", bn_training=False)
+        assert rel(eval_cd, cd) > 1e-2  # the two modes are different functions
+
     @pytest.mark.parametrize("family", COLOUR_FAMILIES)
     def test_colour_equals_central_differences(self, family: str) -> None:
         net, x, h = backbone(), images(), 1e-5
@@ -87,16 +142,35 @@ class TestTangents:
         assert rel(half, full) < tol
         assert rel(full.double(), exact_tangent(backbone(), images(), family)) < tol
 
-    def test_backbone_left_untouched(self) -> None:
-        net = backbone(norm=True).train()
+    @pytest.mark.parametrize("bn_training", [None, True, False])
+    def test_backbone_left_untouched(self, bn_training: bool | None) -> None:
+        net = nn.Sequential(backbone(norm=True), nn.Dropout(0.5)).train()
+        net[0][1].eval()  # a mixed-mode module: each flag must come back as it was
         net(images())
+        modes = [(m.training, getattr(m, "track_running_stats", None)) for m in net.modules()]
         state, rng = copy.deepcopy(net.state_dict()), torch.get_rng_state()
         for family in ("hue", "rotation"):
-            augmentation_tangents(net, images(), family)
-        assert net.training and torch.equal(torch.get_rng_state(), rng)
+            augmentation_tangents(net, images(), family, normalize=CIFAR, bn_training=bn_training)
+        assert torch.equal(torch.get_rng_state(), rng)  # dropout never drew
+        assert modes == [
+            (m.training, getattr(m, "track_running_stats", None)) for m in net.modules()
+        ]
         for key, value in net.state_dict().items():
             assert torch.equal(value, state[key]), key
         assert all(p.grad is None for p in net.parameters())
+
+
+class TestNormalization:
+    def test_round_trip_and_torchvision(self) -> None:
+        normalize = pytest.importorskip("torchvision.transforms").Normalize(*CIFAR)
+        x = images()
+        torch.testing.assert_close(apply_normalization(x, CIFAR), normalize(x))
+        torch.testing.assert_close(undo_normalization(apply_normalization(x, CIFAR), CIFAR), x)
+
+    @pytest.mark.parametrize("bad", [((0.5, 0.5), (0.2, 0.2)), ((0.5,) * 3, (0.2, 0.0, 0.2))])
+    def test_rejects_bad_statistics(self, bad: tuple) -> None:
+        with pytest.raises(ValueError, match="normalize must be"):
+            augmentation_tangents(backbone(), images(), "hue", normalize=bad)
 
 
 def per_sample_rho(head: nn.Module, z: Tensor, v: Tensor, generator: torch.Generator) -> float:

@@ -6,10 +6,25 @@ import numpy as np
 import pytest
 import torch
 
-from solo_geometry.geometry.stats import RANKME_EPS, representation_stats, stats_record
+from solo_geometry.geometry.stats import (
+    RANKME_EPS,
+    MetricSpectrum,
+    RepresentationStats,
+    metric_spectrum,
+    normalized_std,
+    representation_stats,
+    stats_record,
+    whitening_score,
+)
+
+
+def low_rank(n: int, d: int, rank: int, seed: int = 0, shift: float = 2.0) -> np.ndarray:
+    gen = np.random.default_rng(seed)
+    return gen.normal(size=(n, rank)) @ gen.normal(size=(rank, d)) + shift
 
 
 def numpy_stats(x: np.ndarray, eps: float = RANKME_EPS) -> dict:
+    """Reference: NumPy's cov, eigvalsh and matrix_rank on the L2-normalised rows."""
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
     cov = np.cov(xn, rowvar=False)  # centred, divided by N - 1
     eig = np.sort(np.linalg.eigvalsh(cov))[::-1]
@@ -25,39 +40,145 @@ def numpy_stats(x: np.ndarray, eps: float = RANKME_EPS) -> dict:
     }
 
 
+def paper_cond(z: np.ndarray) -> float:
+    """The paper's code (experiments.py, hessian_tracker.py) in NumPy, float64."""
+    z = z / np.linalg.norm(z, axis=1, keepdims=True)
+    zc = z - z.mean(axis=0, keepdims=True)
+    eigenvalues = np.linalg.eigvalsh(zc.T @ zc / (z.shape[0] - 1))  # ascending
+    return eigenvalues[-1] / max(eigenvalues[0], 1e-7)
+
+
 class TestRepresentationStats:
     @pytest.mark.parametrize(("n", "d", "true_rank"), [(64, 8, 8), (20, 32, 19), (50, 10, 3)])
     def test_matches_numpy(self, n: int, d: int, true_rank: int) -> None:
-        gen = np.random.default_rng(0)
-        x = gen.normal(size=(n, true_rank)) @ gen.normal(size=(true_rank, d)) + 2.0
+        x = low_rank(n, d, true_rank)
         got = representation_stats(torch.from_numpy(x))
         ref = numpy_stats(x)
-        assert got["rank"] == ref["rank"]
-        assert got["eps"] == RANKME_EPS
+        assert isinstance(got, RepresentationStats)
+        assert got.rank == ref["rank"]
+        assert got.eps == RANKME_EPS and got.n_samples == n
         for key in ("normalized_std", "cond", "effective_rank"):
-            assert got[key] == pytest.approx(ref[key], rel=1e-9), key
+            assert getattr(got, key) == pytest.approx(ref[key], rel=1e-9), key
         np.testing.assert_allclose(
-            got["cov_eigenvalues"], ref["cov_eigenvalues"], rtol=1e-9, atol=1e-15
+            got.cov_eigenvalues, ref["cov_eigenvalues"], rtol=1e-9, atol=1e-15
         )
-        assert len(got["cov_eigenvalues"]) == d
+        assert len(got.cov_eigenvalues) == d
+
+    @pytest.mark.parametrize(("n", "d", "true_rank"), [(64, 8, 8), (20, 32, 19), (200, 6, 6)])
+    def test_cond_paper_matches_the_papers_code(self, n: int, d: int, true_rank: int) -> None:
+        x = low_rank(n, d, true_rank, shift=0.5)
+        got = representation_stats(torch.from_numpy(x))
+        assert got.cond_paper == pytest.approx(paper_cond(x), rel=1e-8)
+        if n <= d:  # rank-deficient: the clamp decides, the default does not
+            assert got.cond_paper == pytest.approx(got.cov_eigenvalues[0] / 1e-7, rel=1e-12)
+            assert got.cond < 1e6
+
+    def test_views_are_pooled(self) -> None:
+        x = torch.from_numpy(low_rank(2 * 15, 8, 8)).reshape(2, 15, 8)
+        got = representation_stats(x)
+        ref = numpy_stats(x.reshape(30, 8).numpy())
+        assert got.n_samples == 30 and got.rank == ref["rank"] == 8
+        assert got.effective_rank == pytest.approx(ref["effective_rank"], rel=1e-9)
 
     def test_collapse(self) -> None:
         x = torch.ones(10, 4) + 1e-20 * torch.randn(10, 4)
         s = representation_stats(x)
-        assert s["normalized_std"] == pytest.approx(0.0, abs=1e-12)
-        assert s["effective_rank"] == pytest.approx(1.0, abs=1e-5)
+        assert s.normalized_std == pytest.approx(0.0, abs=1e-12)
+        assert s.effective_rank == pytest.approx(1.0, abs=1e-5)
 
-    def test_rejects_bad_shape(self) -> None:
-        with pytest.raises(ValueError, match="N, d"):
-            representation_stats(torch.zeros(1, 3))
+    @pytest.mark.parametrize("shape", [(1, 3), (3,), (1, 1, 3), (2, 2, 2, 2)])
+    def test_rejects_bad_shape(self, shape: tuple[int, ...]) -> None:
+        with pytest.raises(ValueError, match="X must"):
+            representation_stats(torch.zeros(shape))
+
+
+class TestNormalizedStd:
+    @pytest.mark.parametrize("shape", [(32, 16), (2, 16, 16)])
+    def test_matches_numpy(self, shape: tuple[int, ...]) -> None:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        rows = x.reshape(-1, shape[-1]).numpy()
+        rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+        assert normalized_std(x) == pytest.approx(rows.std(axis=0, ddof=1).mean(), rel=1e-12)
+
+    def test_isotropic_and_collapsed(self) -> None:
+        x = torch.randn(4000, 16, generator=torch.Generator().manual_seed(0))
+        assert normalized_std(x) == pytest.approx(16**-0.5, rel=0.02)
+        assert normalized_std(torch.ones(10, 16)) == pytest.approx(0.0, abs=1e-12)
 
 
 class TestStatsRecord:
-    def test_keys_and_view_average(self) -> None:
+    def test_keys_and_pooled_views(self) -> None:
         x = torch.randn(2, 30, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         record = stats_record("z", x)
-        assert set(record) == {"z/normalized_std", "z/cond", "z/rank", "z/effective_rank"}
-        per_view = [representation_stats(v)["effective_rank"] for v in x]
-        assert record["z/effective_rank"] == pytest.approx(sum(per_view) / 2)
+        assert set(record) == {
+            f"z/{k}"
+            for k in (
+                "normalized_std",
+                "cond",
+                "cond_paper",
+                "rank",
+                "effective_rank",
+                "n_samples",
+                "rankme_eps",
+            )
+        }
+        ref = numpy_stats(x.reshape(60, 6).numpy())
+        assert record["z/effective_rank"] == pytest.approx(ref["effective_rank"], rel=1e-9)
+        assert record["z/n_samples"] == 60.0 and record["z/rankme_eps"] == RANKME_EPS
         assert all(isinstance(v, float) and math.isfinite(v) for v in record.values())
         assert stats_record("h", x[0])["h/rank"] == 6.0
+
+
+class TestWhiteningScore:
+    def test_matches_numpy_on_shared_rank(self) -> None:
+        z, h = low_rank(40, 12, 12, seed=1), low_rank(40, 20, 5, seed=2)
+        got = whitening_score(torch.from_numpy(z), torch.from_numpy(h))
+        rz, rh = numpy_stats(z), numpy_stats(h)
+        k = min(rz["rank"], rh["rank"])
+        assert got.rank == k < rz["rank"]
+        cz = rz["cov_eigenvalues"][0] / rz["cov_eigenvalues"][k - 1]
+        ch = rh["cov_eigenvalues"][0] / rh["cov_eigenvalues"][k - 1]
+        assert got.cond_z == pytest.approx(cz, rel=1e-9)
+        assert got.cond_h == pytest.approx(ch, rel=1e-9)
+        assert got.score == pytest.approx(ch / cz, rel=1e-9)
+        assert set(got.as_record()) == {
+            "whitening/score",
+            "whitening/rank",
+            "whitening/cond_z",
+            "whitening/cond_h",
+        }
+
+    def test_whitening_map_scores_below_one(self) -> None:
+        gen = np.random.default_rng(3)
+        z = gen.normal(size=(500, 6)) * np.array([10.0, 5, 2, 1, 0.5, 0.2])
+        h = np.linalg.svd(z - z.mean(0), full_matrices=False)[0]  # whitened z
+        got = whitening_score(torch.from_numpy(z), torch.from_numpy(h))
+        assert got.score < 0.5 < whitening_score(torch.from_numpy(z), torch.from_numpy(z)).score
+
+
+class TestMetricSpectrum:
+    @pytest.mark.parametrize(("d", "p"), [(8, 8), (8, 3), (5, 12)])
+    def test_matches_numpy(self, d: int, p: int) -> None:
+        gen = np.random.default_rng(d + p)
+        w = gen.normal(size=(p, d)) * np.linspace(0.1, 3.0, d)
+        eig = np.linalg.eigvalsh(w.T @ w)
+        got = metric_spectrum(torch.from_numpy(eig))
+        s = np.linalg.svd(w, compute_uv=False)  # singular values of W, the reference
+        rank = np.linalg.matrix_rank(w.T @ w, hermitian=True)
+        assert isinstance(got, MetricSpectrum)
+        assert got.rank == rank == min(d, p)
+        assert got.max == pytest.approx(s[0] ** 2, rel=1e-10)
+        assert got.min == pytest.approx(eig.min(), rel=1e-10, abs=1e-12)
+        assert got.cond == pytest.approx(s[0] ** 2 / s[rank - 1] ** 2, rel=1e-8)
+        ps = np.concatenate([s, np.zeros(d - len(s))])
+        ps = ps / ps.sum() + RANKME_EPS
+        assert got.effective_rank == pytest.approx(np.exp(-(ps * np.log(ps)).sum()), rel=1e-6)
+
+    def test_identity_is_perfectly_conditioned(self) -> None:
+        got = metric_spectrum(torch.ones(7, dtype=torch.float32))
+        assert (got.cond, got.rank) == (1.0, 7)
+        assert got.effective_rank == pytest.approx(7.0, rel=1e-5)
+
+    def test_rejects_bad_input(self) -> None:
+        with pytest.raises(ValueError, match="eigenvalues"):
+            metric_spectrum(torch.ones(2, 2))

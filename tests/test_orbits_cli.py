@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist
+
+from solo_geometry.orbits_cli import add_orbits_parser
+
+
+def paper_metrics(X: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> dict:
+    """The paper's plot_results.py ``_calculate_geometric_metrics`` (float64)."""
+    intra = [np.mean(pdist(X[ids == o])) for o in np.unique(ids) if np.sum(ids == o) > 1]
+    cents = np.array([np.mean(X[labels == c], axis=0) for c in np.unique(labels)])
+    inter = pdist(cents)
+    spread = [np.mean(np.sum((X[ids == o] - X[ids == o].mean(0)) ** 2, 1)) for o in np.unique(ids)]
+    ratio = np.mean(inter) / (np.mean(intra) + 1e-10)
+    err = ratio * np.sqrt(
+        (np.std(inter) / (np.mean(inter) + 1e-10)) ** 2
+        + (np.std(intra) / (np.mean(intra) + 1e-10)) ** 2
+    )
+    return {
+        "spread": [np.mean(spread), np.std(spread)],
+        "d_intra": [np.mean(intra), np.std(intra)],
+        "d_inter": [np.mean(inter), np.std(inter)],
+        "separation": [ratio, err],
+    }
+
+
+def orbit_arrays(seed: int = 0) -> dict[str, np.ndarray]:
+    """The paper's layout: 5 classes x 3 images x 12 angles, unit rows, Z (M, 8), H (M, 5)."""
+    gen = np.random.default_rng(seed)
+    n, k = 15, 12
+
+    def rows(d: int, width: float) -> np.ndarray:
+        x = np.repeat(gen.normal(size=(n, d)), k, axis=0) + width * gen.normal(size=(n * k, d))
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    return {
+        "orbits_z": rows(8, 0.4),
+        "orbits_h": rows(5, 0.05),
+        "orbit_ids": np.repeat(np.arange(n), k),
+        "orbit_labels": np.repeat(np.array([0, 2, 4, 6, 9]), 3 * k),
+        "orbit_angles": np.tile(np.arange(0.0, 360.0, 30.0), n),
+    }
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="solo-geometry")
+    add_orbits_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["orbits", *argv])
+    return int(args.func(args))
+
+
+def save(tmp_path: Path, arrays: dict, fmt: str) -> Path:
+    path = tmp_path / f"orbits.{fmt}"
+    if fmt == "npz":
+        np.savez(path, **arrays)
+    else:
+        np.save(path, {**arrays, "class_names": ["a", "b", "c", "d", "e"]})  # the paper's extras
+    return path
+
+
+class TestOrbitsCommand:
+    @pytest.mark.parametrize("fmt", ["npy", "npz"])
+    def test_json_matches_the_papers_function(
+        self, tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture
+    ) -> None:
+        arrays = orbit_arrays()
+        assert run(str(save(tmp_path, arrays, fmt)), "--json") == 0
+        got = json.loads(capsys.readouterr().out)
+        assert set(got) == {"z", "h", "compression"}
+        ids, labels = arrays["orbit_ids"], arrays["orbit_labels"]
+        for space in ("z", "h"):
+            ref = paper_metrics(arrays[f"orbits_{space}"].astype(np.float64), ids, labels)
+            assert set(got[space]) == set(ref)
+            for key, pair in ref.items():
+                assert got[space][key] == pytest.approx(pair, rel=1e-6), (space, key)
+        spread_z, spread_h = (
+            paper_metrics(arrays[k].astype(np.float64), ids, labels)["spread"][0]
+            for k in ("orbits_z", "orbits_h")
+        )
+        assert got["compression"] == pytest.approx(spread_z / (spread_h + 1e-10), rel=1e-6)
+        assert got["compression"] > 10
+
+    def test_table(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        arrays = orbit_arrays()
+        assert run(str(save(tmp_path, arrays, "npz"))) == 0
+        out = capsys.readouterr().out
+        ref = paper_metrics(
+            arrays["orbits_z"].astype(np.float64), arrays["orbit_ids"], arrays["orbit_labels"]
+        )
+        assert f"{ref['d_intra'][0]:.4f} ± {ref['d_intra'][1]:.4f}" in out
+        assert f"{ref['separation'][0]:.2f} ± {ref['separation'][1]:.2f}" in out
+        assert "Orbit compression:" in out
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            (lambda a: a.pop("orbit_ids"), "no key 'orbit_ids'"),
+            (lambda a: a.update(orbits_h=a["orbits_h"][:-1]), r"orbits_h must be \(180, p\)"),
+            (lambda a: a.update(orbit_labels=a["orbit_labels"][:5]), r"orbit_labels .*\(5,\)"),
+            (lambda a: a.update(orbit_angles=np.zeros(3)), r"orbit_angles .*\(3,\)"),
+            (lambda a: a.update(orbits_z=a["orbits_z"][0]), r"orbits_z .*shape \(8,\)"),
+            (lambda a: a.update(orbit_ids=a["orbit_ids"] * 0.5), "orbit_ids must hold integers"),
+            (lambda a: a["orbits_z"].__setitem__((0, 0), np.nan), "orbits_z must hold finite"),
+        ],
+    )
+    def test_bad_arrays_exit_2_with_one_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture, change, message: str
+    ) -> None:
+        arrays = orbit_arrays()
+        change(arrays)
+        assert run(str(save(tmp_path, arrays, "npz"))) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("solo-geometry orbits: error:") and len(err.splitlines()) == 1
+        assert re.search(message, err), err
+
+    @pytest.mark.parametrize(
+        ("name", "content", "message"),
+        [
+            ("missing.npz", None, "no such file"),
+            ("orbits.txt", b"x", r"expected a \.npy holding a dict or an \.npz"),
+            ("array.npy", np.zeros(3), r"holds an array of shape \(3,\)"),
+            ("list.npy", np.array(["a"], dtype=object).reshape(()), "holds a str, not a dict"),
+        ],
+    )
+    def test_bad_files_exit_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture, name: str, content, message: str
+    ) -> None:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif content is not None:
+            np.save(path, content, allow_pickle=True)
+        assert run(str(path)) == 2
+        err = capsys.readouterr().err
+        assert re.search(message, err) and len(err.strip().splitlines()) == 1, err
