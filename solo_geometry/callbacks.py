@@ -29,7 +29,7 @@ from torch import nn
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig, ProbesConfig
-from solo_geometry.datasets import MeanStd, mean_std_of
+from solo_geometry.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.evaluation import evaluate
 from solo_geometry.monitor import GeometryMonitor
 from solo_geometry.records import RunFolder
@@ -162,7 +162,7 @@ def geometry_callbacks(
     meta: Mapping[str, Any],
     train_dir: str | Path | None = None,
     val_dir: str | Path | None = None,
-    dataset: str | None = None,
+    normalization: MeanStd = IMAGENET_MEAN_STD,
 ) -> list[Callback]:
     """The monitor, the probes (when enabled) and the report, for one run.
 
@@ -172,7 +172,8 @@ def geometry_callbacks(
         meta: plain facts stored with the first record and the checkpoint (host, method).
         train_dir: the recipe's ``data.train_path``.
         val_dir: the recipe's ``data.val_path``.
-        dataset: the recipe's ``data.dataset`` (its normalisation statistics).
+        normalization: the recipe's input ``(mean, std)`` (``datasets.mean_std_of``), which
+            the probes apply to their images.
 
     Returns:
         The callbacks, in the order they must run.
@@ -181,7 +182,7 @@ def geometry_callbacks(
     callbacks: list[Callback] = [GeometryMonitor(out_cfg, meta=meta)]
     if cfg.probes.enabled:
         data = probe_data(cfg.probes, train_dir, val_dir)
-        callbacks.append(ProbeCallback(cfg.probes, data, run_dir, mean_std_of(dataset)))
+        callbacks.append(ProbeCallback(cfg.probes, data, run_dir, normalization))
     callbacks.append(ReportCallback(run_dir))
     return callbacks
 

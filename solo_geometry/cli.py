@@ -5,6 +5,7 @@ Subcommands:
     pretrain                pretrain a recipe with geometry (solo-learn or lightly host)
     probe RUN --data DIR    backbone-vs-head probes and orbit table of a run or checkpoint
     report RUN [RUN ...]    plots and index.html of one run, or several overlaid
+    orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
     demo                    the end-to-end main job on the embedded data
 
 Bad input exits with status 2 and a message naming the value and the choices (set
@@ -25,6 +26,7 @@ from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
 from solo_geometry.datasets import make_digits
 from solo_geometry.demo import add_demo_parser
 from solo_geometry.evaluation import evaluate
+from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.pretrain import add_pretrain_parser
 from solo_geometry.records import RunFolder
 from solo_geometry.report import add_report_parser
@@ -32,7 +34,7 @@ from solo_geometry.report import add_report_parser
 __all__ = ["build_parser", "main"]
 
 # Functions adding a subparser: each module owns its subcommand.
-_SUBCOMMANDS = (add_pretrain_parser, add_report_parser, add_demo_parser)
+_SUBCOMMANDS = (add_pretrain_parser, add_report_parser, add_demo_parser, add_orbits_parser)
 
 
 class UsageError(Exception):

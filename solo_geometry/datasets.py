@@ -58,9 +58,24 @@ MEANS_STDS: dict[str, MeanStd] = {
 }
 
 
-def mean_std_of(dataset: str | None) -> MeanStd:
-    """The input normalisation solo-learn uses for ``dataset`` (ImageNet's for any other name)."""
-    return MEANS_STDS.get(str(dataset), IMAGENET_MEAN_STD)
+def mean_std_of(
+    dataset: str | None, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
+) -> MeanStd:
+    """The input normalisation solo-learn's pipelines use for a recipe.
+
+    As ``solo/data/pretrain_dataloader.py``: the table's statistics for a dataset it knows
+    (CIFAR, ImageNet), else the recipe's ``augmentations[*].mean/std``, else ImageNet's.
+
+    Args:
+        dataset: the recipe's ``data.dataset``.
+        mean: the recipe's augmentation ``mean`` (None: absent).
+        std: the recipe's augmentation ``std`` (None: absent).
+
+    Returns:
+        ``(mean, std)``, three values each.
+    """
+    fallback = (tuple(mean or IMAGENET_MEAN_STD[0]), tuple(std or IMAGENET_MEAN_STD[1]))
+    return MEANS_STDS.get(str(dataset), fallback)
 
 
 DIGITS_MARKER = ".solo_geometry_digits.json"

@@ -185,7 +185,7 @@ def findings(run: str | Path) -> dict[str, Any]:
     geometry = [{"step": r.step, "m/lambda_min": r.value("m/lambda_min"),
                  "interaction_ratio": r.value("interaction_ratio")} for r in picked]  # fmt: skip
     table = folder.read_probes()
-    orbits = {o.family: (o.compression["mean"], o.compression["std"])
+    orbits = {o.family: (o.compression, *o.compression_per_orbit)
               for o in sorted(table.orbits if table else [], key=lambda o: o.family)}  # fmt: skip
     pairs = sorted({(r.target, r.probe) for r in table.rows}) if table else []
     rows = [(t, p, table.accuracy("z", p, t), table.accuracy("h", p, t)) for t, p in pairs
@@ -215,9 +215,12 @@ def format_findings(result: dict[str, Any]) -> str:
             lines.append(f"  {label:24s}{_num(geo[0][key]):>14s}{_num(geo[-1][key]):>14s}")
     else:
         lines.append("  (no successful measurement)")
-    lines.append("\norbit compression spread(Z) / spread(H) (probes.json), mean +- std")
-    for family, (mean, std) in result["orbits"].items():
-        lines.append(f"  {family:24s}{mean:10.3f} +- {std:.3f}")
+    lines.append(
+        "\norbit compression (probes.json): mean spread(Z) / mean spread(H) "
+        "[per-orbit ratio, mean +- std]"
+    )
+    for family, (ratio, mean, std) in result["orbits"].items():
+        lines.append(f"  {family:24s}{ratio:10.3f}    [{mean:.3f} +- {std:.3f}]")
     if not result["orbits"]:
         lines.append("  (none)")
     lines.append("\nprobe accuracy (probes.json): backbone Z vs head H")

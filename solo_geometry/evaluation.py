@@ -33,13 +33,19 @@ from solo_geometry.datasets import (
     target_set,
 )
 from solo_geometry.features import Features, extract_features
-from solo_geometry.geometry.orbits import make_orbits, orbit_compression
+from solo_geometry.geometry.orbits import make_orbits, orbit_comparison
 from solo_geometry.probes import linear_probe, mlp_probe
 from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable, RunFolder
 
 __all__ = ["evaluate", "orbit_table"]
 
 Extract = Callable[[Any, str, dict[str, Tensor] | None], Features]
+
+
+def _plain(metrics: Any) -> dict[str, Any]:
+    """A dataclass of (mean, std) pairs as JSON writes it: pairs as lists."""
+    return {k: list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(metrics).items()}  # fmt: skip
 
 
 def orbit_table(
@@ -62,9 +68,9 @@ def orbit_table(
         x, orbit, t = make_orbits(images, family, cfg.k, t_max)  # (n*K, C, H, W), (n*K,), (K,)
         t_all = t.repeat(images.shape[0])  # (n * K,), orbit-major like x
         feats = extract((x, labels[orbit]), f"test/orbit/{family}", {"orbit": orbit, "t": t_all})
-        stats = orbit_compression(feats.z, feats.h, orbit, feats.labels)
-        compression = {"mean": stats["compression_mean"], "std": stats["compression_std"]}
-        rows.append(OrbitRow(family, t_max, stats["z"], stats["h"], compression))
+        cmp = orbit_comparison(feats.z, feats.h, orbit, feats.labels)
+        rows.append(OrbitRow(family, t_max, cfg.k, _plain(cmp.z), _plain(cmp.h), cmp.compression,
+                             list(cmp.compression_per_orbit)))  # fmt: skip
     return rows
 
 

@@ -80,4 +80,3 @@ def pseudo_collapse_backbone_(backbone: nn.Module, alpha: float = 0.1) -> nn.Mod
         if isinstance(param, torch.Tensor):
             param.mul_(alpha)
     return backbone
-

@@ -25,9 +25,10 @@ import torch
 from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
+from solo_geometry.geometry.augment import Normalization, augmentation_tangents, metric_singularity
 from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spectrum
-from solo_geometry.geometry.stats import stats_record
+from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
+from solo_geometry.heads import MetricLinearHead
 from solo_geometry.linalg.lanczos import slq_density
 from solo_geometry.linalg.operators import head_operators
 from solo_geometry.records import Scalar, Settings
@@ -50,6 +51,8 @@ class GeometryView:
             outputs, needed to split H_eff into GN + M (optional: without it only the H_eff
             spectrum is recorded). It may receive H in float64: cast captured tensors with
             ``t.to(H)``.
+        normalization: the recipe's ``(mean, std)`` with which ``images`` were normalised, so
+            augmentation tangents act in pixel space; None: the images are pixels.
     """
 
     features: Tensor
@@ -58,6 +61,7 @@ class GeometryView:
     backbone: nn.Module | None = None
     images: Tensor | None = None
     loss_of_outputs: Callable[[Tensor], Tensor] | None = None
+    normalization: Normalization | None = None
 
 
 @runtime_checkable
@@ -117,21 +121,34 @@ def _hessian(
 
 
 def _stats(view: GeometryView, Z: Tensor) -> dict[str, Scalar]:
+    """Statistics of Z and H pooled over the whole batch, all views (V * N samples)."""
     with torch.no_grad():
         H = torch.stack([view.head(Z[v]) for v in range(Z.shape[0])])  # (V, N, p)
-    # pooled over the whole batch, all views: V * N samples (DESIGN.md section 3)
-    pooled = {**stats_record("z", Z.flatten(0, 1)), **stats_record("h", H.flatten(0, 1))}
-    return {**pooled, "stats/n_samples": Z.shape[0] * Z.shape[1]}
+    Zp, Hp = Z.flatten(0, 1), H.flatten(0, 1)  # (V * N, d), (V * N, p)
+    out: dict[str, Scalar] = {**stats_record("z", Zp), **stats_record("h", Hp)}
+    out.update(whitening_score(Zp, Hp).as_record("whitening"))
+    if isinstance(view.head, MetricLinearHead):
+        with torch.no_grad():
+            out.update(metric_spectrum(view.head.metric_spectrum().double()).as_record("metric"))
+    out["stats/n_samples"] = Zp.shape[0]
+    return out
 
 
 def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator) -> dict:
+    """Metric singularity along colour tangents taken in pixel space at the batch's point.
+
+    The tangents differentiate the whole first view's pipeline in the backbone's own mode (batch
+    statistics in a training step), so the point is the training step's; rho averages over the
+    first ``augment_samples`` images.
+    """
     if view.backbone is None or view.images is None:
         return {}
     m = min(cfg.measure.augment_samples, Z.shape[1])
-    images, z0 = view.images[:m], Z[0, :m]  # (m, C, H, W), (m, d)
+    z0 = Z[0, :m]  # (m, d)
     out = {}
     for family in cfg.measure.augment_families:
-        tangents = augmentation_tangents(view.backbone, images, family)  # (m, d)
+        tangents = augmentation_tangents(view.backbone, view.images, family,
+                                         normalize=view.normalization)[:m]  # fmt: skip  # (m, d)
         out[f"rho/{family}"] = float(metric_singularity(view.head, z0, tangents, generator=gen))
     return out
 

@@ -242,16 +242,22 @@ class OrbitRow:
     Attributes:
         family: augmentation family.
         t_max: orbits span t in [-t_max, t_max].
-        z: statistics of the backbone features.
-        h: statistics of the head outputs.
-        compression: compression statistics (spread(Z) / spread(H)).
+        k: copies per orbit.
+        z: statistics of the backbone features: ``spread``, ``d_intra``, ``d_inter``,
+            ``separation`` (the paper's: ratio of means, error-propagated +-) and
+            ``separation_per_orbit``, each ``[mean, std]``; ``n_orbits``, ``n_classes``.
+        h: the same for the head outputs.
+        compression: mean spread(Z) / mean spread(H), the paper's ratio of means.
+        compression_per_orbit: spread(Z) / spread(H) per orbit, ``[mean, std]`` over orbits.
     """
 
     family: str
     t_max: float
-    z: dict[str, float]
-    h: dict[str, float]
-    compression: dict[str, float]
+    k: int
+    z: dict[str, Any]
+    h: dict[str, Any]
+    compression: float
+    compression_per_orbit: list[float]
 
 
 @dataclass(frozen=True)

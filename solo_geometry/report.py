@@ -134,7 +134,7 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
     conds = [(f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
              for k in ("heff", "gn", "z", "h")]  # fmt: skip
     rho = [(r.name, _last(r.records, "rho/")) for r in runs]
-    orbits = [(r.name, {o.family: (o.compression["mean"], o.compression["std"])
+    orbits = [(r.name, {o.family: (o.compression, 0.0)
                         for o in (r.probes.orbits if r.probes else [])})
               for r in runs]  # fmt: skip
     no_geo, no_feat = "no geometry records", "no features.pt with held-out sets"
@@ -155,7 +155,7 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
         ), "no rho/<family> in the records"),
         ("Orbit compression", plots.plot_bars(
             orbits, out / "orbits.png", title="orbit compression spread(Z) / spread(H)",
-            ylabel="compression (1), mean +- std over orbits", reference=1.0,
+            ylabel="mean spread(Z) / mean spread(H) (1)", reference=1.0,
         ), "no orbit table in probes.json"),
         ("UMAP by class", plots.plot_umap(
             [(r.name, _umap_data(r, False)) for r in runs], out / "umap_class.png",  # type: ignore[misc]
@@ -194,11 +194,14 @@ def _probe_html(run: RunData) -> str:
     if gaps:
         out += _table(["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()])
     if table.orbits:
-        orows = [[o.family, o.z["spread_mean"], o.h["spread_mean"], o.compression["mean"],
-                  o.compression["std"], o.z["separation_mean"], o.h["separation_mean"]]
+        orows = [[o.family, o.z["spread"][0], o.h["spread"][0], o.z["d_intra"][0],
+                  o.h["d_intra"][0], o.z["d_inter"][0], o.h["d_inter"][0],
+                  f"{o.z['separation'][0]:.3f} +- {o.z['separation'][1]:.3f}",
+                  f"{o.h['separation'][0]:.3f} +- {o.h['separation'][1]:.3f}", o.compression]
                  for o in table.orbits]  # fmt: skip
-        out += _table(["family", "spread Z", "spread H", "compression", "+- std",
-                       "separation Z", "separation H"], orows)  # fmt: skip
+        out += _table(["family", "spread Z", "spread H", "D_intra Z", "D_intra H", "D_inter Z",
+                       "D_inter H", "separation Z", "separation H", "compression"],
+                      orows)  # fmt: skip
     return out
 
 

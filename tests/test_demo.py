@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -21,28 +20,24 @@ from solo_geometry.demo import (
     format_findings,
     run_demo,
 )
+from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _fake_run(run: Path) -> Path:
     run.mkdir(parents=True)
-    records = [
-        {"step": 0, "status": "ok", "m/lambda_min": -0.25, "interaction_ratio": 0.5},
-        {"step": 5, "status": "skipped", "error": "x"},
-        {"step": 10, "status": "ok", "m/lambda_min": -0.125, "interaction_ratio": 0.75},
-    ]
-    (run / "geometry.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    probes = {
-        "probes": [
-            {"features": "z", "probe": "linear", "target": "class", "accuracy": 0.9},
-            {"features": "h", "probe": "linear", "target": "class", "accuracy": 0.8},
-            {"features": "z", "probe": "linear", "target": "rotation", "accuracy": 0.7},
-        ],
-        "gaps": {},
-        "orbits": {"brightness": {"compression_mean": 2.5, "compression_std": 0.5}},
-    }
-    (run / "probes.json").write_text(json.dumps(probes))
+    folder = RunFolder(run)
+    for record in (
+        GeometryRecord(0, 0, "ok", metrics={"m/lambda_min": -0.25, "interaction_ratio": 0.5}),
+        GeometryRecord(5, 0, "skipped", reason="x"),
+        GeometryRecord(10, 1, "ok", metrics={"m/lambda_min": -0.125, "interaction_ratio": 0.75}),
+    ):
+        folder.append_record(record)
+    rows = [ProbeRow("z", "linear", "class", 0.9, 0.1), ProbeRow("h", "linear", "class", 0.8, 0.1),
+            ProbeRow("z", "linear", "rotation", 0.7, 0.25)]  # fmt: skip
+    orbit = OrbitRow("brightness", 0.4, 8, {}, {}, 2.5, [2.75, 0.5])
+    folder.write_probes(ProbeTable(rows, [orbit]))
     return run
 
 
@@ -52,7 +47,7 @@ class TestFindings:
         assert result["n_records"] == 2
         assert [g["step"] for g in result["geometry"]] == [0, 10]
         assert result["geometry"][1]["m/lambda_min"] == -0.125
-        assert result["orbits"] == {"brightness": (2.5, 0.5)}
+        assert result["orbits"] == {"brightness": (2.5, 2.75, 0.5)}
         assert ("class", "linear", 0.9, 0.8) in result["probes"]
         assert ("rotation", "linear", 0.7, None) in result["probes"]
 
@@ -61,7 +56,7 @@ class TestFindings:
         text = format_findings({**result, "host": "lightly", "run": "R"})
         assert "host used:  lightly" in text and "run folder: R" in text
         assert "-2.500e-01" in text and "+7.500e-01" in text
-        assert "brightness" in text and "2.500 +- 0.500" in text
+        assert "brightness" in text and "2.500    [2.750 +- 0.500]" in text
         assert "+0.100" in text  # Z - H on the class probe
 
     def test_missing_files(self, tmp_path: Path) -> None:

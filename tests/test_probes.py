@@ -223,7 +223,7 @@ class TestEvaluate:
         assert len(saved.rows) == 2 * 2 * 3
         assert all(abs(v) < 1e-12 for v in saved.gaps()["z_minus_h"].values())
         (orbit,) = saved.orbits
-        assert orbit.family == "brightness" and orbit.compression["mean"] == pytest.approx(1.0)
+        assert orbit.family == "brightness" and orbit.compression == pytest.approx(1.0)
         assert run.features.is_file()
         assert saved.settings["probes"]["orbits"]["k"] == 3
 

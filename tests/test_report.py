@@ -61,10 +61,9 @@ def _probe_table() -> ProbeTable:
         for p in ("linear", "mlp")
         for t, acc in (("class", base), ("rotation", base - 0.3), ("jitter", base - 0.4))
     ]
-    metrics = {k: 0.5 for k in ("spread_mean", "spread_std", "d_intra_mean", "d_intra_std",
-                                "d_inter_mean", "d_inter_std", "separation_mean",
-                                "separation_std")}  # fmt: skip
-    orbits = [OrbitRow(f, 0.4, metrics, metrics, {"mean": 2.0 + i, "std": 0.3})
+    metrics = {k: [0.5, 0.1] for k in ("spread", "d_intra", "d_inter", "separation",
+                                       "separation_per_orbit")}  # fmt: skip
+    orbits = [OrbitRow(f, 0.4, 8, metrics, metrics, 2.0 + i, [2.1 + i, 0.3])
               for i, f in enumerate(FAMILIES)]  # fmt: skip
     return ProbeTable(rows, orbits)
 

@@ -6,7 +6,8 @@ A host's LightningModule mixes in :class:`GeometryHost` and supplies only what i
 * ``geometry_forward(crops)``: fresh backbone features of each crop (used when nothing was
   captured from the training step);
 * ``geometry_loss(batch, crops)``: the method's loss as a function of the head outputs H
-  (V, N, p) of the whole batch, every other quantity held fixed at its training-step value.
+  (V, N, p) of the whole batch, every other quantity held fixed at its training-step value;
+* ``geometry_normalization()``: the recipe's input normalisation (tangents in pixel space).
 
 The base owns the rest: capture of the training step's own features (``geometry_capture``,
 :meth:`GeometryHost.keep`), the state guard around any fresh forward
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from solo_geometry.datasets import MeanStd
 from solo_geometry.measure import GeometryView
 from solo_geometry.state import preserved_state
 
@@ -48,6 +50,7 @@ def assemble_view(
     loss_of_outputs: LossOfOutputs,
     backbone: torch.nn.Module | None = None,
     images: Tensor | None = None,
+    normalization: MeanStd | None = None,
 ) -> GeometryView:
     """The view of one batch, the loss of Z built as the loss of H[v] = head(Z[v]).
 
@@ -57,6 +60,7 @@ def assemble_view(
         loss_of_outputs: H (V, N, p) -> scalar, everything but H held fixed.
         backbone: the backbone, for augmentation tangents.
         images: the first crop's images (N, C, H, W).
+        normalization: the ``(mean, std)`` the images were normalised with.
 
     Returns:
         The :class:`GeometryView`.
@@ -72,6 +76,7 @@ def assemble_view(
         backbone=backbone,
         images=images,
         loss_of_outputs=loss_of_outputs,
+        normalization=normalization,
     )
 
 
@@ -107,6 +112,10 @@ class GeometryHost:
         """The method's loss of the head outputs H (V, N, p) of the whole batch."""
         raise NotImplementedError
 
+    def geometry_normalization(self) -> MeanStd | None:
+        """The recipe's input ``(mean, std)`` (pixel-space tangents); None: images are pixels."""
+        return None
+
     def geometry_view(self, batch: Any) -> GeometryView:
         """The monitor's view of a whole training batch (``GeometryAware``).
 
@@ -122,4 +131,5 @@ class GeometryHost:
                 feats = self.geometry_forward(crops)
             loss_of_outputs = self.geometry_loss(batch, crops)
         Z = torch.stack([f.detach() for f in feats])  # (views, batch, d)
-        return assemble_view(Z, module.projector, loss_of_outputs, module.backbone, crops[0])
+        return assemble_view(Z, module.projector, loss_of_outputs, module.backbone, crops[0],
+                             self.geometry_normalization())  # fmt: skip

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
-from solo_geometry.datasets import IMAGENET_MEAN_STD, MEANS_STDS
+from solo_geometry.datasets import mean_std_of
 
 __all__ = [
     "MultiViewTransform",
@@ -164,8 +164,7 @@ def build_pipeline(dataset: str, aug: dict[str, Any]) -> Callable[[Any], torch.T
         steps.append(T.RandomEqualize(p=probs["equalization"]))
     if probs["horizontal_flip"]:
         steps.append(T.RandomHorizontalFlip(p=probs["horizontal_flip"]))
-    default = (aug["mean"] or IMAGENET_MEAN_STD[0], aug["std"] or IMAGENET_MEAN_STD[1])
-    mean, std = MEANS_STDS.get(dataset, default)
+    mean, std = mean_std_of(dataset, aug["mean"], aug["std"])
     steps += [T.ToTensor(), T.Normalize(mean=mean, std=std)]
     return T.Compose(steps)
 

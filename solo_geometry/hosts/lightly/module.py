@@ -28,6 +28,7 @@ from typing_extensions import override
 
 from solo_geometry.backbones import build_backbone
 from solo_geometry.config import GeometryConfig
+from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.lightly.losses import (
     Objective,
@@ -195,6 +196,11 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
     def geometry_forward(self, crops: list[Tensor]) -> list[Tensor]:
         """Backbone features of each view, as ``training_step`` computes them."""
         return [self.backbone(x) for x in crops]
+
+    def geometry_normalization(self) -> MeanStd:
+        """The recipe's normalisation of the first pipeline (as ``data.build_pipeline``)."""
+        aug = self.recipe.augmentations[0]
+        return mean_std_of(self.recipe.data["dataset"], aug["mean"], aug["std"])
 
     def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
         """The objective of H (V, N, p), the momentum targets and the predictor held fixed.

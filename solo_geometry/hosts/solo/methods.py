@@ -28,6 +28,7 @@ from torch import Tensor
 
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.heads import build_configured_head
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
@@ -149,6 +150,14 @@ class GeometryMethod(GeometryHost):
 
         return [BaseMethod.multicrop_forward(self, x)["feats"] for x in crops]
 
+    def geometry_normalization(self) -> MeanStd:
+        """The recipe's normalisation, as solo-learn's pretrain pipelines pick it."""
+        model: Any = self
+        aug = OmegaConf.select(model.cfg, "augmentations", default=None) or [{}]
+        first = aug[0] if len(aug) else {}
+        dataset = OmegaConf.select(model.cfg, "data.dataset", default=None)
+        return mean_std_of(dataset, first.get("mean"), first.get("std"))
+
     def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
         """The method's SSL loss rebuilt from ``solo.losses`` (:mod:`.losses`)."""
         model: Any = self
@@ -168,7 +177,7 @@ class GeometryMethod(GeometryHost):
             meta={"host": "solo", "method": self._solo_name},
             train_dir=select(model.cfg, "data.train_path", default=None),
             val_dir=select(model.cfg, "data.val_path", default=None),
-            dataset=select(model.cfg, "data.dataset", default=None),
+            normalization=self.geometry_normalization(),
         )
 
     def on_fit_start(self) -> None:
