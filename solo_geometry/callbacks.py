@@ -32,8 +32,8 @@ from solo_geometry.config import GeometryConfig, ProbesConfig
 from solo_geometry.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.evaluation import evaluate
 from solo_geometry.monitor import GeometryMonitor
-from solo_geometry.records import RunFolder
 from solo_geometry.report import write_report
+from solo_geometry.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
 __all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]

@@ -20,7 +20,7 @@ from solo_geometry.backbones import CIFAR_DATASETS, build_backbone
 from solo_geometry.config import geometry_config
 from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.heads import build_configured_head, solo_projector
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["LoadedModel", "load_model"]
 

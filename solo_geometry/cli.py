@@ -28,8 +28,8 @@ from solo_geometry.demo import add_demo_parser
 from solo_geometry.evaluation import evaluate
 from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.pretrain import add_pretrain_parser
-from solo_geometry.records import RunFolder
 from solo_geometry.report import add_report_parser
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["build_parser", "main"]
 

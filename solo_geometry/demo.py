@@ -29,7 +29,7 @@ from typing import Any
 
 from solo_geometry.datasets import make_digits
 from solo_geometry.pretrain import pretrain
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 
 __all__ = [
     "FULL",

@@ -35,7 +35,8 @@ from solo_geometry.datasets import (
 from solo_geometry.features import Features, extract_features
 from solo_geometry.geometry.orbits import make_orbits, orbit_comparison
 from solo_geometry.probes import linear_probe, mlp_probe
-from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable, RunFolder
+from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["evaluate", "orbit_table"]
 

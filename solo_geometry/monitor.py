@@ -40,7 +40,8 @@ from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.measure import GeometryAware, checked, measure
-from solo_geometry.records import GeometryRecord, RunFolder
+from solo_geometry.records import GeometryRecord
+from solo_geometry.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryMonitor"]

@@ -22,7 +22,8 @@ import numpy as np
 
 from solo_geometry import plots
 from solo_geometry.features import load_cache
-from solo_geometry.records import GeometryRecord, ProbeTable, RecordsError, RunFolder, read_records
+from solo_geometry.records import GeometryRecord, ProbeTable, RecordsError, read_records
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["RunData", "add_report_parser", "read_run", "write_report"]
 

@@ -14,7 +14,7 @@ from solo_geometry.callbacks import ProbeCallback, ReportCallback, geometry_call
 from solo_geometry.config import GeometryConfig, MeasureConfig, OrbitsConfig, ProbesConfig
 from solo_geometry.datasets import IMAGENET_MEAN_STD, make_digits
 from solo_geometry.monitor import GeometryMonitor
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 from tests.test_monitor import BoringGeometry, TwoViews
 
 

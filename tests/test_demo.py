@@ -20,7 +20,8 @@ from solo_geometry.demo import (
     format_findings,
     run_demo,
 )
-from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, RunFolder
+from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 

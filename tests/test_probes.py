@@ -24,7 +24,7 @@ from solo_geometry.probes import (
     mlp_probe,
     standardize,
 )
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 
 F64 = torch.float64
 

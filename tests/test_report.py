@@ -12,15 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from solo_geometry.records import (
-    GeometryRecord,
-    OrbitRow,
-    ProbeRow,
-    ProbeTable,
-    RunFolder,
-    Settings,
-)
+from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
 from solo_geometry.report import add_report_parser, write_report
+from solo_geometry.run_folder import RunFolder
 
 FAMILIES = ("brightness", "contrast", "saturation", "hue")
 

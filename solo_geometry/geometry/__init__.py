@@ -15,23 +15,25 @@ from solo_geometry.geometry.augment import (
     metric_singularity,
     undo_normalization,
 )
+from solo_geometry.geometry.curvature import (
+    PAPER_SWEEP_DEGREES,
+    SweepCurvature,
+    curvature_comparison,
+    sweep_curvature,
+    sweep_representations,
+)
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
-    PAPER_SWEEP_DEGREES,
     PROTOCOLS,
     OrbitComparison,
     OrbitImages,
     OrbitMetrics,
-    SweepCurvature,
-    curvature_comparison,
     make_orbits,
     orbit_comparison,
     orbit_images,
     orbit_metrics,
     orbit_representations,
     paper_orbit_selection,
-    sweep_curvature,
-    sweep_representations,
 )
 from solo_geometry.geometry.spectrum import (
     HessianSpectrum,

@@ -1,4 +1,4 @@
-"""Augmentation orbits and rotation sweeps: the paper's statistics and protocols.
+"""Augmentation orbits: the paper's statistics and protocols.
 
 An orbit is K augmented copies of one image along one family (DESIGN.md section 3). The
 statistics are exactly those of the paper's code (plot_results.py,
@@ -28,15 +28,12 @@ Two orbit protocols (``protocol``):
   :mod:`~solo_geometry.geometry.augment` with t evenly spaced in [-t_max, t_max]; the head is fed
   the raw z, as in training.
 
-Curvature of a rotation sweep (experiments.py, ``run_curvature_experiment``): 10 angles evenly
-from 0 to 45 degrees, kappa = mean over interior i of ||r_{i+1} - 2 r_i + r_{i-1}|| on unit rows
-(no division by the step), in Z and in H = head(raw z), as that code feeds the head.
+The curvature of rotation sweeps is in :mod:`solo_geometry.geometry.curvature`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,36 +52,30 @@ from solo_geometry.geometry.augment import (
 from solo_geometry.geometry.stats import normalise_rows
 
 __all__ = [
-    "CURVATURE_RATIO_EPS",
     "PAPER_EPS",
     "PAPER_ORBIT_DEGREES",
-    "PAPER_SWEEP_DEGREES",
     "PROTOCOLS",
+    "Pair",
     "OrbitComparison",
     "OrbitImages",
     "OrbitMetrics",
-    "SweepCurvature",
-    "curvature_comparison",
     "make_orbits",
+    "mean_std",
     "orbit_comparison",
     "orbit_images",
     "orbit_metrics",
     "orbit_representations",
     "paper_orbit_selection",
-    "sweep_curvature",
-    "sweep_representations",
 ]
 
 PAPER_EPS = 1e-10  # the paper's guard in the denominators of separation and compression
-CURVATURE_RATIO_EPS = 1e-8  # the paper's guard in kappa(H) / kappa(Z)
 PAPER_ORBIT_DEGREES = tuple(30.0 * i for i in range(12))  # np.linspace(0, 360, 12, endpoint=False)
-PAPER_SWEEP_DEGREES = tuple(5.0 * i for i in range(10))  # np.linspace(0, 45, 10)
 PROTOCOLS = ("default", "paper")
 
 Pair = tuple[float, float]
 
 
-def _mean_std(values: Tensor) -> Pair:
+def mean_std(values: Tensor) -> Pair:
     """Mean and population std (ddof 0); NaN for no values, as NumPy."""
     if values.numel() == 0:
         return math.nan, math.nan
@@ -188,18 +179,18 @@ def orbit_metrics(X: Tensor, orbit_ids: Tensor, labels: Tensor) -> OrbitMetrics:
     spread, d_intra = _per_orbit(X, orbit_ids)
     d_intra = d_intra[~d_intra.isnan()]  # orbits with >= 2 rows, as the paper's code
     centroids = torch.stack([X[labels == c].mean(dim=0) for c in torch.unique(labels)])  # (C, d)
-    inter_mean, inter_std = _mean_std(F.pdist(centroids))  # over C (C - 1) / 2 pairs
-    intra_mean, intra_std = _mean_std(d_intra)
+    inter_mean, inter_std = mean_std(F.pdist(centroids))  # over C (C - 1) / 2 pairs
+    intra_mean, intra_std = mean_std(d_intra)
     sep = inter_mean / (intra_mean + PAPER_EPS)
     sep_err = sep * math.sqrt(
         (inter_std / (inter_mean + PAPER_EPS)) ** 2 + (intra_std / (intra_mean + PAPER_EPS)) ** 2
     )
     return OrbitMetrics(
-        spread=_mean_std(spread),
+        spread=mean_std(spread),
         d_intra=(intra_mean, intra_std),
         d_inter=(inter_mean, inter_std),
         separation=(sep, sep_err),
-        separation_per_orbit=_mean_std(inter_mean / d_intra),
+        separation_per_orbit=mean_std(inter_mean / d_intra),
         n_orbits=spread.numel(),
         n_classes=centroids.shape[0],
     )
@@ -228,7 +219,7 @@ def orbit_comparison(Z: Tensor, H: Tensor, orbit_ids: Tensor, labels: Tensor) ->
         z=orbit_metrics(Z, orbit_ids, labels),
         h=orbit_metrics(H, orbit_ids, labels),
         compression=float(spread_z.mean() / (spread_h.mean() + PAPER_EPS)),
-        compression_per_orbit=_mean_std(spread_z / spread_h),
+        compression_per_orbit=mean_std(spread_z / spread_h),
     )
 
 
@@ -402,99 +393,3 @@ def orbit_representations(
             zs.append(zn)
             hs.append(F.normalize(head(zn if protocol == "paper" else z.flatten(1)), dim=1))
     return torch.cat(zs), torch.cat(hs)
-
-
-def sweep_representations(
-    backbone: nn.Module,
-    head: nn.Module,
-    images: Tensor,
-    *,
-    normalize: Normalization | None = None,
-    degrees: Sequence[float] = PAPER_SWEEP_DEGREES,
-    batch_size: int = 256,
-) -> tuple[Tensor, Tensor]:
-    """Representations of rotation sweeps, as the paper's curvature code computes them.
-
-    Each image is rotated by every angle with torchvision's ``rotate`` (nearest neighbour, zero
-    fill, counter-clockwise), then normalised; eval mode; z = backbone(x) / ||.||,
-    h = head(raw z) / ||.|| (:func:`orbit_representations` under ``"default"``).
-
-    Args:
-        backbone: images (B, C, H, W) -> features (B, d).
-        head: features (B, d) -> outputs (B, p).
-        images: (N, C, H, W) in pixel space.
-        normalize: the recipe's ``(mean, std)`` applied after rotating, or None.
-        degrees: the A angles of the sweep.
-        batch_size: images per forward pass.
-
-    Returns:
-        Sweeps in Z (N, A, d) and in H (N, A, p), unit rows.
-    """
-    sweeps = torch.stack([TF.rotate(images, float(a)) for a in degrees], dim=1)  # (N, A, C, H, W)
-    z, h = orbit_representations(
-        backbone, head, sweeps.flatten(0, 1), normalize=normalize, batch_size=batch_size
-    )
-    n, a = images.shape[0], len(degrees)
-    return z.reshape(n, a, -1), h.reshape(n, a, -1)  # (N, A, d), (N, A, p)
-
-
-def sweep_curvature(R: Tensor) -> Tensor:
-    """The paper's curvature of each sweep: mean_i ||r_{i+1} - 2 r_i + r_{i-1}||, r unit rows.
-
-    Args:
-        R: sweeps (S, A, d) (or one, (A, d)), A >= 3, ordered by angle.
-
-    Returns:
-        (S,) float64 curvature of each sweep (no division by the angle step).
-
-    Raises:
-        ValueError: if R is not (S, A, d) or (A, d) with A >= 3.
-    """
-    if R.ndim == 2:
-        R = R.unsqueeze(0)
-    if R.ndim != 3 or R.shape[1] < 3:
-        raise ValueError(f"R must be (S, A >= 3, d) or (A >= 3, d); got {tuple(R.shape)}")
-    r = normalise_rows(R.reshape(-1, R.shape[-1])).reshape(R.shape)  # (S, A, d), unit rows
-    second = r[:, 2:] - 2 * r[:, 1:-1] + r[:, :-2]  # (S, A - 2, d)
-    return second.norm(dim=-1).mean(dim=1)  # (S,)
-
-
-@dataclass(frozen=True)
-class SweepCurvature:
-    """Curvature of rotation sweeps in Z and in H.
-
-    Attributes:
-        kappa_z: mean and std (ddof 0) over sweeps of kappa in Z.
-        kappa_h: the same in H.
-        ratio: mean kappa(H) / (mean kappa(Z) + 1e-8), the paper's ratio for one seed.
-        n_sweeps: number of sweeps (images).
-    """
-
-    kappa_z: Pair
-    kappa_h: Pair
-    ratio: float
-    n_sweeps: int
-
-
-def curvature_comparison(R_z: Tensor, R_h: Tensor) -> SweepCurvature:
-    """Curvature of the same sweeps in the backbone's and the head's space.
-
-    Args:
-        R_z: sweeps in Z (S, A, d).
-        R_h: sweeps in H (S, A, p).
-
-    Returns:
-        The :class:`SweepCurvature`.
-
-    Raises:
-        ValueError: if the two do not hold the same S sweeps of A >= 3 angles.
-    """
-    if R_z.shape[:-1] != R_h.shape[:-1]:
-        raise ValueError(f"R_z, R_h must hold the same sweeps; got {R_z.shape}, {R_h.shape}")
-    kz, kh = sweep_curvature(R_z), sweep_curvature(R_h)  # (S,), (S,)
-    return SweepCurvature(
-        kappa_z=_mean_std(kz),
-        kappa_h=_mean_std(kh),
-        ratio=float(kh.mean() / (kz.mean() + CURVATURE_RATIO_EPS)),
-        n_sweeps=kz.numel(),
-    )

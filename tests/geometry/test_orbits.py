@@ -10,9 +10,13 @@ from scipy.spatial.distance import pdist
 from torch import Tensor, nn
 from torchvision.transforms import functional as TF
 
+from solo_geometry.geometry.curvature import (
+    PAPER_SWEEP_DEGREES,
+    sweep_curvature,
+    sweep_representations,
+)
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
-    PAPER_SWEEP_DEGREES,
     OrbitComparison,
     make_orbits,
     orbit_comparison,
@@ -20,8 +24,6 @@ from solo_geometry.geometry.orbits import (
     orbit_metrics,
     orbit_representations,
     paper_orbit_selection,
-    sweep_curvature,
-    sweep_representations,
 )
 
 
@@ -274,7 +276,7 @@ class TestCurvature:
         assert float(sweep_curvature(line)) == 0.0
 
     def test_sweep_uses_raw_z_and_ratio(self) -> None:
-        from solo_geometry.geometry.orbits import curvature_comparison
+        from solo_geometry.geometry.curvature import curvature_comparison
 
         backbone, head = toy_nets()
         images, _ = cifar_like(1)

@@ -18,7 +18,8 @@ from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.datasets import make_digits  # noqa: E402
-from solo_geometry.records import GeometryRecord, RunFolder  # noqa: E402
+from solo_geometry.records import GeometryRecord  # noqa: E402
+from solo_geometry.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ["simclr", "byol", "vicreg", "barlow_twins"]

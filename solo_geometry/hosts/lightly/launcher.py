@@ -35,7 +35,7 @@ from solo_geometry.hosts.lightly.data import build_train_loader, check_image_fol
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.recipe import load_recipe
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["HOST", "build_callbacks", "launch", "prepare", "run_recipe"]
 

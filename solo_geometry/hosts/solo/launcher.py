@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo_geometry.config import geometry_config
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["ENTRY", "LaunchError", "check_recipe", "find_solo_root", "launch", "solo_command"]
 

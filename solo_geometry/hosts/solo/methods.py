@@ -33,7 +33,7 @@ from solo_geometry.heads import build_configured_head
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
 from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
-from solo_geometry.records import RunFolder
+from solo_geometry.run_folder import RunFolder
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 

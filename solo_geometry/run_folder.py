@@ -1,0 +1,191 @@
+"""The run folder: one run's files and every path in it (DESIGN.md section 7).
+
+``<root>/<name>-<YYYYmmdd-HHMMSS>/`` holds ``config.yaml`` (the resolved recipe),
+``geometry.jsonl`` and ``probes.json`` (schemas of :mod:`solo_geometry.records`),
+``features.pt`` (the probes' feature cache), ``checkpoints/`` and ``report/``. Every command that
+reads or writes a run goes through :class:`RunFolder`; no other module spells a file name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from solo_geometry.records import (
+    GEOMETRY_FILE,
+    GeometryRecord,
+    ProbeTable,
+    RecordsError,
+    read_records,
+)
+
+__all__ = ["RunFolder"]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename: nothing half-written is left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder and every path in it (DESIGN.md section 7).
+
+    While a run is being set up or trained the folder holds a ``.incomplete`` marker;
+    :meth:`finish` removes it on success, and on failure removes the whole folder unless
+    something worth keeping (a checkpoint or geometry records) was written.
+
+    Attributes:
+        path: the folder.
+    """
+
+    path: Path
+
+    GEOMETRY = GEOMETRY_FILE
+    PROBES = "probes.json"
+    FEATURES = "features.pt"
+    CONFIG = "config.yaml"
+    CHECKPOINTS = "checkpoints"
+    REPORT = "report"
+    INCOMPLETE = ".incomplete"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def create(cls, root: str | Path, name: str) -> RunFolder:
+        """Create ``<root>/<name>-<YYYYmmdd-HHMMSS>`` (a numeric suffix if it exists already).
+
+        Args:
+            root: the runs folder (created if missing).
+            name: the run's name, e.g. ``byol-digits``; no path separators.
+
+        Returns:
+            The new run folder, holding a ``.incomplete`` marker.
+
+        Raises:
+            ValueError: if ``name`` is empty or holds a path separator.
+        """
+        if not name or "/" in name or "\\" in name or name in {".", ".."}:
+            raise ValueError(f"run name must be a plain folder name, got {name!r}")
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for attempt in range(1000):
+            path = root / (f"{name}-{stamp}" + (f"-{attempt}" if attempt else ""))
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            (path / cls.INCOMPLETE).write_text("setting up\n")
+            return cls(path)
+        raise FileExistsError(f"could not create a fresh run folder for {name!r} under {root}")
+
+    @property
+    def geometry(self) -> Path:
+        """``geometry.jsonl``."""
+        return self.path / self.GEOMETRY
+
+    @property
+    def probes(self) -> Path:
+        """``probes.json``."""
+        return self.path / self.PROBES
+
+    @property
+    def features(self) -> Path:
+        """``features.pt``, the probes' feature cache."""
+        return self.path / self.FEATURES
+
+    @property
+    def config(self) -> Path:
+        """``config.yaml``, the resolved recipe."""
+        return self.path / self.CONFIG
+
+    @property
+    def checkpoints(self) -> Path:
+        """``checkpoints/``."""
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def report(self) -> Path:
+        """``report/`` (PNG plots and ``index.html``)."""
+        return self.path / self.REPORT
+
+    def has_results(self) -> bool:
+        """Whether the folder holds anything worth keeping (checkpoints or geometry records)."""
+        if any(self.path.rglob("*.ckpt")):
+            return True
+        return self.geometry.is_file() and self.geometry.stat().st_size > 0
+
+    def finish(self, *, ok: bool) -> bool:
+        """Drop the marker on success; on failure remove the folder unless it holds results.
+
+        Returns:
+            Whether the folder still exists.
+        """
+        if ok:
+            (self.path / self.INCOMPLETE).unlink(missing_ok=True)
+            return True
+        if not self.has_results():
+            shutil.rmtree(self.path, ignore_errors=True)
+            return False
+        (self.path / self.INCOMPLETE).write_text("failed; partial results kept\n")
+        return True
+
+    def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
+        """Write the resolved config; an unresolvable interpolation is kept as text."""
+        node = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(dict(cfg))
+        try:
+            text = OmegaConf.to_yaml(node, resolve=True)
+        except Exception:  # noqa: BLE001 - an unresolvable interpolation: keep it unresolved
+            text = OmegaConf.to_yaml(node)
+        _write_atomic(self.config, text)
+        return self.config
+
+    def records(self, *, ok_only: bool = False) -> list[GeometryRecord]:
+        """The geometry records (see :func:`read_records`)."""
+        return read_records(self.geometry, ok_only=ok_only)
+
+    def start_records(self, keep_through: int | None) -> None:
+        """Begin ``geometry.jsonl``: empty, or on resume the records up to a step.
+
+        Args:
+            keep_through: None for a fresh run (an existing file is replaced); else keep the
+                records with ``step <= keep_through`` (a torn last line is dropped) and
+                nothing after, so a resumed run continues without gap or duplicate.
+        """
+        kept: Iterable[GeometryRecord] = ()
+        if keep_through is not None:
+            kept = [r for r in self.records() if r.step <= keep_through]
+        _write_atomic(self.geometry, "".join(f"{r.to_json()}\n" for r in kept))
+
+    def append_record(self, record: GeometryRecord) -> None:
+        """Append one record as one line (flushed at once)."""
+        with self.geometry.open("a") as fh:
+            fh.write(record.to_json() + "\n")
+
+    def read_probes(self) -> ProbeTable | None:
+        """The probe table, None when the run has none."""
+        if not self.probes.is_file():
+            return None
+        try:
+            data = json.loads(self.probes.read_text())
+        except json.JSONDecodeError as err:
+            raise RecordsError(f"{self.probes}: not JSON ({err.msg})") from err
+        return ProbeTable.from_dict(data, str(self.probes))
+
+    def write_probes(self, table: ProbeTable) -> Path:
+        """Write ``probes.json`` atomically."""
+        _write_atomic(self.probes, json.dumps(table.to_dict(), indent=2, allow_nan=True))
+        return self.probes
