@@ -153,6 +153,10 @@ class TestBuildConfiguredHead:
             build_configured_head(HeadConfig(), 8, 4)
 
     def test_roundtrip_plain_types(self) -> None:
-        plain = dataclasses.asdict(GeometryConfig())
-        assert OmegaConf.to_object(OmegaConf.structured(GeometryConfig(**{})))  # builds
-        assert isinstance(plain["measure"]["augment_families"], list)
+        # what the monitor stores in checkpoints and records: plain values that rebuild the node
+        g = GeometryConfig(every_n_steps=7, dtype="float32", head=HeadConfig(name="smooth_mlp"),
+                           probes=ProbesConfig(targets=["class"]))  # fmt: skip
+        plain = dataclasses.asdict(g)
+        assert plain["measure"]["augment_families"] == ["brightness"]
+        rebuilt = geometry_config(OmegaConf.create({"method": "byol", "geometry": plain}))
+        assert rebuilt == g and rebuilt != GeometryConfig()

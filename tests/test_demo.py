@@ -107,18 +107,30 @@ class TestQuickDemo:
         assert (run / "report" / "index.html").is_file()
         assert "lambda_min(M)" in out and "Z - H" in out
 
-    def test_make_demo_reduced_by_env(self, tmp_path: Path) -> None:
-        """What ``make demo`` runs (host auto), cut down by the environment variable."""
-        env = {
-            **os.environ,
-            QUICK_ENV: "1",
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        }
+    def test_regular_install_outside_the_source_tree(self, tmp_path: Path) -> None:
+        """``pip install .`` (not editable), run elsewhere: recipes and data are package data.
+
+        The package is installed without dependencies into its own folder, put first on the path
+        (the dependencies come from this environment), and the demo runs from another folder,
+        cut down by the environment variable as ``make demo`` would be.
+        """
+        site = tmp_path / "site"
+        install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                   "--no-build-isolation", "--target", str(site), str(REPO)]  # fmt: skip
+        assert subprocess.run(install, capture_output=True, timeout=600).returncode == 0
+        env = {**os.environ, QUICK_ENV: "1", "PYTHONPATH": str(site)}
+        where = subprocess.run(
+            [sys.executable, "-c", "import solo_geometry.demo as d; print(d.__file__, d.RECIPE)"],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        module, recipe = where.stdout.split()
+        assert module.startswith(str(site)) and recipe.startswith(str(site)), where.stdout
         proc = subprocess.run(
             [sys.executable, "-m", "solo_geometry.cli", "demo", "--out", str(tmp_path / "d")],
             capture_output=True,
             text=True,
             env=env,
+            cwd=tmp_path,
             timeout=900,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
