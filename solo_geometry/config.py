@@ -269,6 +269,10 @@ class GeometryConfig:
     dtype: str = "float64"
     # Seed of the monitor's own generator (Lanczos start vectors, random directions).
     seed: int = 0
+    # Time budget: measurements may take at most this fraction of the training time so far; a
+    # due measurement is deferred to a later step until it fits (the first and the final
+    # measurement always run). None: every due measurement runs.
+    budget: float | None = 0.02
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     init: InitConfig = field(default_factory=InitConfig)
@@ -281,6 +285,8 @@ class GeometryConfig:
         _at_least(self.max_samples, "geometry.max_samples", 2)
         _at_least(self.lanczos_steps, "geometry.lanczos_steps", 2)
         _choice(self.dtype, DTYPE_CHOICES, "geometry.dtype")
+        if self.budget is not None and not 0 < self.budget <= 1:
+            raise ValueError(f"geometry.budget: must be in (0, 1] or null, got {self.budget!r}")
 
 
 def register_configs() -> None:

@@ -25,6 +25,7 @@ Between measurements its only per-step work is one modulo test.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -92,6 +93,9 @@ class GeometryMonitor(Callback):
         self._batch: Any = None
         self._pending: tuple[int, Any] | None = None  # (step, batch) waiting for its backward
         self._run: RunFolder | None = None
+        self._owed: int | None = None  # the step a due measurement was deferred from
+        self._t0 = time.perf_counter()  # training time is counted from on_train_start
+        self._spent = 0.0  # seconds measurements took in this process
 
     @property
     def run(self) -> RunFolder | None:
@@ -109,6 +113,7 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._t0, self._spent = time.perf_counter(), 0.0
         if not trainer.is_global_zero or self._run is None:
             return
         try:
@@ -125,7 +130,7 @@ class GeometryMonitor(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
-        if step % self.config.every_n_steps or step == self.last_step:
+        if not self._due(trainer, step):
             return
         self._batch = move_data_to_device(batch, "cpu")
         capture = getattr(pl_module, "geometry_capture", None)
@@ -154,6 +159,28 @@ class GeometryMonitor(Callback):
         self._set_capture(pl_module, False)  # no backward came: measure from a fresh forward
         (step, batch), self._pending = self._pending, None
         self._record(trainer, pl_module, batch, step=step, final=False)
+
+    def _due(self, trainer: pl.Trainer, step: int) -> bool:
+        """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
+
+        A measurement due on the cadence is owed until it runs; it runs at the first step where
+        the time measurements took is within ``budget`` of the training time so far (the first
+        measurement always runs). Ranks agree: rank zero's decision is broadcast.
+        """
+        if step == self.last_step:
+            return False
+        if step % self.config.every_n_steps == 0 and self._owed is None:
+            self._owed = step
+        if self._owed is None:
+            return False
+        budget = self.config.budget
+        if budget is None or not self.n_records:
+            return True
+        train = time.perf_counter() - self._t0 - self._spent
+        fits = self._spent <= budget * max(train, 0.0)
+        if trainer.world_size > 1:
+            fits = bool(trainer.strategy.broadcast(fits, src=0))
+        return fits
 
     def _set_capture(self, pl_module: pl.LightningModule, enabled: bool) -> bool:
         """Switch the module's feature capture; False (warned once) if that raised."""
@@ -219,8 +246,14 @@ class GeometryMonitor(Callback):
                             f"({fields['reason']}); further skips are only counted")  # fmt: skip
         if not self.n_records:
             fields["meta"] = {**self.meta, "geometry": asdict(self.config)}
-        record = GeometryRecord(n_skipped=self.n_skipped, seconds=time.perf_counter() - start,
-                                **fields)  # fmt: skip
+        if "settings" in fields:
+            deferred = 0 if self._owed is None or final else step - self._owed
+            fields["settings"] = dataclasses.replace(fields["settings"], budget=self.config.budget,
+                                                     deferred=deferred)  # fmt: skip
+        self._owed = None
+        seconds = time.perf_counter() - start
+        self._spent += seconds
+        record = GeometryRecord(n_skipped=self.n_skipped, seconds=seconds, **fields)
         self._write(trainer, pl_module, record)
 
     def _write(

@@ -80,6 +80,8 @@ class Settings:
         density_probes: SLQ probes of the density, when the record carries one.
         augment_samples: images used for augmentation tangents.
         seed: seed of the monitor's generator.
+        budget: the monitor's time budget (fraction of training time), None when off.
+        deferred: steps this measurement was deferred by to keep the budget.
     """
 
     dtype: str | None = None
@@ -93,6 +95,8 @@ class Settings:
     density_probes: int | None = None
     augment_samples: int | None = None
     seed: int | None = None
+    budget: float | None = None
+    deferred: int | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def _config(**probes: Any) -> GeometryConfig:
     small = ProbesConfig(targets=["class"], probes=["linear"],
                          orbits=OrbitsConfig(families=[]), **probes)  # fmt: skip
     return GeometryConfig(every_n_steps=1, max_samples=4, lanczos_steps=4, measure=measure,
-                          probes=small)  # fmt: skip
+                          probes=small, budget=None)  # fmt: skip
 
 
 class TestGeometryCallbacks:

@@ -138,7 +138,8 @@ class CapturingGeometry(BoringGeometry):
 def _config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
     measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
                             density_probes=1)  # fmt: skip
-    base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, measure=measure, out_dir=str(out))
+    base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, measure=measure, out_dir=str(out),
+                budget=None)  # fmt: skip
     base.update(kw)
     return GeometryConfig(**base)
 
@@ -177,6 +178,15 @@ class TestMonitorConfig:
     def test_takes_the_geometry_config_only(self) -> None:
         with pytest.raises(TypeError, match="GeometryConfig"):
             GeometryMonitor({"every_n_steps": 2})  # type: ignore[arg-type]
+
+    def test_budget_defers_measurements(self, tmp_path: Path) -> None:
+        # a budget no measurement can keep: the first and the final measurement only
+        _fit(tmp_path, [GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=1,
+                                                budget=1e-9))], steps=6)  # fmt: skip
+        records = read_records(tmp_path)
+        assert [r.step for r in records] == [0, 6]
+        assert [r.settings.budget for r in records] == [1e-9, 1e-9]
+        assert records[0].settings.deferred == 0 and records[-1].final
 
     def test_cadence_and_settings_come_from_the_config(self, tmp_path: Path) -> None:
         cfg = _config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")

@@ -8,7 +8,7 @@ normalisation. A training sample is ``(index, [view_0, view_1, ...], label)`` as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +19,14 @@ from torchvision import datasets
 from torchvision import transforms as T
 
 from solo_geometry.datasets import mean_std_of
+from solo_geometry.hosts.lightly.nodes import AugmentationNode, DataNode
 
 __all__ = [
     "MultiViewTransform",
     "build_pipeline",
     "build_train_loader",
     "check_image_folder",
-    "node_of",
     "num_classes",
-    "parse_augmentations",
-    "reject_unknown",
-    "required",
     "train_dataset",
 ]
 
@@ -37,104 +34,9 @@ __all__ = [
 # +-3 sigma at the largest sigma.
 _BLUR_SIGMA = (0.1, 2.0)
 _BLUR_KERNEL = 13
-_AUG_PROB_NODES = (
-    "color_jitter",
-    "grayscale",
-    "gaussian_blur",
-    "solarization",
-    "equalization",
-    "horizontal_flip",
-)
-_AUG_KEYS = {
-    "rrc": {"enabled", "crop_min_scale", "crop_max_scale"},
-    "color_jitter": {"enabled", "prob", "brightness", "contrast", "saturation", "hue"},
-    **{k: {"enabled", "prob"} for k in _AUG_PROB_NODES[1:]},
-}
 
 
-def reject_unknown(node: Mapping[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
-    """Raise if ``node`` has a key outside ``allowed``."""
-    extra = sorted(set(node) - set(allowed))
-    if extra:
-        names = ", ".join(f"{where}.{k}" if where else str(k) for k in extra)
-        raise ValueError(
-            f"recipe field(s) {names} not supported by the lightly host; "
-            f"supported here: {sorted(allowed)}"
-        )
-
-
-def node_of(cfg: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    """Return ``cfg[key]`` as a dict ({} when absent or null)."""
-    value = cfg.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"recipe field {where}{key} must be a mapping, got {value!r}")
-    return dict(value)
-
-
-def required(node: Mapping[str, Any], key: str, where: str) -> Any:
-    """Return ``node[key]``, raising a ValueError naming ``where.key`` when missing."""
-    if node.get(key) is None:
-        raise ValueError(f"recipe field {where + '.' if where else ''}{key} is required")
-    return node[key]
-
-
-def _parse_pipeline(aug: Any, where: str) -> dict[str, Any]:
-    """Check one entry of ``augmentations`` and fill solo-learn's defaults."""
-    if not isinstance(aug, Mapping):
-        raise ValueError(f"recipe field {where} must be a mapping, got {aug!r}")
-    reject_unknown(aug, set(_AUG_KEYS) | {"crop_size", "num_crops", "mean", "std"}, where)
-    for key, allowed in _AUG_KEYS.items():
-        reject_unknown(node_of(aug, key, f"{where}."), allowed, f"{where}.{key}")
-    rrc = node_of(aug, "rrc", f"{where}.")
-    if rrc.get("enabled", False):
-        required(rrc, "crop_min_scale", f"{where}.rrc")
-    cj = node_of(aug, "color_jitter", f"{where}.")
-    return {
-        "crop_size": int(required(aug, "crop_size", where)),
-        "num_crops": int(required(aug, "num_crops", where)),
-        "rrc": bool(rrc.get("enabled", False)),
-        "scale": (float(rrc.get("crop_min_scale", 0.08)), float(rrc.get("crop_max_scale", 1.0))),
-        "jitter": [float(cj.get(k, 0.0)) for k in ("brightness", "contrast", "saturation", "hue")],
-        "probs": {k: float(node_of(aug, k, f"{where}.").get("prob", 0.0)) for k in _AUG_PROB_NODES},
-        "mean": aug.get("mean"),
-        "std": aug.get("std"),
-    }
-
-
-def parse_augmentations(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Check a recipe's ``augmentations`` list (solo-learn's pipeline keys).
-
-    Args:
-        cfg: the recipe as plain containers.
-
-    Returns:
-        One dict per pipeline: crop_size, num_crops, rrc, scale, jitter, probs, mean, std.
-
-    Raises:
-        ValueError: naming an unknown, missing or unsupported field (small crops included).
-    """
-    augs = cfg.get("augmentations")
-    if not augs or not isinstance(augs, (list, tuple)):
-        raise ValueError("recipe field augmentations is required: a list of pipelines")
-    out = [_parse_pipeline(aug, f"augmentations[{i}]") for i, aug in enumerate(augs)]
-    big = out[0]["crop_size"]
-    small = [i for i, a in enumerate(out) if a["crop_size"] != big]
-    if small:
-        raise ValueError(
-            f"recipe field augmentations[{small[0]}].crop_size: small crops "
-            "(multi-crop) are not supported by the lightly host"
-        )
-    if sum(a["num_crops"] for a in out) != 2:
-        raise ValueError(
-            "recipe fields augmentations[*].num_crops must add up to 2 large crops "
-            f"for {cfg.get('method')!r}, as solo-learn requires"
-        )
-    return out
-
-
-def build_pipeline(dataset: str, aug: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
+def build_pipeline(dataset: str, aug: AugmentationNode) -> Callable[[Any], torch.Tensor]:
     """Build one augmentation pipeline from a parsed ``augmentations`` entry.
 
     Args:
@@ -144,27 +46,26 @@ def build_pipeline(dataset: str, aug: dict[str, Any]) -> Callable[[Any], torch.T
     Returns:
         A callable mapping a PIL image to a tensor (3, crop_size, crop_size).
     """
-    size = aug["crop_size"]
-    probs = aug["probs"]
+    size, probs = aug.crop_size, aug.probs
     steps: list[Any] = [
-        T.RandomResizedCrop(size, scale=aug["scale"], interpolation=T.InterpolationMode.BICUBIC)
-        if aug["rrc"]
+        T.RandomResizedCrop(size, scale=aug.scale, interpolation=T.InterpolationMode.BICUBIC)
+        if aug.rrc
         else T.Resize(size, interpolation=T.InterpolationMode.BICUBIC)
     ]
-    if probs["color_jitter"]:
-        steps.append(T.RandomApply([T.ColorJitter(*aug["jitter"])], p=probs["color_jitter"]))
-    if probs["grayscale"]:
-        steps.append(T.RandomGrayscale(p=probs["grayscale"]))
-    if probs["gaussian_blur"]:
+    if probs.color_jitter:
+        steps.append(T.RandomApply([T.ColorJitter(*aug.jitter)], p=probs.color_jitter))
+    if probs.grayscale:
+        steps.append(T.RandomGrayscale(p=probs.grayscale))
+    if probs.gaussian_blur:
         blur = T.GaussianBlur(_BLUR_KERNEL, sigma=_BLUR_SIGMA)
-        steps.append(T.RandomApply([blur], p=probs["gaussian_blur"]))
-    if probs["solarization"]:
-        steps.append(T.RandomSolarize(threshold=128, p=probs["solarization"]))
-    if probs["equalization"]:
-        steps.append(T.RandomEqualize(p=probs["equalization"]))
-    if probs["horizontal_flip"]:
-        steps.append(T.RandomHorizontalFlip(p=probs["horizontal_flip"]))
-    mean, std = mean_std_of(dataset, aug["mean"], aug["std"])
+        steps.append(T.RandomApply([blur], p=probs.gaussian_blur))
+    if probs.solarization:
+        steps.append(T.RandomSolarize(threshold=128, p=probs.solarization))
+    if probs.equalization:
+        steps.append(T.RandomEqualize(p=probs.equalization))
+    if probs.horizontal_flip:
+        steps.append(T.RandomHorizontalFlip(p=probs.horizontal_flip))
+    mean, std = mean_std_of(dataset, aug.mean, aug.std)
     steps += [T.ToTensor(), T.Normalize(mean=mean, std=std)]
     return T.Compose(steps)
 
@@ -224,7 +125,7 @@ def check_image_folder(path: str | Path, field: str) -> Path:
     return root
 
 
-def train_dataset(data: dict[str, Any], transform: Callable[[Any], Any]) -> Dataset:
+def train_dataset(data: DataNode, transform: Callable[[Any], Any]) -> Dataset:
     """Build the pretraining dataset of a parsed recipe's ``data`` node.
 
     CIFAR names read torchvision's CIFAR files under ``train_path`` (downloaded when missing, as
@@ -241,20 +142,20 @@ def train_dataset(data: dict[str, Any], transform: Callable[[Any], Any]) -> Data
     Raises:
         FileNotFoundError: if the image folder is missing.
     """
-    name = data["dataset"]
+    name = data.dataset
     base: Dataset
     if name in ("cifar10", "cifar100"):
         cls = datasets.CIFAR10 if name == "cifar10" else datasets.CIFAR100
-        base = cls(data["train_path"], train=True, download=True, transform=transform)
+        base = cls(data.train_path, train=True, download=True, transform=transform)
         labels = list(base.targets)  # type: ignore[attr-defined]
     else:
-        root = check_image_folder(data["train_path"], "data.train_path")
+        root = check_image_folder(data.train_path, "data.train_path")
         folder = datasets.ImageFolder(str(root), transform=transform)
         base, labels = folder, list(folder.targets)
-    if data["fraction"] > 0:
+    if data.fraction > 0:
         keep, _ = train_test_split(
             list(range(len(labels))),
-            train_size=data["fraction"],
+            train_size=data.fraction,
             stratify=labels,
             random_state=42,
         )
@@ -262,17 +163,17 @@ def train_dataset(data: dict[str, Any], transform: Callable[[Any], Any]) -> Data
     return _Indexed(base)
 
 
-def num_classes(data: dict[str, Any]) -> int:
+def num_classes(data: DataNode) -> int:
     """Number of classes solo-learn assumes for ``data`` (class folders for image folders)."""
     fixed = {"cifar10": 10, "cifar100": 100, "imagenet": 1000, "imagenet100": 100}
-    if data["dataset"] in fixed:
-        return fixed[data["dataset"]]
-    root = Path(data["train_path"])
+    if data.dataset in fixed:
+        return fixed[data.dataset]
+    root = Path(data.train_path)
     return max(1, sum(p.is_dir() for p in root.iterdir())) if root.is_dir() else 1
 
 
 def build_train_loader(
-    data: dict[str, Any], augmentations: Sequence[dict[str, Any]], batch_size: int
+    data: DataNode, augmentations: Sequence[AugmentationNode], batch_size: int
 ) -> DataLoader:
     """The pretraining loader: shuffled, last incomplete batch dropped, as solo-learn.
 
@@ -289,15 +190,15 @@ def build_train_loader(
         ValueError: if the dataset is smaller than one batch.
     """
     transform = MultiViewTransform(
-        [(build_pipeline(data["dataset"], a), a["num_crops"]) for a in augmentations]
+        [(build_pipeline(data.dataset, a), a.num_crops) for a in augmentations]
     )
     dataset = train_dataset(data, transform)
     if len(dataset) < batch_size:  # type: ignore[arg-type]
         raise ValueError(
             f"optimizer.batch_size={batch_size} exceeds the {len(dataset)} training images "  # type: ignore[arg-type]
-            f"in data.train_path={data['train_path']!r} (the last incomplete batch is dropped)"
+            f"in data.train_path={data.train_path!r} (the last incomplete batch is dropped)"
         )
-    workers = data["num_workers"]
+    workers = data.num_workers
     return DataLoader(
         dataset,
         batch_size=batch_size,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from lightning.pytorch import Trainer, seed_everything
@@ -42,7 +41,7 @@ __all__ = ["HOST", "build_callbacks", "launch", "prepare", "run_recipe"]
 HOST = "lightly"
 
 
-def prepare(cfg: DictConfig) -> tuple[Any, Any]:
+def prepare(cfg: DictConfig) -> tuple[ParsedRecipe, GeometryConfig | None]:
     """Check a composed recipe completely before anything is written or trained.
 
     Args:
@@ -57,8 +56,8 @@ def prepare(cfg: DictConfig) -> tuple[Any, Any]:
     """
     recipe = parse_recipe(cfg)
     geometry = geometry_config(cfg)
-    if recipe.data["dataset"] not in ("cifar10", "cifar100"):
-        check_image_folder(recipe.data["train_path"], "data.train_path")
+    if not recipe.data.cifar:
+        check_image_folder(recipe.data.train_path, "data.train_path")
     probes_dir = _probes_dir(recipe, geometry)
     if geometry is not None and probes_dir is not None:
         field = "geometry.probes.data" if geometry.probes.data else "data.val_path"
@@ -70,7 +69,7 @@ def _probes_dir(recipe: ParsedRecipe, geometry: GeometryConfig | None) -> str | 
     """The labelled folder the probes run on, or None when they do not run."""
     if geometry is None or not geometry.probes.enabled:
         return None
-    return geometry.probes.data or recipe.data["val_path"]
+    return geometry.probes.data or recipe.data.val_path
 
 
 def build_callbacks(
@@ -88,14 +87,14 @@ def build_callbacks(
     """
     callbacks: list[Callback] = []
     ckpt = recipe.checkpoint
-    if ckpt["enabled"]:
+    if ckpt.enabled:
         callbacks.append(
             ModelCheckpoint(
                 dirpath=run.checkpoints,
                 filename="{epoch}",
-                save_top_k=-1 if ckpt["keep_prev"] else 1,
+                save_top_k=-1 if ckpt.keep_prev else 1,
                 monitor=None,
-                every_n_epochs=ckpt["frequency"],
+                every_n_epochs=ckpt.frequency,
                 save_on_train_epoch_end=True,
             )
         )
@@ -105,9 +104,9 @@ def build_callbacks(
             geometry,
             run_dir=run.path,
             meta={"host": HOST, "method": recipe.method},
-            train_dir=recipe.data.get("train_path"),
-            val_dir=recipe.data.get("val_path"),
-            normalization=mean_std_of(recipe.data["dataset"], aug["mean"], aug["std"]),
+            train_dir=recipe.data.train_path,
+            val_dir=recipe.data.val_path,
+            normalization=mean_std_of(recipe.data.dataset, aug.mean, aug.std),
         )
     return callbacks
 
@@ -127,7 +126,7 @@ def _trainer(run: RunFolder, recipe: ParsedRecipe, callbacks: list[Callback]) ->
         max_epochs=recipe.max_epochs,
         logger=CSVLogger(str(run.path), name="logs"),
         callbacks=callbacks,
-        enable_checkpointing=bool(recipe.checkpoint["enabled"]),
+        enable_checkpointing=recipe.checkpoint.enabled,
         **kwargs,
     )
 
@@ -154,7 +153,7 @@ def run_recipe(cfg: DictConfig, *, runs_root: str | Path) -> Path:
     for note in recipe.notes:
         print(f"lightly host: note: {note}")
     seed_everything(recipe.seed)
-    loader = build_train_loader(recipe.data, recipe.augmentations, recipe.optimizer["batch_size"])
+    loader = build_train_loader(recipe.data, recipe.augmentations, recipe.optimizer.batch_size)
     model = LightlyMethod(recipe, num_classes(recipe.data), geometry)
     run = RunFolder.create(Path(runs_root), recipe.name)
     try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from lightly.loss import BarlowTwinsLoss, NegativeCosineSimilarity, NTXentLoss, VICRegLoss
@@ -32,6 +32,18 @@ from torch import Tensor, nn
 
 from solo_geometry.config import HeadConfig
 from solo_geometry.heads import build_configured_head, build_mlp, solo_projector
+from solo_geometry.hosts.lightly.nodes import (
+    OPTIMIZER_KWARGS,
+    AdamWKwargs,
+    BarlowTwinsKwargs,
+    BYOLKwargs,
+    LARSKwargs,
+    MethodKwargs,
+    OptimizerNode,
+    SGDKwargs,
+    SimCLRKwargs,
+    VICRegKwargs,
+)
 
 __all__ = [
     "Objective",
@@ -42,9 +54,24 @@ __all__ = [
     "warmup_cosine_lr",
 ]
 
+_Kwargs = TypeVar("_Kwargs", bound=MethodKwargs)
+
+
+def _kwargs_of(method: str, kwargs: MethodKwargs, cls: type[_Kwargs]) -> _Kwargs:
+    """``kwargs`` as the method's own ``method_kwargs`` type.
+
+    Raises:
+        TypeError: if they are another method's.
+    """
+    if not isinstance(kwargs, cls):
+        raise TypeError(
+            f"method_kwargs of {method} must be {cls.__name__}, got {type(kwargs).__name__}"
+        )
+    return kwargs
+
 
 def build_projector(
-    method: str, features_dim: int, kwargs: dict[str, Any], head: HeadConfig | None = None
+    method: str, features_dim: int, kwargs: MethodKwargs, head: HeadConfig | None = None
 ) -> nn.Module:
     """The method's projector: solo-learn's structure, or this package's head when configured.
 
@@ -61,18 +88,23 @@ def build_projector(
     Raises:
         ValueError: on an unknown method or head.
     """
-    hidden, out = int(kwargs["proj_hidden_dim"]), int(kwargs["proj_output_dim"])
+    hidden, out = kwargs.proj_hidden_dim, kwargs.proj_output_dim
     if head is not None and head.name != "projector":
         return build_configured_head(head, features_dim, out, default_hidden=hidden)
     return solo_projector(method, features_dim, hidden, out)
 
 
-def build_predictor(method: str, kwargs: dict[str, Any]) -> nn.Module | None:
-    """BYOL's predictor (Linear, BN, ReLU, Linear); None for the other methods."""
+def build_predictor(method: str, kwargs: MethodKwargs) -> nn.Module | None:
+    """BYOL's predictor (Linear, BN, ReLU, Linear); None for the other methods.
+
+    Raises:
+        TypeError: if BYOL's ``kwargs`` are not :class:`BYOLKwargs`.
+    """
     if method != "byol":
         return None
-    out = int(kwargs["proj_output_dim"])
-    return build_mlp([out, int(kwargs["pred_hidden_dim"]), out], norm=True)
+    byol = _kwargs_of(method, kwargs, BYOLKwargs)
+    out = byol.proj_output_dim
+    return build_mlp([out, byol.pred_hidden_dim, out], norm=True)
 
 
 class Objective(nn.Module):
@@ -90,30 +122,35 @@ class Objective(nn.Module):
 
     Raises:
         ValueError: on an unknown method, or BYOL without a predictor.
+        TypeError: if ``kwargs`` are not the method's.
     """
 
     def __init__(
-        self, method: str, kwargs: dict[str, Any], predictor: nn.Module | None = None
+        self, method: str, kwargs: MethodKwargs, predictor: nn.Module | None = None
     ) -> None:
         super().__init__()
         self.method = method
         self.scale = 1.0
         self.loss: nn.Module
         if method == "simclr":
-            self.loss = NTXentLoss(temperature=float(kwargs["temperature"]))
+            simclr = _kwargs_of(method, kwargs, SimCLRKwargs)
+            self.loss = NTXentLoss(temperature=simclr.temperature)
         elif method == "byol":
+            _kwargs_of(method, kwargs, BYOLKwargs)
             if predictor is None:
                 raise ValueError("byol needs its predictor")
             self.loss = NegativeCosineSimilarity()
         elif method == "vicreg":
+            vicreg = _kwargs_of(method, kwargs, VICRegKwargs)
             self.loss = VICRegLoss(
-                lambda_param=float(kwargs["sim_loss_weight"]),
-                mu_param=2.0 * float(kwargs["var_loss_weight"]),
-                nu_param=float(kwargs["cov_loss_weight"]),
+                lambda_param=vicreg.sim_loss_weight,
+                mu_param=2.0 * vicreg.var_loss_weight,
+                nu_param=vicreg.cov_loss_weight,
             )
         elif method == "barlow_twins":
-            self.loss = BarlowTwinsLoss(lambda_param=float(kwargs["lamb"]))
-            self.scale = float(kwargs["scale_loss"])
+            barlow = _kwargs_of(method, kwargs, BarlowTwinsKwargs)
+            self.loss = BarlowTwinsLoss(lambda_param=barlow.lamb)
+            self.scale = barlow.scale_loss
         else:
             raise ValueError(f"unknown method {method!r}")
         # Not registered as a submodule: the predictor belongs to the LightningModule.
@@ -195,7 +232,7 @@ def _split_no_decay(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _lars(groups: list[dict[str, Any]], opt: dict[str, Any]) -> LARS:
+def _lars(groups: list[dict[str, Any]], opt: OptimizerNode, kw: LARSKwargs) -> LARS:
     """Lightly's LARS with solo-learn's ``eta``, ``exclude_bias_n_norm`` and ``clip_lr``.
 
     ``exclude_bias_n_norm``: lightly's LARS skips scaling and weight decay for groups with zero
@@ -203,21 +240,25 @@ def _lars(groups: list[dict[str, Any]], opt: dict[str, Any]) -> LARS:
     ``min(lars_lr / lr, 1)``) is applied by setting each parameter's trust coefficient before
     every step, one parameter per group.
     """
-    kw = dict(opt["kwargs"])
-    if kw.pop("exclude_bias_n_norm"):
+    if kw.exclude_bias_n_norm:
         groups = [{**g, "params": [p for p in g["params"] if p.ndim > 1]} for g in groups] + [
             {**g, "params": [p for p in g["params"] if p.ndim <= 1], "weight_decay": 0.0}
             for g in groups
         ]
         groups = [g for g in groups if g["params"]]
-    clip, eta = kw.pop("clip_lr"), float(kw.pop("eta"))
-    if clip:
+    if kw.clip_lr:
         groups = [{**g, "params": [p], "clip_lr": True} for g in groups for p in g["params"]]
     optimizer = LARS(
-        groups, lr=opt["lr"], weight_decay=opt["weight_decay"], trust_coefficient=eta, **kw
+        groups,
+        lr=opt.lr,
+        weight_decay=opt.weight_decay,
+        trust_coefficient=kw.eta,
+        momentum=kw.momentum,
+        nesterov=kw.nesterov,
+        dampening=kw.dampening,
     )
-    if clip:
-        optimizer.register_step_pre_hook(_clip_hook(eta))
+    if kw.clip_lr:
+        optimizer.register_step_pre_hook(_clip_hook(kw.eta))
     return optimizer
 
 
@@ -240,7 +281,7 @@ def _clip_hook(eta: float) -> Callable[..., None]:
     return hook
 
 
-def build_optimizer(groups: Iterable[dict[str, Any]], opt: dict[str, Any]) -> torch.optim.Optimizer:
+def build_optimizer(groups: Iterable[dict[str, Any]], opt: OptimizerNode) -> torch.optim.Optimizer:
     """Build the recipe's optimiser over named parameter groups.
 
     Args:
@@ -252,17 +293,30 @@ def build_optimizer(groups: Iterable[dict[str, Any]], opt: dict[str, Any]) -> to
         SGD, AdamW or lightly's LARS.
 
     Raises:
-        ValueError: on an unknown optimiser name.
+        ValueError: on an unknown optimiser.
     """
     groups = [dict(g, params=list(g["params"])) for g in groups]
-    if opt["exclude_bias_n_norm_wd"]:
+    if opt.exclude_bias_n_norm_wd:
         groups = _split_no_decay(groups)
-    kw = dict(opt["kwargs"])
-    if opt["name"] == "sgd":
-        return torch.optim.SGD(groups, lr=opt["lr"], weight_decay=opt["weight_decay"], **kw)
-    if opt["name"] == "adamw":
-        kw["betas"] = tuple(kw["betas"])
-        return torch.optim.AdamW(groups, lr=opt["lr"], weight_decay=opt["weight_decay"], **kw)
-    if opt["name"] == "lars":
-        return _lars(groups, opt)
-    raise ValueError(f"unknown optimizer {opt['name']!r}; choose from adamw, lars, sgd")
+    kw = opt.kwargs
+    if isinstance(kw, SGDKwargs):
+        return torch.optim.SGD(
+            groups,
+            lr=opt.lr,
+            weight_decay=opt.weight_decay,
+            momentum=kw.momentum,
+            nesterov=kw.nesterov,
+            dampening=kw.dampening,
+        )
+    if isinstance(kw, AdamWKwargs):
+        return torch.optim.AdamW(
+            groups,
+            lr=opt.lr,
+            weight_decay=opt.weight_decay,
+            betas=kw.betas,
+            eps=kw.eps,
+            amsgrad=kw.amsgrad,
+        )
+    if isinstance(kw, LARSKwargs):
+        return _lars(groups, opt, kw)
+    raise ValueError(f"unknown optimizer {opt.name!r}; choose from {sorted(OPTIMIZER_KWARGS)}")

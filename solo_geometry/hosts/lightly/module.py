@@ -131,7 +131,7 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         step = self.trainer.global_step
         if self.momentum and step > self._last_step:
             mom = self.recipe.momentum
-            tau = momentum_tau(step - 1, self._max_steps, mom["base_tau"], mom["final_tau"])
+            tau = momentum_tau(step - 1, self._max_steps, mom.base_tau, mom.final_tau)
             update_momentum(self.backbone, self.momentum_backbone, m=tau)
             update_momentum(self.projector, self.momentum_projector, m=tau)
             self.log("tau", tau)
@@ -155,7 +155,7 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
             {
                 "name": "classifier",
                 "params": self.classifier.parameters(),
-                "lr": self.recipe.optimizer["classifier_lr"],
+                "lr": self.recipe.optimizer.classifier_lr,
                 "weight_decay": 0.0,
             }
         )
@@ -166,28 +166,28 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         """The recipe's optimiser and scheduler (``warmup_cosine``, ``step`` or ``none``)."""
         optimizer = build_optimizer(self._param_groups(), self.recipe.optimizer)
         sch = self.recipe.scheduler
-        if sch["name"] == "none":
+        if sch.name == "none":
             return optimizer
-        if sch["name"] == "step":
-            step = torch.optim.lr_scheduler.MultiStepLR(optimizer, sch["lr_decay_steps"])
-            return [optimizer], [{"scheduler": step, "interval": sch["interval"]}]
+        if sch.name == "step":
+            step = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(sch.lr_decay_steps))
+            return [optimizer], [{"scheduler": step, "interval": sch.interval}]
         per_epoch = self.trainer.estimated_stepping_batches / self.recipe.max_epochs
-        by_step = sch["interval"] == "step"
-        warmup = sch["warmup_epochs"] * (per_epoch if by_step else 1)
+        by_step = sch.interval == "step"
+        warmup = sch.warmup_epochs * (per_epoch if by_step else 1)
         total = self.trainer.estimated_stepping_batches if by_step else self.recipe.max_epochs
 
         def factor(base: float) -> Any:
-            start = sch["warmup_start_lr"] if sch["warmup_epochs"] > 0 else base
+            start = sch.warmup_start_lr if sch.warmup_epochs > 0 else base
 
             def f(k: int) -> float:
-                lr = warmup_cosine_lr(k, base, warmup, total, start, sch["min_lr"])
+                lr = warmup_cosine_lr(k, base, warmup, total, start, sch.min_lr)
                 return lr / base if base > 0 else 0.0
 
             return f
 
         lambdas = [factor(g["lr"]) for g in optimizer.param_groups]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-        return [optimizer], [{"scheduler": scheduler, "interval": sch["interval"], "frequency": 1}]
+        return [optimizer], [{"scheduler": scheduler, "interval": sch.interval, "frequency": 1}]
 
     def geometry_crops(self, batch: Any) -> list[Tensor]:
         """The views of a batch ``(indexes, [views], labels)``."""
@@ -200,7 +200,7 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
     def geometry_normalization(self) -> MeanStd:
         """The recipe's normalisation of the first pipeline (as ``data.build_pipeline``)."""
         aug = self.recipe.augmentations[0]
-        return mean_std_of(self.recipe.data["dataset"], aug["mean"], aug["std"])
+        return mean_std_of(self.recipe.data.dataset, aug.mean, aug.std)
 
     def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
         """The objective of H (V, N, p), the momentum targets and the predictor held fixed.

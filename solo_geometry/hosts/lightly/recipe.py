@@ -1,57 +1,56 @@
-"""Check a solo-learn recipe for the lightly host and fill in solo-learn's defaults.
+"""Check a solo-learn recipe for the lightly host and build its typed nodes.
 
-Every field of a recipe is either used (with solo-learn's meaning and default), passed to the
-Lightning Trainer (any key that is a ``Trainer.__init__`` argument, as solo-learn does), or
-listed in ``IRRELEVANT`` (fields solo-learn uses only for its own logging and resumption).
-Anything else is a ``ValueError`` naming the field: a recipe never silently trains something
-other than what it says.
+Every field of a recipe is either read into a node of :mod:`.nodes` (with solo-learn's meaning
+and default), passed to the Lightning Trainer (any key that is a ``Trainer.__init__`` argument,
+as solo-learn does), or listed in ``IRRELEVANT`` (fields solo-learn uses only for its own
+logging and resumption). Anything else is a ``ValueError`` naming the field: a recipe never
+silently trains something other than what it says.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, get_type_hints
 
 from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.hosts.lightly.data import (
+from solo_geometry.hosts.lightly.nodes import (
+    DATASETS,
+    JITTER_KEYS,
+    METHOD_KWARGS,
+    OPTIMIZER_KWARGS,
+    AugmentationNode,
+    AugmentationProbs,
+    CheckpointNode,
+    DataNode,
+    MethodKwargs,
+    MomentumNode,
+    OptimizerNode,
+    SchedulerNode,
+    build_node,
+    check_choice,
+    convert,
     node_of,
-    parse_augmentations,
     reject_unknown,
     required,
+    value_of,
 )
 
 __all__ = [
     "IRRELEVANT",
-    "METHOD_KWARGS",
     "MOMENTUM_METHODS",
     "ParsedRecipe",
+    "TrainerKwargs",
     "parse_recipe",
     "trainer_keys",
 ]
 
-# method -> {key: default}; None means required (solo-learn asserts it is present).
-METHOD_KWARGS: dict[str, dict[str, Any]] = {
-    "simclr": {"proj_hidden_dim": None, "proj_output_dim": None, "temperature": None},
-    "byol": {"proj_hidden_dim": None, "proj_output_dim": None, "pred_hidden_dim": None},
-    "vicreg": {
-        "proj_hidden_dim": None,
-        "proj_output_dim": None,
-        "sim_loss_weight": 25.0,
-        "var_loss_weight": 25.0,
-        "cov_loss_weight": 1.0,
-    },
-    "barlow_twins": {
-        "proj_hidden_dim": None,
-        "proj_output_dim": None,
-        "lamb": 0.0051,
-        "scale_loss": 0.024,
-    },
-}
 MOMENTUM_METHODS = ("byol",)
+# Keyword arguments of lightning.pytorch.Trainer, as the recipe gives them.
+TrainerKwargs = dict[str, Any]
 
 # Accepted and not used: solo-learn's logging (wandb, auto_umap), resumption (auto_resume:
 # every lightly run gets a fresh run folder, so there is nothing to resume), DALI settings
@@ -82,20 +81,14 @@ _TOP_LEVEL = frozenset(
 )
 # solo-learn writes these back into the config it saves; a saved config can be rerun.
 _DERIVED = frozenset({"num_classes", "num_large_crops", "num_small_crops"})
-
-_OPTIMIZER_KWARGS: dict[str, dict[str, Any]] = {
-    "sgd": {"momentum": 0.9, "nesterov": False, "dampening": 0.0},
-    "lars": {
-        "momentum": 0.9,
-        "eta": 1e-3,
-        "clip_lr": False,
-        "exclude_bias_n_norm": False,
-        "nesterov": False,
-        "dampening": 0.0,
-    },
-    "adamw": {"betas": [0.9, 0.999], "eps": 1e-8, "amsgrad": False},
+_DIR = frozenset({"dir"})  # checkpoint.dir: checkpoints go to the run folder's
+# The keys of each pipeline's transform nodes (AugmentationProbs' fields); only prob is used
+# besides rrc's scales and color_jitter's strengths.
+_AUG_KEYS = {
+    "rrc": {"enabled", "crop_min_scale", "crop_max_scale"},
+    "color_jitter": {"enabled", "prob", *JITTER_KEYS},
+    **{f.name: {"enabled", "prob"} for f in fields(AugmentationProbs) if f.name != "color_jitter"},
 }
-_DATASETS = ("cifar10", "cifar100", "imagenet", "imagenet100", "custom")
 
 
 def trainer_keys() -> frozenset[str]:
@@ -107,73 +100,60 @@ def trainer_keys() -> frozenset[str]:
 class ParsedRecipe:
     """A recipe checked for the lightly host, solo-learn's defaults filled in.
 
-    ``optimizer["lr"]`` and ``optimizer["classifier_lr"]`` are already scaled by
+    ``optimizer.lr`` and ``optimizer.classifier_lr`` are already scaled by
     ``batch_size * devices * num_nodes / 256`` (and by gradient accumulation) as in solo-learn.
+
+    Raises:
+        TypeError: if ``method_kwargs`` are not the method's.
     """
 
     name: str
-    method: str
+    method: str  # a key of METHOD_KWARGS
     backbone: str
-    cifar: bool
-    method_kwargs: dict[str, Any]
-    momentum: dict[str, float]
-    data: dict[str, Any]
-    optimizer: dict[str, Any]
-    scheduler: dict[str, Any]
-    augmentations: list[dict[str, Any]]
+    method_kwargs: MethodKwargs
+    momentum: MomentumNode
+    data: DataNode
+    optimizer: OptimizerNode
+    scheduler: SchedulerNode
+    augmentations: tuple[AugmentationNode, ...]
     max_epochs: int
     seed: int
-    checkpoint: dict[str, Any]
-    trainer: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    checkpoint: CheckpointNode
+    trainer: TrainerKwargs = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        expected = METHOD_KWARGS[check_choice("method", self.method, sorted(METHOD_KWARGS))]
+        if not isinstance(self.method_kwargs, expected):
+            raise TypeError(
+                f"method_kwargs of {self.method} must be {expected.__name__}, "
+                f"got {type(self.method_kwargs).__name__}"
+            )
+
+    @property
+    def cifar(self) -> bool:
+        """Whether the backbone gets solo-learn's CIFAR stem (``data.dataset`` is CIFAR)."""
+        return self.data.cifar
 
 
-def _check_choice(field: str, value: Any, choices: list[str]) -> str:
-    """``value`` if it is one of ``choices``, else the error naming the field and the choices."""
-    if value not in choices:
-        raise ValueError(
-            f"recipe field {field}={value!r} not supported by the lightly host; "
-            f"choose from {choices}"
-        )
-    return str(value)
-
-
-def _parse_method(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
+def _parse_method(cfg: Mapping[str, Any]) -> tuple[str, MethodKwargs, MomentumNode]:
     """Check ``method``, ``method_kwargs`` and ``momentum``."""
-    method = _check_choice("method", cfg.get("method"), sorted(METHOD_KWARGS))
-    spec = METHOD_KWARGS[method]
-    given = node_of(cfg, "method_kwargs", "")
-    reject_unknown(given, set(spec), "method_kwargs")
-    kwargs = {k: given.get(k, d) for k, d in spec.items()}
-    for key in spec:
-        required(kwargs, key, "method_kwargs")
+    method = check_choice("method", cfg.get("method"), sorted(METHOD_KWARGS))
+    kwargs = build_node(METHOD_KWARGS[method], node_of(cfg, "method_kwargs", ""), "method_kwargs")
     mom = node_of(cfg, "momentum", "")
-    reject_unknown(mom, {"base_tau", "final_tau", "classifier"}, "momentum")
+    reject_unknown(mom, {f.name for f in fields(MomentumNode)} | {"classifier"}, "momentum")
     if mom.get("classifier"):
         raise ValueError("recipe field momentum.classifier=True not supported by the lightly host")
-    momentum = {
-        "base_tau": float(mom.get("base_tau", 0.99)),
-        "final_tau": float(mom.get("final_tau", 1.0)),
-    }
-    if not 0 <= momentum["base_tau"] <= momentum["final_tau"] <= 1:
-        raise ValueError(
-            f"recipe fields momentum.base_tau/final_tau must satisfy "
-            f"0 <= base <= final <= 1, got {momentum}"
-        )
-    return str(method), kwargs, momentum
+    mom.pop("classifier", None)
+    return method, kwargs, build_node(MomentumNode, mom, "momentum")
 
 
-def _parse_data(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _parse_data(cfg: Mapping[str, Any]) -> DataNode:
     """Check ``data``: image folders only."""
     data = node_of(cfg, "data", "")
-    reject_unknown(
-        data,
-        {"dataset", "train_path", "val_path", "format", "num_workers", "no_labels", "fraction"}
-        | _DERIVED,
-        "data",
-    )
-    dataset = required(data, "dataset", "data")
-    _check_choice("data.dataset", dataset, list(_DATASETS))
+    accepted = frozenset({"format", "no_labels"}) | _DERIVED
+    reject_unknown(data, {f.name for f in fields(DataNode)} | accepted, "data")
+    check_choice("data.dataset", required(data, "dataset", "data"), DATASETS)
     if data.get("format", "image_folder") != "image_folder":
         raise ValueError(
             f"recipe field data.format={data['format']!r} not supported by the "
@@ -181,16 +161,7 @@ def _parse_data(cfg: Mapping[str, Any]) -> dict[str, Any]:
         )
     if data.get("no_labels", False):
         raise ValueError("recipe field data.no_labels=True not supported by the lightly host")
-    fraction = float(data.get("fraction", -1.0))
-    if fraction > 0 and not fraction < 1:
-        raise ValueError(f"recipe field data.fraction must be in (0, 1) or -1, got {fraction}")
-    return {
-        "dataset": dataset,
-        "train_path": str(required(data, "train_path", "data")),
-        "val_path": None if data.get("val_path") is None else str(data["val_path"]),
-        "num_workers": int(data.get("num_workers", 4)),
-        "fraction": fraction,
-    }
+    return build_node(DataNode, data, "data", accepted)
 
 
 def _device_count(cfg: Mapping[str, Any]) -> int:
@@ -203,85 +174,98 @@ def _device_count(cfg: Mapping[str, Any]) -> int:
     return 1
 
 
-def _parse_optimizer(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _parse_optimizer(cfg: Mapping[str, Any]) -> OptimizerNode:
     """Check ``optimizer``; scale learning rates as solo-learn does."""
     opt = node_of(cfg, "optimizer", "")
-    reject_unknown(
-        opt,
-        {
-            "name",
-            "batch_size",
-            "lr",
-            "classifier_lr",
-            "weight_decay",
-            "kwargs",
-            "exclude_bias_n_norm_wd",
-        },
-        "optimizer",
-    )
+    reject_unknown(opt, {f.name for f in fields(OptimizerNode)} - {"accumulate"}, "optimizer")
     name = required(opt, "name", "optimizer")
-    _check_choice("optimizer.name", name, sorted(_OPTIMIZER_KWARGS))
-    kwargs = node_of(opt, "kwargs", "optimizer.")
-    reject_unknown(kwargs, set(_OPTIMIZER_KWARGS[name]), "optimizer.kwargs")
-    batch_size = int(required(opt, "batch_size", "optimizer"))
+    check_choice("optimizer.name", name, sorted(OPTIMIZER_KWARGS))
+    kwargs = build_node(
+        OPTIMIZER_KWARGS[name], node_of(opt, "kwargs", "optimizer."), "optimizer.kwargs"
+    )
+    batch_size = value_of(opt, "batch_size", "optimizer", int)
     accumulate = int(cfg.get("accumulate_grad_batches") or 1)
     scale = batch_size * _device_count(cfg) * int(cfg.get("num_nodes") or 1) / 256
-    weight_decay = float(required(opt, "weight_decay", "optimizer"))
-    if name == "lars" and weight_decay == 0:
-        raise ValueError(
-            "recipe field optimizer.weight_decay=0 with lars: lightly's LARS skips "
-            "layer-wise scaling at zero weight decay, solo-learn's does not"
-        )
-    return {
-        "name": name,
-        "batch_size": batch_size,
-        "weight_decay": weight_decay,
-        "lr": float(required(opt, "lr", "optimizer")) * scale * accumulate,
-        "classifier_lr": float(opt.get("classifier_lr", 0.1)) * scale * accumulate,
-        "kwargs": {**_OPTIMIZER_KWARGS[name], **kwargs},
-        "exclude_bias_n_norm_wd": bool(opt.get("exclude_bias_n_norm_wd", False)),
-        "accumulate": accumulate,
-    }
+    return OptimizerNode(
+        name=name,
+        batch_size=batch_size,
+        weight_decay=value_of(opt, "weight_decay", "optimizer", float),
+        lr=value_of(opt, "lr", "optimizer", float) * scale * accumulate,
+        classifier_lr=value_of(opt, "classifier_lr", "optimizer", float, 0.1) * scale * accumulate,
+        kwargs=kwargs,
+        exclude_bias_n_norm_wd=bool(opt.get("exclude_bias_n_norm_wd", False)),
+        accumulate=accumulate,
+    )
 
 
-def _parse_scheduler(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _parse_scheduler(cfg: Mapping[str, Any]) -> SchedulerNode:
     """Check ``scheduler`` (warmup_cosine, step or none) and fill solo-learn's defaults."""
     sch = node_of(cfg, "scheduler", "")
-    reject_unknown(
-        sch,
-        {"name", "lr_decay_steps", "min_lr", "warmup_start_lr", "warmup_epochs", "interval"},
-        "scheduler",
-    )
-    name = str(sch.get("name", "none"))
-    _check_choice("scheduler.name", name, ["none", "step", "warmup_cosine"])
-    interval = sch.get("interval", "step")
-    if interval not in {"step", "epoch"}:
-        raise ValueError(f"recipe field scheduler.interval must be step or epoch, got {interval!r}")
-    if name == "step" and not sch.get("lr_decay_steps"):
-        raise ValueError("recipe field scheduler.lr_decay_steps is required with name=step")
+    sch["lr_decay_steps"] = sch.get("lr_decay_steps") or ()  # null: none, as in solo-learn
+    node = build_node(SchedulerNode, sch, "scheduler")
     accumulate = int(cfg.get("accumulate_grad_batches") or 1)
-    return {
-        "name": name,
-        "interval": interval,
-        "lr_decay_steps": list(sch.get("lr_decay_steps") or []),
-        "min_lr": float(sch.get("min_lr", 0.0)) * accumulate,
-        "warmup_start_lr": float(sch.get("warmup_start_lr", 3e-5)) * accumulate,
-        "warmup_epochs": float(sch.get("warmup_epochs", 10)),
-    }
+    return replace(
+        node, min_lr=node.min_lr * accumulate, warmup_start_lr=node.warmup_start_lr * accumulate
+    )
 
 
-def _parse_checkpoint(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Check ``checkpoint``: saved into ``<run>/checkpoints`` (``dir`` is the run folder's)."""
-    ckpt = node_of(cfg, "checkpoint", "")
-    reject_unknown(ckpt, {"enabled", "dir", "frequency", "keep_prev"}, "checkpoint")
-    return {
-        "enabled": bool(ckpt.get("enabled", False)),
-        "frequency": int(ckpt.get("frequency", 1)),
-        "keep_prev": bool(ckpt.get("keep_prev", False)),
-    }
+def _parse_pipeline(aug: Any, where: str) -> AugmentationNode:
+    """Check one entry of ``augmentations`` and fill solo-learn's defaults."""
+    if not isinstance(aug, Mapping):
+        raise ValueError(f"recipe field {where} must be a mapping, got {aug!r}")
+    reject_unknown(aug, set(_AUG_KEYS) | {"crop_size", "num_crops", "mean", "std"}, where)
+    nodes = {key: node_of(aug, key, f"{where}.") for key in _AUG_KEYS}
+    for key, allowed in _AUG_KEYS.items():
+        reject_unknown(nodes[key], allowed, f"{where}.{key}")
+    rrc, cj = nodes["rrc"], nodes["color_jitter"]
+    if rrc.get("enabled", False):
+        required(rrc, "crop_min_scale", f"{where}.rrc")
+    hints = get_type_hints(AugmentationNode)
+    brightness, contrast, saturation, hue = (
+        value_of(cj, k, f"{where}.color_jitter", float, 0.0) for k in JITTER_KEYS
+    )
+    return AugmentationNode(
+        crop_size=value_of(aug, "crop_size", where, int),
+        num_crops=value_of(aug, "num_crops", where, int),
+        rrc=bool(rrc.get("enabled", False)),
+        scale=(
+            value_of(rrc, "crop_min_scale", f"{where}.rrc", float, 0.08),
+            value_of(rrc, "crop_max_scale", f"{where}.rrc", float, 1.0),
+        ),
+        jitter=(brightness, contrast, saturation, hue),
+        probs=AugmentationProbs(
+            **{
+                k: value_of(nodes[k], "prob", f"{where}.{k}", float, 0.0)
+                for k in _AUG_KEYS
+                if k != "rrc"
+            }
+        ),
+        mean=convert(aug.get("mean"), hints["mean"], f"{where}.mean"),
+        std=convert(aug.get("std"), hints["std"], f"{where}.std"),
+    )
 
 
-def _trainer_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _parse_augmentations(cfg: Mapping[str, Any]) -> tuple[AugmentationNode, ...]:
+    """Check a recipe's ``augmentations`` list (solo-learn's pipeline keys): two large crops."""
+    augs = cfg.get("augmentations")
+    if not augs or not isinstance(augs, (list, tuple)):
+        raise ValueError("recipe field augmentations is required: a list of pipelines")
+    out = tuple(_parse_pipeline(aug, f"augmentations[{i}]") for i, aug in enumerate(augs))
+    small = [i for i, a in enumerate(out) if a.crop_size != out[0].crop_size]
+    if small:
+        raise ValueError(
+            f"recipe field augmentations[{small[0]}].crop_size: small crops "
+            "(multi-crop) are not supported by the lightly host"
+        )
+    if sum(a.num_crops for a in out) != 2:
+        raise ValueError(
+            "recipe fields augmentations[*].num_crops must add up to 2 large crops "
+            f"for {cfg.get('method')!r}, as solo-learn requires"
+        )
+    return out
+
+
+def _trainer_kwargs(cfg: Mapping[str, Any]) -> TrainerKwargs:
     """Collect every Trainer argument in the recipe, as solo-learn's ``main_pretrain.py`` does."""
     keys = trainer_keys() - {"logger", "callbacks", "enable_checkpointing", "max_epochs"}
     kwargs = {k: cfg[k] for k in keys if k in cfg}
@@ -306,7 +290,7 @@ def _check_switches(plain: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_recipe(cfg: DictConfig | Mapping[str, Any]) -> ParsedRecipe:
-    """Check a composed recipe for the lightly host.
+    """Check a composed recipe for the lightly host and build its typed nodes.
 
     Args:
         cfg: the composed recipe (``recipe.load_recipe``), solo-learn's schema.
@@ -331,16 +315,15 @@ def parse_recipe(cfg: DictConfig | Mapping[str, Any]) -> ParsedRecipe:
         name=str(plain.get("name") or method),
         method=method,
         backbone=str(required(backbone, "name", "backbone")),
-        cifar=data["dataset"] in ("cifar10", "cifar100"),
         method_kwargs=method_kwargs,
         momentum=momentum,
         data=data,
         optimizer=_parse_optimizer(plain),
         scheduler=_parse_scheduler(plain),
-        augmentations=parse_augmentations(plain),
-        max_epochs=int(required(plain, "max_epochs", "")),
-        seed=int(plain.get("seed", 5)),
-        checkpoint=_parse_checkpoint(plain),
+        augmentations=_parse_augmentations(plain),
+        max_epochs=value_of(plain, "max_epochs", "", int),
+        seed=value_of(plain, "seed", "", int, 5),
+        checkpoint=build_node(CheckpointNode, node_of(plain, "checkpoint", ""), "checkpoint", _DIR),
         trainer=_trainer_kwargs(plain),
-        notes=notes,
+        notes=tuple(notes),
     )
