@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -19,23 +20,29 @@ from solo_geometry.hosts.lightly.losses import (
     momentum_tau,
     warmup_cosine_lr,
 )
+from solo_geometry.hosts.lightly.nodes import (
+    OPTIMIZER_KWARGS,
+    BarlowTwinsKwargs,
+    BYOLKwargs,
+    MethodKwargs,
+    OptimizerNode,
+    SimCLRKwargs,
+    VICRegKwargs,
+)
 
-KWARGS = {
-    "simclr": {"proj_hidden_dim": 16, "proj_output_dim": 8, "temperature": 0.2},
-    "byol": {"proj_hidden_dim": 16, "proj_output_dim": 8, "pred_hidden_dim": 12},
-    "vicreg": {
-        "proj_hidden_dim": 16,
-        "proj_output_dim": 8,
-        "sim_loss_weight": 25.0,
-        "var_loss_weight": 25.0,
-        "cov_loss_weight": 1.0,
-    },
-    "barlow_twins": {
-        "proj_hidden_dim": 16,
-        "proj_output_dim": 8,
-        "lamb": 0.0051,
-        "scale_loss": 0.024,
-    },
+KWARGS: dict[str, MethodKwargs] = {
+    "simclr": SimCLRKwargs(proj_hidden_dim=16, proj_output_dim=8, temperature=0.2),
+    "byol": BYOLKwargs(proj_hidden_dim=16, proj_output_dim=8, pred_hidden_dim=12),
+    "vicreg": VICRegKwargs(
+        proj_hidden_dim=16,
+        proj_output_dim=8,
+        sim_loss_weight=25.0,
+        var_loss_weight=25.0,
+        cov_loss_weight=1.0,
+    ),
+    "barlow_twins": BarlowTwinsKwargs(
+        proj_hidden_dim=16, proj_output_dim=8, lamb=0.0051, scale_loss=0.024
+    ),
 }
 
 
@@ -136,7 +143,14 @@ class TestObjective:
 
     def test_unknown_method(self) -> None:
         with pytest.raises(ValueError, match="unknown method"):
-            Objective("moco", {})
+            Objective("moco", KWARGS["simclr"])
+
+    @pytest.mark.parametrize("method", ["simclr", "byol", "vicreg", "barlow_twins"])
+    def test_other_methods_kwargs_rejected(self, method: str) -> None:
+        other = KWARGS["vicreg" if method != "vicreg" else "simclr"]
+        pred = build_predictor("byol", KWARGS["byol"])
+        with pytest.raises(TypeError, match=f"method_kwargs of {method}"):
+            Objective(method, other, pred)
 
 
 class TestHeads:
@@ -162,26 +176,17 @@ class TestHeads:
         assert build_predictor("simclr", KWARGS["simclr"]) is None
 
 
-def _opt(name: str, **kwargs: object) -> dict:
-    defaults = {
-        "sgd": {"momentum": 0.9, "nesterov": False, "dampening": 0.0},
-        "adamw": {"betas": [0.9, 0.999], "eps": 1e-8, "amsgrad": False},
-        "lars": {
-            "momentum": 0.9,
-            "eta": 0.02,
-            "clip_lr": False,
-            "exclude_bias_n_norm": False,
-            "nesterov": False,
-            "dampening": 0.0,
-        },
-    }[name]
-    return {
-        "name": name,
-        "lr": 0.5,
-        "weight_decay": 1e-4,
-        "exclude_bias_n_norm_wd": False,
-        "kwargs": {**defaults, **kwargs},
-    }
+def _opt(name: str, **kwargs: object) -> OptimizerNode:
+    defaults = {"lars": {"eta": 0.02}}.get(name, {})  # solo-learn's defaults, LARS's eta 0.02
+    return OptimizerNode(
+        name=name,
+        batch_size=256,
+        lr=0.5,
+        classifier_lr=0.5,
+        weight_decay=1e-4,
+        kwargs=OPTIMIZER_KWARGS[name](**{**defaults, **kwargs}),
+        exclude_bias_n_norm_wd=False,
+    )
 
 
 class TestLARS:
@@ -228,7 +233,7 @@ class TestLARS:
     def test_exclude_bias_n_norm_wd(self) -> None:
         opt = build_optimizer(
             [{"name": "a", "params": nn.Linear(3, 3).parameters()}],
-            {**_opt("sgd"), "exclude_bias_n_norm_wd": True},
+            dataclasses.replace(_opt("sgd"), exclude_bias_n_norm_wd=True),
         )
         assert sorted(g["weight_decay"] for g in opt.param_groups) == [0.0, 1e-4]
 

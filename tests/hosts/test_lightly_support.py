@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-METHOD_KWARGS: dict[str, dict[str, Any]] = {
+# Each method's ``method_kwargs`` node as a recipe file writes it (parsed into nodes.METHOD_KWARGS).
+RECIPE_METHOD_KWARGS: dict[str, dict[str, Any]] = {
     "simclr": {"proj_hidden_dim": 64, "proj_output_dim": 32, "temperature": 0.2},
     "byol": {"proj_hidden_dim": 64, "proj_output_dim": 32, "pred_hidden_dim": 64},
     "vicreg": {
@@ -52,7 +53,7 @@ def recipe_dict(method: str, data_dir: Path) -> dict[str, Any]:
         "name": f"{method}-digits",
         "method": method,
         "backbone": {"name": "resnet18"},
-        "method_kwargs": copy.deepcopy(METHOD_KWARGS[method]),
+        "method_kwargs": copy.deepcopy(RECIPE_METHOD_KWARGS[method]),
         "data": {
             "dataset": "custom",
             "train_path": str(data_dir / "train"),

@@ -1,7 +1,8 @@
 """The lightly host: solo-learn recipes trained on lightly's losses, torchvision and Lightning.
 
 * :mod:`.launcher`: check a recipe, train it, write the run folder;
-* :mod:`.recipe`: parse and validate solo-learn's recipe schema (typed nodes);
+* :mod:`.recipe`: parse and validate solo-learn's recipe schema;
+* :mod:`.nodes`: the recipe's typed nodes (frozen dataclasses, validated on construction);
 * :mod:`.data`: datasets, augmentation pipelines and loaders;
 * :mod:`.losses`: projectors, predictor, losses, optimisers and schedules;
 * :mod:`.module`: the LightningModule.

@@ -104,6 +104,7 @@ class ParsedRecipe:
     ``batch_size * devices * num_nodes / 256`` (and by gradient accumulation) as in solo-learn.
 
     Raises:
+        ValueError: on a method the lightly host does not train.
         TypeError: if ``method_kwargs`` are not the method's.
     """
 
@@ -235,9 +236,8 @@ def _parse_pipeline(aug: Any, where: str) -> AugmentationNode:
         jitter=(brightness, contrast, saturation, hue),
         probs=AugmentationProbs(
             **{
-                k: value_of(nodes[k], "prob", f"{where}.{k}", float, 0.0)
-                for k in _AUG_KEYS
-                if k != "rrc"
+                f.name: value_of(nodes[f.name], "prob", f"{where}.{f.name}", float, 0.0)
+                for f in fields(AugmentationProbs)
             }
         ),
         mean=convert(aug.get("mean"), hints["mean"], f"{where}.mean"),
