@@ -56,12 +56,17 @@ def _check_schema(data: Mapping[str, Any], where: str) -> None:
 
 
 def _from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
-    """Build a dataclass from a mapping, rejecting unknown keys with their names."""
+    """Build a dataclass from a mapping, rejecting unknown or missing keys with their names."""
+    if not isinstance(data, Mapping):
+        raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise RecordsError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
-    return cls(**data)
+    try:
+        return cls(**data)
+    except TypeError as err:  # a required field missing
+        raise RecordsError(f"{where}: {err}") from err
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,8 @@ class ProbeTable:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "probes") -> ProbeTable:
         """Parse ``probes.json``; raises :class:`RecordsError` naming what is wrong."""
+        if not isinstance(data, Mapping):
+            raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
         _check_schema(data, where)
         body = {k: v for k, v in data.items() if k != "gaps"}
         body["rows"] = [_from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
