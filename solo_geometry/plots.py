@@ -7,11 +7,13 @@ has a title, labelled axes with units and a legend. Matplotlib runs on the Agg b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -46,6 +48,34 @@ def _legend(ax: Any) -> None:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
+def _figure_legend(fig: Any, axes: Sequence[Any]) -> None:
+    """One legend for panels that share their curves, right of the figure, never on a curve."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), fontsize=8, loc="upper left",
+                   bbox_to_anchor=(1.0, 0.98), borderaxespad=0.0)  # fmt: skip
+
+
+def _symlog(ax: Any, thresh: float) -> None:
+    """Symmetric log scale, linear within +-thresh, at most 4 labelled decades per sign.
+
+    Ticks are 0 and +-10^k for decades well above ``thresh``, so no two labels collide at the
+    linear region around 0.
+    """
+    ax.set_yscale("symlog", linthresh=thresh, linscale=0.5)
+    top = max(abs(float(ax.dataLim.y0)), abs(float(ax.dataLim.y1)), 10 * thresh)
+    lo, hi = math.floor(math.log10(thresh)) + 1, math.ceil(math.log10(top))
+    step = max(1, math.ceil((hi - lo) / 3))
+    decades = [10.0**k for k in range(hi, lo - 1, -step)]
+    ax.yaxis.set_major_locator(
+        matplotlib.ticker.FixedLocator([-d for d in decades] + [0.0] + decades)
+    )
+    ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=90, bbox_inches="tight")
@@ -76,11 +106,11 @@ def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
         ax.set_title(f"extreme eigenvalues of {label}")
         ax.set_ylabel("eigenvalue\n(loss / feature unit$^2$)")
         ax.axhline(0.0, color="k", lw=0.5)
-        _legend(ax)
     axes[-1].set_xlabel("optimiser step")
+    _figure_legend(fig, axes)
     thresh = min(floors) if floors else 1e-12
     for ax in axes:
-        ax.set_yscale("symlog", linthresh=max(thresh, 1e-300))
+        _symlog(ax, max(thresh, 1e-300))
     return _save(fig, path)
 
 
@@ -94,8 +124,13 @@ def plot_lines(
     """One panel per (key, title, y label), one curve per run over optimiser steps."""
     if not any(_series(recs, key)[0].size for _, recs in runs for key, _, _ in panels):
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for (key, title, ylabel), ax in zip(panels, axes[0], strict=True):
+    cols = min(len(panels), 2)
+    rows = -(-len(panels) // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for (key, title, ylabel), ax in zip(panels, axes, strict=False):
         for i, (name, recs) in enumerate(runs):
             steps, vals = _series(recs, key)
             if log:
@@ -106,7 +141,7 @@ def plot_lines(
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
-        _legend(ax)
+    _figure_legend(fig, axes[: len(panels)])
     return _save(fig, path)
 
 
