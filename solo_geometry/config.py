@@ -37,6 +37,7 @@ __all__ = [
     "MlpProbeConfig",
     "OrbitsConfig",
     "ProbesConfig",
+    "StatsConfig",
     "as_bool",
     "geometry_config",
     "register_configs",
@@ -110,6 +111,19 @@ class MeasureConfig:
         _choices(self.augment_families, FAMILY_CHOICES, "geometry.measure.augment_families")
         if self.tau is not None:
             _positive(self.tau, "geometry.measure.tau")
+
+
+@dataclass
+class StatsConfig:
+    """Representation statistics (normalised std, covariance spectrum, RankMe)."""
+
+    # Also pool the features of the last `queue` training batches before a measurement (RankMe-
+    # style), so rank and condition numbers mean something when the batch is smaller than d.
+    # 0: the measured batch alone.
+    queue: int = 0
+
+    def __post_init__(self) -> None:
+        _at_least(self.queue, "geometry.stats.queue", 0)
 
 
 @dataclass
@@ -274,6 +288,7 @@ class GeometryConfig:
     # measurement always run). None: every due measurement runs.
     budget: float | None = 0.02
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     init: InitConfig = field(default_factory=InitConfig)
     probes: ProbesConfig = field(default_factory=ProbesConfig)

@@ -17,7 +17,7 @@ Nothing here touches training state; the monitor runs :func:`measure` inside the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,7 +33,7 @@ from solo_geometry.linalg.lanczos import slq_density
 from solo_geometry.linalg.operators import head_operators
 from solo_geometry.records import Scalar, Settings
 
-__all__ = ["GeometryAware", "GeometryView", "Measurement", "checked", "measure"]
+__all__ = ["GeometryAware", "GeometryView", "Measurement", "checked", "measure", "outputs"]
 
 
 @dataclass(frozen=True)
@@ -120,11 +120,20 @@ def _hessian(
     return dict(spec.as_record()), spec.floor
 
 
-def _stats(view: GeometryView, Z: Tensor) -> dict[str, Scalar]:
-    """Statistics of Z and H pooled over the whole batch, all views (V * N samples)."""
+def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:
+    """Z and H = head(Z) of a view, pooled over its views: (V * N, d), (V * N, p)."""
+    Z = view.features.detach()
     with torch.no_grad():
         H = torch.stack([view.head(Z[v]) for v in range(Z.shape[0])])  # (V, N, p)
-    Zp, Hp = Z.flatten(0, 1), H.flatten(0, 1)  # (V * N, d), (V * N, p)
+    return Z.flatten(0, 1), H.flatten(0, 1)
+
+
+def _stats(view: GeometryView, history: Sequence[tuple[Tensor, Tensor]]) -> dict[str, Scalar]:
+    """Statistics of Z and H pooled over the whole batch, all views, and the queued batches."""
+    Zp, Hp = outputs(view)  # (V * N, d), (V * N, p)
+    if history:
+        Zp = torch.cat([Zp, *(z.to(Zp) for z, _ in history)])  # (M, d)
+        Hp = torch.cat([Hp, *(h.to(Hp) for _, h in history)])  # (M, p)
     out: dict[str, Scalar] = {**stats_record("z", Zp), **stats_record("h", Hp)}
     out.update(whitening_score(Zp, Hp).as_record("whitening"))
     if isinstance(view.head, MetricLinearHead):
@@ -178,13 +187,21 @@ def checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
     return out
 
 
-def measure(view: GeometryView, cfg: GeometryConfig, *, density: bool) -> Measurement:
+def measure(
+    view: GeometryView,
+    cfg: GeometryConfig,
+    *,
+    density: bool,
+    history: Sequence[tuple[Tensor, Tensor]] = (),
+) -> Measurement:
     """Take every configured measurement of one view.
 
     Args:
         view: the module's view of a whole training batch.
         cfg: the geometry config (``measure`` says which numbers).
         density: also compute H_eff's SLQ density.
+        history: pooled (Z, H) of earlier batches (``geometry.stats.queue``) that join the
+            representation statistics.
 
     Returns:
         The metrics (not yet checked: see :func:`checked`), the settings that define them and
@@ -199,7 +216,7 @@ def measure(view: GeometryView, cfg: GeometryConfig, *, density: bool) -> Measur
         spectra, floor = _hessian(view, Z, cfg, gen)
         metrics.update(spectra)
     if cfg.measure.stats:
-        metrics.update(_stats(view, Z))
+        metrics.update(_stats(view, history))
     if cfg.measure.augment:
         metrics.update(_rho(view, Z, cfg, gen))
     dens = None

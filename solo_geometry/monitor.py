@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -37,10 +38,11 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.measure import GeometryAware, checked, measure
+from solo_geometry.measure import GeometryAware, checked, measure, outputs
 from solo_geometry.records import GeometryRecord
 from solo_geometry.run_folder import RunFolder
 from solo_geometry.state import preserved_state
@@ -94,6 +96,9 @@ class GeometryMonitor(Callback):
         self._pending: tuple[int, Any] | None = None  # (step, batch) waiting for its backward
         self._run: RunFolder | None = None
         self._owed: int | None = None  # the step a due measurement was deferred from
+        # pooled (Z, H) of the last batches (geometry.stats.queue), and the batch being queued
+        self._queue: deque[tuple[Tensor, Tensor]] = deque(maxlen=self.config.stats.queue or 1)
+        self._queuing: Any = None
         self._t0 = time.perf_counter()  # training time is counted from on_train_start
         self._spent = 0.0  # seconds measurements took in this process
 
@@ -131,6 +136,7 @@ class GeometryMonitor(Callback):
     ) -> None:
         step = trainer.global_step
         if not self._due(trainer, step):
+            self._maybe_queue(pl_module, step, batch)
             return
         self._batch = move_data_to_device(batch, "cpu")
         capture = getattr(pl_module, "geometry_capture", None)
@@ -139,8 +145,37 @@ class GeometryMonitor(Callback):
             return
         self._record(trainer, pl_module, batch, step=step, final=False)
 
+    def _maybe_queue(self, pl_module: pl.LightningModule, step: int, batch: Any) -> None:
+        """Queue this batch's features if a measurement is due within ``stats.queue`` steps.
+
+        With ``geometry_capture`` the view reuses the training step's features; without it,
+        ``geometry_view`` runs its own forward.
+        """
+        k, every = self.config.stats.queue, self.config.every_n_steps
+        if not k or (self._owed is None and (-step) % every > k):
+            return
+        capture = getattr(pl_module, "geometry_capture", None)
+        if callable(capture):
+            self._set_capture(pl_module, True)
+        self._queuing = batch
+
+    def _enqueue(self, pl_module: pl.LightningModule) -> None:
+        """Keep the pooled (Z, H) of the captured batch; never raises."""
+        batch, self._queuing = self._queuing, None
+        try:
+            with preserved_state(pl_module):
+                view = pl_module.geometry_view(batch)  # type: ignore[operator]
+                self._queue.append(tuple(t.detach() for t in outputs(view)))  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001 - the queue is an extra, never fatal
+            self._warn_once("queue", f"GeometryMonitor: could not queue a batch ({err!r})")
+        finally:
+            if callable(getattr(pl_module, "geometry_capture", None)):
+                self._set_capture(pl_module, False)
+
     @override
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._queuing is not None:
+            self._enqueue(pl_module)
         if self._pending is None:
             return
         (step, batch), self._pending = self._pending, None
@@ -154,6 +189,8 @@ class GeometryMonitor(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:  # fmt: skip
+        if self._queuing is not None:
+            self._enqueue(pl_module)
         if self._pending is None:
             return
         self._set_capture(pl_module, False)  # no backward came: measure from a fresh forward
@@ -236,7 +273,9 @@ class GeometryMonitor(Callback):
         try:
             with preserved_state(pl_module):
                 view = pl_module.geometry_view(batch)  # type: ignore[operator]
-                result = measure(view, self.config, density=final or not self.n_records)
+                history = list(self._queue) if self.config.stats.queue else []
+                result = measure(view, self.config, density=final or not self.n_records,
+                                 history=history)  # fmt: skip
             fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
                           density=result.density)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from solo_geometry.config import GeometryConfig, MeasureConfig
+from solo_geometry.config import GeometryConfig, MeasureConfig, StatsConfig
 from solo_geometry.hosts.base import kept
 from solo_geometry.measure import GeometryAware, GeometryView, Measurement
 from solo_geometry.monitor import GeometryMonitor
@@ -179,6 +179,16 @@ class TestMonitorConfig:
         with pytest.raises(TypeError, match="GeometryConfig"):
             GeometryMonitor({"every_n_steps": 2})  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize("make", [BoringGeometry, CapturingGeometry])
+    def test_stats_queue_pools_the_last_batches(self, tmp_path: Path, make: Any) -> None:
+        cfg = _config(tmp_path, augment=False, every_n_steps=3, stats=StatsConfig(queue=2))
+        _fit(tmp_path, [GeometryMonitor(cfg)], make, steps=6)
+        records = read_records(tmp_path)
+        assert [r.step for r in records] == [0, 3, 6]
+        # 8 samples x 2 views per batch; from step 3 on, the two batches before join the stats
+        assert [r.metrics["stats/n_samples"] for r in records] == [16, 48, 48]
+        assert records[1].metrics["z/n_samples"] == 48
+
     def test_budget_defers_measurements(self, tmp_path: Path) -> None:
         # a budget no measurement can keep: the first and the final measurement only
         _fit(tmp_path, [GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=1,
@@ -238,13 +248,14 @@ class TestGeometryMonitor:
     def test_never_alters_training(self, tmp_path: Path, make: Any) -> None:
         ref_model, ref_trainer = _fit(tmp_path / "a", [], make, steps=9)
         ref = _state(ref_model, ref_trainer)
-        monitor = GeometryMonitor(_config(tmp_path / "b", every_n_steps=1))
+        cfg = _config(tmp_path / "b", every_n_steps=3, stats=StatsConfig(queue=2))
+        monitor = GeometryMonitor(cfg)  # measures and queues on every step
         model, trainer = _fit(tmp_path / "b", [monitor], make, steps=9)
         got = _state(model, trainer)
         assert ref.keys() == got.keys()
         assert [k for k in ref if not torch.equal(ref[k], got[k])] == []
         assert all(m.training for m in model.modules())
-        assert monitor.n_records == 10  # steps 0..8 and the final one
+        assert monitor.n_records == 4  # steps 0, 3, 6 and the final one
 
     def test_records(self, tmp_path: Path) -> None:
         monitor = GeometryMonitor(_config(tmp_path), meta={"method": "boring"})
