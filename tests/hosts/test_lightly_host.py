@@ -255,3 +255,27 @@ class TestBothHosts:
         index = write_report([runs["solo"], runs["lightly"]], tmp_path / "overlay")
         text = Path(index).read_text()
         assert runs["solo"].name in text and runs["lightly"].name in text
+
+
+class TestProbeNormalisation:
+    """End-of-fit probes normalise images as the recipe's pipeline does."""
+
+    @pytest.mark.parametrize(
+        ("overrides", "mean", "std"),
+        [(["data.dataset=cifar100"], (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+         (["data.dataset=cifar10"], (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+         ([], (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))],
+    )  # fmt: skip  # the values of solo-learn's solo/data/pretrain_dataloader.py
+    def test_probe_callback_uses_the_recipes_statistics(
+        self, overrides: list, mean: tuple, std: tuple, digits: Path, tmp_path: Path
+    ) -> None:
+        from solo_geometry.callbacks import ProbeCallback
+        from solo_geometry.hosts.lightly import prepare
+        from solo_geometry.hosts.lightly.launcher import build_callbacks
+        from solo_geometry.recipe import load_recipe
+
+        cfg = load_recipe(write_recipe(tmp_path, "simclr", digits), ["+geometry=on", *overrides])
+        recipe, geometry = prepare(cfg)
+        callbacks = build_callbacks(RunFolder(tmp_path / "run"), recipe, geometry)
+        (probe,) = [c for c in callbacks if isinstance(c, ProbeCallback)]
+        assert tuple(map(tuple, probe.mean_std)) == (mean, std)
