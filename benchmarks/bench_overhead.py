@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from solo_geometry.records import read_records
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "zoo" / "recipes" / "digits" / "byol.yaml"
 EVERY = 50  # the default cadence, GeometryConfig.every_n_steps
@@ -121,11 +123,10 @@ def _measurements(path: Path) -> list[dict[str, Any]]:
     """Step, status, seconds and whether it held a density, per record."""
     if not path.exists():
         return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [
-        {"step": r["step"], "status": r["status"], "seconds": round(r["seconds"], 3),
-         "density": "density" in r}
-        for r in records
+        {"step": r.step, "status": r.status, "seconds": round(r.seconds, 3),
+         "density": r.density is not None}
+        for r in read_records(path)
     ]  # fmt: skip
 
 

@@ -26,7 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from solo_geometry.probes import L2_GRID, linear_probe, standardize, stratified_split
+from solo_geometry.config import LinearProbeConfig
+from solo_geometry.datasets import stratified_split
+from solo_geometry.probes import linear_probe, standardize
+
+L2_GRID = tuple(LinearProbeConfig().l2_grid)
 
 
 def digits_features(d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
