@@ -114,10 +114,12 @@ def _hessian(
             return view.loss_of_features(Z_.to(Z.dtype)).to(Z_.dtype)
 
         spec = effective_hessian_spectrum(nn.Identity(), loss, Z, **options)
-        record = {k: v for k, v in spec.as_record().items() if k.startswith("heff/")}
+        record: dict[str, Scalar] = {
+            k: v for k, v in spec.as_record().items() if k.startswith("heff/")
+        }
         return record, spec.floor
     spec = effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, **options)
-    return dict(spec.as_record()), spec.floor
+    return {**spec.as_record()}, spec.floor
 
 
 def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:

@@ -157,11 +157,10 @@ def plot_density(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
     """SLQ spectral density of H_eff at the first and the last measurement carrying one."""
     curves = []
     for name, recs in runs:
-        dens = [r for r in recs if r.density and r.density.get("nodes")]
-        if dens:
-            curves += [(f"{name} step {r.step}", r.density) for r in (dens[0], dens[-1])]
-            if len(dens) == 1:
-                curves.pop()
+        carrying = [r for r in recs if r.density and r.density.get("nodes")]
+        if carrying:
+            ends = (carrying[0], carrying[-1]) if len(carrying) > 1 else (carrying[0],)
+            curves += [(f"{name} step {r.step}", r.density) for r in ends if r.density]
     if not curves:
         return None
     nodes = np.concatenate([np.asarray(d["nodes"], dtype=float) for _, d in curves])

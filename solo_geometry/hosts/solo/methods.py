@@ -19,6 +19,7 @@ once solo-learn has used it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -185,7 +186,7 @@ class GeometryMethod(GeometryHost):
         model: Any = self
         super().on_fit_start()  # type: ignore[misc]
         if self.geometry_run_dir and model.trainer.is_global_zero:
-            RunFolder(self.geometry_run_dir).write_config(model.cfg)
+            RunFolder(Path(self.geometry_run_dir)).write_config(model.cfg)
 
 
 def wrap(name: str, base: type) -> type:
