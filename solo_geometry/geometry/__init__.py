@@ -19,6 +19,9 @@ from solo_geometry.geometry.orbits import (
     orbit_metrics,
 )
 from solo_geometry.geometry.spectrum import (
+    DEFAULT_TAU,
+    DEFAULT_TOL,
+    OPERATORS,
     HessianSpectrum,
     OperatorSpectrum,
     effective_hessian_spectrum,
@@ -28,8 +31,11 @@ from solo_geometry.geometry.stats import RANKME_EPS, representation_stats, stats
 
 __all__ = [
     "COLOUR_FAMILIES",
+    "DEFAULT_TAU",
+    "DEFAULT_TOL",
     "FAMILIES",
     "GEOMETRIC_FAMILIES",
+    "OPERATORS",
     "RANKME_EPS",
     "HessianSpectrum",
     "OperatorSpectrum",
