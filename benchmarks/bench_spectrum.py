@@ -1,25 +1,27 @@
 """Accuracy and cost of the spectrum measurement at its default settings.
 
 Part 1, accuracy against dense float64 on small operators like the demo's (random features,
-2 views of 16 samples, the operator restricted to the sub-block of 8 samples while the loss sees
-all 16): a Swish+BN head under a BYOL-like loss (a Swish+BN predictor against fixed targets), a
-Swish head under NT-Xent (SimCLR) and a ReLU+BN head under VICReg. For each of H_eff, GN and M:
-the dense extremes and the fraction of eigenvalues below -floor (from the dense float64
-sub-block of the Hessian of the full-batch loss, built with ``torch.autograd.functional``),
-next to :func:`effective_hessian_spectrum` at its defaults (float64 and float32): the errors of
-lambda_min and lambda_max in units of max|lambda(H_eff)|, the negative fraction with its stated
-spread, the number of steps, and whether both extremes converged.
+2 views of 16 samples, d = 32, the operator restricted to the sub-block of 8 samples while the
+loss sees all 16): a Swish+BN head under a BYOL-like loss (a ReLU+BN predictor against fixed
+targets), a Swish head under NT-Xent (SimCLR) and a ReLU+BN head under VICReg. For each of H_eff,
+GN and M: :func:`effective_hessian_spectrum` at its defaults in float64 and float32 next to the
+dense sub-block of the Hessian of the full-batch loss (``torch.autograd.functional``): steps,
+convergence, the errors of lambda_min and lambda_max in units of max|lambda(H_eff)|, the true
+fraction of eigenvalues below -floor against the estimate with its spread, and the condition
+number.
 
-Part 2, cost on a VICReg-like case (solo-learn's cifar VICReg projector: 3 Linear layers 2048
-wide with BatchNorm and ReLU, d = 512, 2 views of 32 samples, the operator restricted to 16):
-"before" is the measurement as the monitor took it before issue 11 (12 Lanczos steps per
-operator, no convergence test, float64, and in the first and final records a second graph and
-an SLQ density of H_eff with 2 probes of 12 steps), reproduced with today's kernel; "after" is
-one :func:`effective_hessian_spectrum` call at the defaults in float32. Steps and seconds per
-operator; wall times on ``--threads`` threads, the best of ``--repeats``.
+Part 2, cost of one measurement at d = 512, 2 views of 32 samples, the operator restricted to
+16 of them, on the demo's BYOL head (Swish+BN, 512 wide, p = 128) and on solo-learn's cifar VICReg
+projector (3 Linear layers 2048 wide with BN and ReLU) under the VICReg loss. "before" is the
+measurement as the monitor took it before issue 11, reproduced with today's kernel: 12 Lanczos
+steps per operator without a convergence test, float64, and in the first and final records a
+second graph and an SLQ density of H_eff with 2 probes of 12 steps. "after" is one
+:func:`effective_hessian_spectrum` call at the defaults in float32 (``--tols`` to sweep the
+tolerance). Steps and wall seconds per operator; total CPU seconds (the speed-ups: robust to
+other load on the machine) and wall seconds, on ``--threads`` threads (default 1).
 
-Run: ``python benchmarks/bench_spectrum.py`` (under 2 minutes on 2 cores) or ``--quick``
-(part 1 only).
+Run: ``python benchmarks/bench_spectrum.py`` (about 2 minutes on 2 idle cores), ``--quick``
+(part 1 only) or ``--cost-only``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from solo_geometry.geometry.spectrum import (
     DEFAULT_TAU,
     DEFAULT_TOL,
     OPERATORS,
+    HessianSpectrum,
     OperatorSpectrum,
     _restrict,
     effective_hessian_spectrum,
@@ -71,11 +74,11 @@ def vicreg(h: Tensor) -> Tensor:
     return loss
 
 
-def byol_like(p: int, seed: int) -> Loss:
+def byol_like(p: int, seed: int, n: int = 16) -> Loss:
     """Symmetrised 2 - 2 cos(predictor(H[v]), target[1 - v]) with fixed targets, as BYOL."""
     torch.manual_seed(seed)
-    predictor = SmoothMLPHead(p, 2 * p, p, activation="swish", norm="bn").double().train()
-    targets = torch.randn(2, 16, p, dtype=torch.float64)
+    predictor = SmoothMLPHead(p, 4 * p, p, activation="relu", norm="bn").double().train()
+    targets = torch.randn(2, n, p, dtype=torch.float64)
 
     def loss(h: Tensor) -> Tensor:
         pred = predictor.to(h.dtype)
@@ -186,101 +189,148 @@ def _row(
     )
 
 
-def vicreg_case(seed: int) -> Case:
-    """Part 2's case: solo-learn's cifar VICReg projector on d = 512, 2 x 32 samples."""
+def cost_cases(seed: int) -> list[Case]:
+    """Part 2's cases, d = 512 and 2 x 32 samples, the operator restricted to 16 of them.
+
+    The demo's BYOL head (Swish + BN, 512 wide, p = 128, a ReLU + BN predictor against fixed
+    targets) and solo-learn's cifar VICReg projector (3 Linear layers 2048 wide, BN, ReLU).
+    """
     torch.manual_seed(seed)
     w = 2048
-    head = nn.Sequential(
+    vicreg_head = nn.Sequential(
         nn.Linear(512, w), nn.BatchNorm1d(w), nn.ReLU(),
         nn.Linear(w, w), nn.BatchNorm1d(w), nn.ReLU(),
         nn.Linear(w, w),
     )  # fmt: skip
+    byol_head = SmoothMLPHead(512, 512, 128, activation="swish", norm="bn")
     z = torch.randn(2, 32, 512, generator=torch.Generator().manual_seed(seed))
-    return Case("vicreg cifar", head, vicreg, z, 16)
+    byol = byol_like(128, seed, n=32)
+    return [
+        Case("byol demo", byol_head, byol, z, 16),
+        Case("vicreg cifar", vicreg_head, vicreg, z, 16),
+    ]
 
 
-def before(case: Case, density: bool, gen: torch.Generator) -> dict[str, tuple[int, float]]:
-    """The pre-issue-11 measurement: 12 steps per operator in float64 (+ the density)."""
-    out = {}
-    start = time.perf_counter()
-    ops = head_operators(case.head, case.loss, case.z, dtype=torch.float64)
+@dataclass
+class Cost:
+    """Steps and wall seconds per part of one measurement, and its total CPU and wall time."""
+
+    parts: dict[str, tuple[int, float]]
+    cpu: float
+    wall: float
+
+
+def _timed(fn: Callable[[], dict[str, tuple[int, float]]]) -> Cost:
+    cpu, wall = time.process_time(), time.perf_counter()
+    parts = fn()
+    return Cost(parts, time.process_time() - cpu, time.perf_counter() - wall)
+
+
+def before(case: Case) -> tuple[Cost, Cost]:
+    """The pre-issue-11 measurement: 12 steps per operator in float64; then the density.
+
+    Returns:
+        The ordinary record's cost and the density's extra cost (first and final records).
+    """
+    gen = torch.Generator().manual_seed(0)
     index = subsample_indices(case.z.shape[1], case.block)
     dim = case.z.shape[0] * case.block * case.z.shape[2]
-    out["graph"] = (0, time.perf_counter() - start)
-    for op in OPERATORS:
-        start = time.perf_counter()
-        matvec = _restrict(getattr(ops, op), ops.shape, index)
-        lanczos(matvec, dim, max_steps=12, tol=0.0, generator=gen)
-        out[op] = (12, time.perf_counter() - start)
-    if density:
+
+    def spectrum() -> dict[str, tuple[int, float]]:
+        out = {}
         start = time.perf_counter()
         ops = head_operators(case.head, case.loss, case.z, dtype=torch.float64)
+        out["graph"] = (0, time.perf_counter() - start)
+        for op in OPERATORS:
+            start = time.perf_counter()
+            matvec = _restrict(getattr(ops, op), ops.shape, index)
+            lanczos(matvec, dim, max_steps=12, tol=0.0, generator=gen)
+            out[op] = (12, time.perf_counter() - start)
+        return out
+
+    def density() -> dict[str, tuple[int, float]]:
+        start = time.perf_counter()
+        ops = head_operators(case.head, case.loss, case.z, dtype=torch.float64)  # a second graph
         slq_density(ops.heff, ops.dim, steps=12, probes=2, generator=gen)
-        out["density"] = (24, time.perf_counter() - start)
-    return out
+        return {"density": (24, time.perf_counter() - start)}
+
+    return _timed(spectrum), _timed(density)
 
 
-def after(case: Case, dtype: torch.dtype, gen: torch.Generator) -> dict[str, tuple[int, float]]:
-    """One call at the defaults; the graph time is the total minus the operators'."""
-    start = time.perf_counter()
-    spec = effective_hessian_spectrum(
-        case.head, case.loss, case.z, dtype=dtype, max_samples=case.block, generator=gen
+def after(case: Case, dtype: torch.dtype, tol: float) -> Cost:
+    """One call at the defaults (but ``dtype`` and ``tol``); graph: total minus operators."""
+    spec: list[HessianSpectrum] = []
+
+    def call() -> dict[str, tuple[int, float]]:
+        start = time.perf_counter()
+        spec.append(
+            effective_hessian_spectrum(
+                case.head, case.loss, case.z, dtype=dtype, tol=tol, max_samples=case.block
+            )
+        )
+        out = {op: (s.steps, s.seconds) for op, s in spec[0].operators.items()}
+        out["graph"] = (0, time.perf_counter() - start - sum(t for _, t in out.values()))
+        return out
+
+    result = _timed(call)
+    ok = all(s.converged_min and s.converged_max for s in spec[0].operators.values())
+    result.parts["converged"] = (int(ok), 0.0)
+    return result
+
+
+def _print_cost(label: str, cost: Cost) -> None:
+    names = ("graph", *OPERATORS, "density")
+    cells = "".join(
+        f"{cost.parts[n][0]:>5} {cost.parts[n][1]:6.2f}s" if n in cost.parts else f"{'-':>13}"
+        for n in names
     )
-    total = time.perf_counter() - start
-    out = {op: (s.steps, s.seconds) for op, s in spec.operators.items()}
-    out["graph"] = (0, total - sum(s.seconds for s in spec.operators.values()))
-    conv = {op: s.converged_min and s.converged_max for op, s in spec.operators.items()}
-    print(f"  after {dtype}: converged {conv}, interaction ratio {spec.interaction_ratio:.3f}")
-    return out
+    print(f"{label:>34}{cells}{cost.cpu:9.2f}{cost.wall:9.2f}")
 
 
-def best(fn: Callable[[], dict[str, tuple[int, float]]], repeats: int) -> dict[str, tuple]:
-    """The run with the smallest total time among ``repeats``."""
-    runs = [fn() for _ in range(repeats)]
-    return min(runs, key=lambda r: sum(t for _, t in r.values()))
+def _warm_up(case: Case) -> None:
+    """One product of each operator in each dtype, so that no lazy initialisation is timed."""
+    for dtype in (torch.float64, torch.float32):
+        ops = head_operators(case.head, case.loss, case.z, dtype=dtype)
+        v = torch.ones(ops.dim, dtype=dtype)
+        for op in OPERATORS:
+            getattr(ops, op)(v)
 
 
 def cost(args: argparse.Namespace) -> None:
-    """Part 2: print steps and seconds per operator, before and after."""
-    print(f"\nPart 2: cost on the VICReg-like case, {args.threads} threads, best of {args.repeats}")
-    case = vicreg_case(args.seed)
+    """Part 2: steps and seconds per operator, before and after; the speed-ups."""
     torch.set_num_threads(args.threads)
-    rows = {
-        "before (ordinary record)": best(
-            lambda: before(case, False, torch.Generator().manual_seed(0)), args.repeats
-        ),
-        "before (+ density record)": best(
-            lambda: before(case, True, torch.Generator().manual_seed(0)), args.repeats
-        ),
-        "after float32": best(
-            lambda: after(case, torch.float32, torch.Generator().manual_seed(0)), args.repeats
-        ),
-    }
-    if args.float64:
-        rows["after float64"] = best(
-            lambda: after(case, torch.float64, torch.Generator().manual_seed(0)), args.repeats
-        )
+    print(
+        f"\nPart 2: cost of one measurement, {args.threads} thread(s); cells: Lanczos steps "
+        "(products) and wall seconds"
+    )
     names = ("graph", *OPERATORS, "density")
-    print(f"{'':>26}" + "".join(f"{n:>16}" for n in names) + f"{'total s':>10}")
-    for label, row in rows.items():
-        cells = "".join(
-            f"{row[n][0]:>6} {row[n][1]:8.2f}s" if n in row else f"{'-':>16}" for n in names
-        )
-        print(f"{label:>26}{cells}{sum(t for _, t in row.values()):10.2f}")
-    after_total = sum(t for _, t in rows["after float32"].values())
-    for label in ("before (ordinary record)", "before (+ density record)"):
-        ratio = sum(t for _, t in rows[label].values()) / after_total
-        print(f"speed-up of 'after float32' over '{label}': {ratio:.2f}x")
-    print("cells: Lanczos steps (products) and seconds; graph: head, loss and first-order graph")
+    print(f"{'':>34}" + "".join(f"{n:>13}" for n in names) + f"{'CPU s':>9}{'wall s':>9}")
+    for case in cost_cases(args.seed):
+        _warm_up(case)
+        ordinary, density = before(case)
+        both = Cost({**ordinary.parts, **density.parts}, ordinary.cpu + density.cpu,
+                    ordinary.wall + density.wall)  # fmt: skip
+        _print_cost(f"{case.name}: before, ordinary", ordinary)
+        _print_cost(f"{case.name}: before, with density", both)
+        for tol in args.tols:
+            new = after(case, torch.float32, tol)
+            ok = "" if new.parts.pop("converged")[0] else " (NOT converged)"
+            _print_cost(f"{case.name}: after f32 tol {tol:g}{ok}", new)
+            print(
+                f"{'':>34}speed-up (CPU) {ordinary.cpu / new.cpu:.2f}x over an ordinary record, "
+                f"{both.cpu / new.cpu:.2f}x over one with the density"
+            )
 
 
 def main() -> None:
     """Parse arguments and run both parts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="part 1 only")
-    parser.add_argument("--float64", action="store_true", help="also time 'after' in float64")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--cost-only", action="store_true", help="part 2 only")
+    parser.add_argument(
+        "--tols", type=float, nargs="+", default=[DEFAULT_TOL], help="tolerances of 'after'"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="threads of part 2")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(
@@ -288,7 +338,8 @@ def main() -> None:
         f"tau {DEFAULT_TAU[torch.float64]:g} (float64) / {DEFAULT_TAU[torch.float32]:g} (float32)"
     )
     start = time.perf_counter()
-    accuracy(accuracy_cases(args.seed))
+    if not args.cost_only:
+        accuracy(accuracy_cases(args.seed))
     if not args.quick:
         cost(args)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")

@@ -8,10 +8,10 @@ in plain Lanczos. The tridiagonal T_k = Q_k^T A Q_k is solved in float64 on the 
 :func:`torch.linalg.eigh`, T_k = S diag(theta) S^T. The residual of Ritz pair i is
 ||A y_i - theta_i y_i|| = |beta_k S[k-1, i]| (beta_k the norm of the next Lanczos vector) and
 some eigenvalue of A lies within it of theta_i [0]. The run stops once the smallest and the
-largest Ritz values both have a residual under ``tol`` times the spectral scale, on an invariant
-subspace (beta_k at round-off: the Ritz values are then exact eigenvalues), or at ``max_steps``.
-It looks at the device only at those checks, once every ``check_every`` steps: no host sync per
-step.
+largest Ritz values both have a residual under ``tol`` times the spectral scale max |theta| (or
+under an absolute ``atol``), on an invariant subspace (beta_k at round-off: the Ritz values are
+then exact eigenvalues), or at ``max_steps``. It looks at the device only at those checks, once
+every ``check_every`` steps: no host sync per step.
 
 SLQ [1] reads the same runs as Gauss quadrature rules: the start vector v of a run defines the
 spectral measure mu_v = sum_j (v . u_j)^2 delta(lambda_j) of A, whose k-node Gauss rule has the
@@ -69,7 +69,7 @@ class LanczosResult:
             sum to 1.
         steps: k, the number of products taken.
         threshold: the absolute residual threshold of the convergence test,
-            tol * max(scale, max_i |theta_i|).
+            max(tol * max_i |theta_i|, atol).
         converged_min: the smallest Ritz value's residual is under ``threshold``, or the
             Krylov space is invariant.
         converged_max: the same for the largest Ritz value.
@@ -261,18 +261,18 @@ class _Check:
     converged_max: bool
 
 
-def _check(alpha: Tensor, beta: Tensor, k: int, tol: float, scale: float) -> _Check:
+def _check(alpha: Tensor, beta: Tensor, k: int, tol: float, atol: float) -> _Check:
     """Solve T_k in float64 and test both extremes (alpha, beta already on the CPU)."""
     theta, s = torch.linalg.eigh(_tridiagonal(alpha[:k], beta[: k - 1]))
     residuals = beta[k - 1].abs() * s[k - 1].abs()  # (k,) |beta_k S[k-1, i]|
-    bound = tol * max(scale, float(theta.abs().max()))
+    bound = max(tol * float(theta.abs().max()), atol)
     return _Check(
         theta, s, residuals, bound, bool(residuals[0] <= bound), bool(residuals[-1] <= bound)
     )
 
 
 def _run(
-    matvec: MatVec, v0: Tensor, max_steps: int, tol: float, scale: float, check_every: int
+    matvec: MatVec, v0: Tensor, max_steps: int, tol: float, atol: float, check_every: int
 ) -> tuple[Tensor, _Check, int, bool]:
     """Lanczos from ``v0`` until both extremes converge, breakdown, or ``max_steps``.
 
@@ -306,8 +306,8 @@ def _run(
         hits = torch.nonzero(broken[:k].cpu()).flatten()
         if hits.numel():
             k = int(hits[0]) + 1
-            return basis, _check(a64, b64, k, tol, scale), k, True
-        result = _check(a64, b64, k, tol, scale)
+            return basis, _check(a64, b64, k, tol, atol), k, True
+        result = _check(a64, b64, k, tol, atol)
         if result.converged_min and result.converged_max:
             return basis, result, k, False
     return basis, result, max_steps, False
@@ -327,11 +327,11 @@ def lanczos(
     dim: int,
     *,
     max_steps: int,
-    tol: float = 1e-6,
+    tol: float,
     generator: torch.Generator | None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-    scale: float = 0.0,
+    atol: float = 0.0,
     check_every: int = CHECK_EVERY,
     return_vectors: bool = False,
     v0: Tensor | None = None,
@@ -340,7 +340,7 @@ def lanczos(
 
     Full reorthogonalisation; the tridiagonal is solved in float64. Every ``check_every``
     steps (and at the last one) the residual bounds r_i = |beta_k S[k-1, i]| of the smallest
-    and the largest Ritz values are compared with ``tol * max(scale, max_i |theta_i|)``; the
+    and the largest Ritz values are compared with ``max(tol * max_i |theta_i|, atol)``; the
     run stops when both are under it, or when the Krylov space becomes invariant (beta_k under
     10 sqrt(dim) eps times the largest tridiagonal entry: every Ritz value is then exact and
     counts as converged), or at ``max_steps``. An extreme that did not converge is flagged in
@@ -355,8 +355,9 @@ def lanczos(
             None uses a fresh generator seeded 0. The global RNG is never used.
         dtype: dtype of the Krylov vectors (the tridiagonal is always float64).
         device: device of the Krylov vectors.
-        scale: absolute spectral scale the tolerance is relative to, at least; e.g. the norm
-            of a larger operator this one is part of (0: the run's own max |theta|).
+        atol: absolute residual tolerance: a floor under which residuals count as converged
+            whatever the operator's own scale (e.g. the resolution of a larger operator this one
+            is part of, so that an operator of pure round-off converges at once).
         check_every: steps between two convergence checks (each syncs with the device).
         return_vectors: also return the Ritz vectors (dim, k).
         v0: start vector (dim,) instead of a random one.
@@ -366,21 +367,21 @@ def lanczos(
 
     Raises:
         ValueError: if ``dim``, ``max_steps`` or ``check_every`` is not positive, ``tol`` or
-            ``scale`` is negative, or ``v0`` has the wrong size.
+            ``atol`` is negative, or ``v0`` has the wrong size.
     """
     if dim < 1 or max_steps < 1 or check_every < 1:
         raise ValueError(
             f"dim, max_steps and check_every must be positive; got dim={dim}, "
             f"max_steps={max_steps}, check_every={check_every}"
         )
-    if tol < 0 or scale < 0:
-        raise ValueError(f"tol and scale must be >= 0; got tol={tol}, scale={scale}")
+    if tol < 0 or atol < 0:
+        raise ValueError(f"tol and atol must be >= 0; got tol={tol}, atol={atol}")
     if v0 is None:
         v0 = _start_vector(dim, generator, dtype, torch.device(device) if device else None)
     elif v0.numel() != dim:
         raise ValueError(f"v0 must have {dim} elements; got {v0.numel()}")
     v0 = v0.reshape(-1).to(dtype=dtype, device=device if device is not None else v0.device)
-    basis, last, k, invariant = _run(matvec, v0, min(max_steps, dim), tol, scale, check_every)
+    basis, last, k, invariant = _run(matvec, v0, min(max_steps, dim), tol, atol, check_every)
     vectors = basis[:k].T @ last.s.to(basis) if return_vectors else None  # (dim, k)
     return LanczosResult(
         ritz_values=last.theta,

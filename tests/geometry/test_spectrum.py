@@ -175,14 +175,17 @@ class TestEffectiveHessianSpectrum:
         if kind == "gapped":  # no mass near the floor: the bracket is narrow
             assert s.heff.neg_fraction_quad < 0.05
 
-    def test_gn_and_m_converge_relative_to_heff_scale(self, ssl_losses: dict) -> None:
+    def test_each_operator_converges_relative_to_its_own_scale(self, ssl_losses: dict) -> None:
         head, z = small_head(activation="tanh"), features() * 1e-4  # tanh'' ~ 0 near 0
-        s = effective_hessian_spectrum(head, ssl_losses["nt_xent"], z)
-        assert s.interaction_ratio is not None and s.interaction_ratio < 1e-4
-        assert s.m.steps == CHECK_EVERY < s.heff.steps  # M ~ 2e-5 ||H_eff||: done at once
-        exact = torch.linalg.eigvalsh(dense_parts(head, ssl_losses["nt_xent"], z)["m"])
-        scale = abs(s.heff.ritz_max) + abs(s.heff.ritz_min)
-        assert s.m.lambda_min == pytest.approx(float(exact[0]), abs=1e-4 * scale)
+        loss = ssl_losses["nt_xent"]
+        s = effective_hessian_spectrum(head, loss, z, tol=1e-4)
+        assert s.interaction_ratio is not None and s.interaction_ratio < 1e-4  # M is small
+        dense = {k: torch.linalg.eigvalsh(a) for k, a in dense_parts(head, loss, z).items()}
+        for op, exact in dense.items():
+            own = float(exact.abs().max())
+            assert s.floor < 1e-4 * own
+            assert s.operators[op].lambda_min == pytest.approx(float(exact[0]), abs=1e-4 * own)
+            assert s.operators[op].lambda_max == pytest.approx(float(exact[-1]), abs=1e-4 * own)
 
     def test_too_few_steps_flagged_not_converged(self) -> None:
         lam = torch.cat([torch.tensor([-1.0]), torch.linspace(0.0, 300.0, 399)]).double()
@@ -196,7 +199,8 @@ class TestEffectiveHessianSpectrum:
         record = s.as_record()
         assert record["heff/lambda_min"] is None and record["heff/converged_min"] is False
         full = effective_hessian_spectrum(nn.Identity(), diagonal_loss(lam), identity_features(400))
-        assert full.heff.lambda_min == pytest.approx(-1.0, abs=1e-4 * 300.0)
+        assert full.heff.converged_min and full.heff.steps > 12
+        assert full.heff.lambda_min == pytest.approx(-1.0, abs=full.heff.residual_min)
 
     def test_sub_block_is_that_of_the_full_batch_loss(self, ssl_losses: dict) -> None:
         loss = ssl_losses["nt_xent"]  # every other sample of the batch is a negative
@@ -245,8 +249,8 @@ class TestEffectiveHessianSpectrum:
 
     def test_float32(self) -> None:
         head, z = small_head(), features()
-        s64 = effective_hessian_spectrum(head, _loss, z)
-        s32 = effective_hessian_spectrum(head, _loss, z, dtype=torch.float32)
+        s64 = effective_hessian_spectrum(head, _loss, z, tol=1e-6)
+        s32 = effective_hessian_spectrum(head, _loss, z, dtype=torch.float32, tol=1e-6)
         assert s32.tau == 1e-5
         assert s32.floor == pytest.approx(1e-5 * abs(s64.heff.lambda_max), rel=1e-4)
         scale = abs(s64.heff.lambda_max)

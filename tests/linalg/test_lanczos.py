@@ -65,7 +65,7 @@ def isolated_minimum(n: int = 400) -> Tensor:
 
 
 def run(a: Tensor, **options: object) -> LanczosResult:
-    kwargs: dict = dict(max_steps=a.shape[0], generator=torch.Generator().manual_seed(0))
+    kwargs: dict = dict(max_steps=a.shape[0], tol=1e-6, generator=torch.Generator().manual_seed(0))
     kwargs.update(options)
     return lanczos(lambda v: a @ v, a.shape[0], **kwargs)
 
@@ -144,13 +144,14 @@ class TestLanczos:
         )
         assert bool(result.converged_values.all())
 
-    def test_scale_makes_a_round_off_operator_converge_at_once(self) -> None:
+    def test_atol_makes_a_round_off_operator_converge_at_once(self) -> None:
         noise = 1e-14 * householder_matrix(torch.linspace(-1.0, 1.0, 300), seed=9)
         own = run(noise, max_steps=100, tol=1e-6)
-        scaled = run(noise, max_steps=100, tol=1e-6, scale=1.0)
-        assert scaled.steps == CHECK_EVERY and scaled.converged
-        assert own.steps > scaled.steps  # relative to its own size it is an ordinary operator
-        assert scaled.threshold == pytest.approx(1e-6)
+        floored = run(noise, max_steps=100, tol=1e-6, atol=1e-10)
+        assert floored.steps == CHECK_EVERY and floored.converged
+        assert own.steps > floored.steps  # relative to its own size it is an ordinary operator
+        assert floored.threshold == 1e-10
+        assert own.threshold == pytest.approx(1e-6 * 1e-14, rel=1e-3)
 
     def test_vectors_weights_and_whole_spectrum(self) -> None:
         lam = torch.linspace(-3.0, 5.0, 40, dtype=torch.float64)
@@ -194,12 +195,12 @@ class TestLanczos:
             ({"max_steps": 0}, "max_steps"),
             ({"check_every": 0}, "check_every"),
             ({"tol": -1.0}, "tol"),
-            ({"scale": -1.0}, "scale"),
+            ({"atol": -1.0}, "atol"),
             ({"v0": torch.ones(4)}, "v0"),
         ],
     )
     def test_rejects_bad_arguments(self, options: dict, match: str) -> None:
-        kwargs: dict = dict(max_steps=3, generator=None)
+        kwargs: dict = dict(max_steps=3, tol=1e-6, generator=None)
         kwargs.update(options)
         with pytest.raises(ValueError, match=match):
             lanczos(lambda v: v, 10, **kwargs)
