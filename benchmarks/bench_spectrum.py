@@ -20,7 +20,7 @@ second graph and an SLQ density of H_eff with 2 probes of 12 steps. "after" is o
 tolerance). Steps and wall seconds per operator; total CPU seconds (the speed-ups: robust to
 other load on the machine) and wall seconds, on ``--threads`` threads (default 1).
 
-Run: ``python benchmarks/bench_spectrum.py`` (about 2 minutes on 2 idle cores), ``--quick``
+Run: ``python benchmarks/bench_spectrum.py`` (80 s on 2 idle cores), ``--quick``
 (part 1 only) or ``--cost-only``.
 """
 

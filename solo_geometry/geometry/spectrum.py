@@ -301,14 +301,21 @@ class _Runner:
     ) -> tuple[LanczosResult, SpectralDensity, float]:
         """Extremes' run, then ``probes - 1`` density probes of as many steps; wall time."""
         start = time.perf_counter()
-        options = dict(generator=self.generator, dtype=self.dtype, device=self.device)
-        extremes = lanczos(
-            matvec, self.dim, max_steps=self.max_steps, tol=self.tol, atol=atol, **options
-        )
-        more = [
-            lanczos(matvec, self.dim, max_steps=extremes.steps, tol=0.0, **options)
-            for _ in range(self.probes - 1)
-        ]
+
+        def one(steps: int, tol: float, atol: float) -> LanczosResult:
+            return lanczos(
+                matvec,
+                self.dim,
+                max_steps=steps,
+                tol=tol,
+                atol=atol,
+                generator=self.generator,
+                dtype=self.dtype,
+                device=self.device,
+            )
+
+        extremes = one(self.max_steps, self.tol, atol)
+        more = [one(extremes.steps, 0.0, 0.0) for _ in range(self.probes - 1)]
         density = SpectralDensity.from_runs([extremes, *more])
         return extremes, density, time.perf_counter() - start
 

@@ -302,8 +302,9 @@ def _run(
         k = j + 1
         if k % check_every and k < max_steps:
             continue
-        a64, b64 = alpha[:k].double().cpu(), beta[:k].double().cpu()  # the one sync per check
-        hits = torch.nonzero(broken[:k].cpu()).flatten()
+        packed = torch.stack([alpha[:k], beta[:k], broken[:k].to(alpha)]).double().cpu()  # sync
+        a64, b64 = packed[0], packed[1]  # (k,) each, float64 on the CPU
+        hits = torch.nonzero(packed[2]).flatten()
         if hits.numel():
             k = int(hits[0]) + 1
             return basis, _check(a64, b64, k, tol, atol), k, True

@@ -50,6 +50,18 @@ def dense_parts(head: nn.Module, loss_fn: Loss, z: Tensor) -> dict[str, Tensor]:
     return {"heff": h_eff, "gn": gn, "m": h_eff - gn}
 
 
+class RoundOffHead(nn.Module):
+    """Linear(x + sinh(x) - (e^x - e^-x) / 2): linear in exact arithmetic, M is round-off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(D, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(x + torch.sinh(x) - (torch.exp(x) - torch.exp(-x)) / 2)
+
+
 def diagonal_loss(lam: Tensor) -> Loss:
     """0.5 sum_i lam_i h_i^2: with an identity head H_eff = GN = diag(lam) and M = 0."""
 
@@ -154,6 +166,14 @@ class TestEffectiveHessianSpectrum:
         assert max(abs(m.lambda_min), abs(m.lambda_max)) <= s.floor
         assert (m.neg_fraction, m.neg_fraction_std, m.neg_fraction_quad) == (0.0, 0.0, 0.0)
         assert s.interaction_ratio is not None and s.interaction_ratio <= s.tau
+
+    def test_round_off_m_converges_at_once_under_the_floor(self, ssl_losses: dict) -> None:
+        s = effective_hessian_spectrum(RoundOffHead(), ssl_losses["nt_xent"], features())
+        m = s.m
+        assert m.ritz_max > 0 or m.ritz_min < 0  # not structurally zero: round-off
+        assert max(abs(m.ritz_min), abs(m.ritz_max)) < 1e-14 * abs(s.heff.ritz_max)
+        assert m.converged_min and m.converged_max and m.steps == CHECK_EVERY
+        assert (m.neg_fraction, m.neg_fraction_quad) == (0.0, 0.0)
 
     @pytest.mark.parametrize("kind", ["gapped", "clustered", "spread"])
     def test_known_diagonal_operator(self, kind: str) -> None:
