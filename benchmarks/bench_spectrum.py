@@ -1,246 +1,348 @@
-"""Extreme eigenvalues of the effective Hessian: dense eigvalsh vs Lanczos vs power iteration.
+"""Accuracy and cost of the spectrum measurement at its default settings.
 
-For n = V * N * d from 2,048 to 131,072 (V = 2 views, N = d) with a 2-layer Swish head
-(Linear(d, d) - SiLU - Linear(d, d), no norm) under the NT-Xent loss, in float64, prints side by
-side, for each n:
+Part 1, accuracy against dense float64 on small operators like the demo's (random features,
+2 views of 16 samples, d = 32, the operator restricted to the sub-block of 8 samples while the
+loss sees all 16): a Swish+BN head under a BYOL-like loss (a ReLU+BN predictor against fixed
+targets), a Swish head under NT-Xent (SimCLR) and a ReLU+BN head under VICReg. For each of H_eff,
+GN and M: :func:`effective_hessian_spectrum` at its defaults in float64 and float32 next to the
+dense sub-block of the Hessian of the full-batch loss (``torch.autograd.functional``): steps,
+convergence, the errors of lambda_min and lambda_max in units of max|lambda(H_eff)|, the true
+fraction of eigenvalues below -floor against the estimate with its spread, and the condition
+number.
 
-* ``dense``: H_eff built column by column from batched Hessian-vector products, then
-  ``torch.linalg.eigvalsh`` (only up to ``--dense-max``; beyond, a note says why it is skipped);
-* ``lanczos``: :func:`solo_geometry.linalg.lanczos` with ``--budget`` Hessian-vector products;
-* ``power+shift``: the estimator of published code (e.g. PyHessian): ``budget / 2`` (20) power
-  iterations for the dominant eigenvalue, then ``budget / 2`` on H - lambda_dom I for the other
-  end, so the same number of Hessian-vector products as Lanczos;
-* ``reference``: where dense is skipped, Lanczos with ``--ref-steps`` steps (the best reference).
+Part 2, cost of one measurement at d = 512, 2 views of 32 samples, the operator restricted to
+16 of them, on the demo's BYOL head (Swish+BN, 512 wide, p = 128) and on solo-learn's cifar VICReg
+projector (3 Linear layers 2048 wide with BN and ReLU) under the VICReg loss. "before" is the
+measurement as the monitor took it before issue 11, reproduced with today's kernel: 12 Lanczos
+steps per operator without a convergence test, float64, and in the first and final records a
+second graph and an SLQ density of H_eff with 2 probes of 12 steps. "after" is one
+:func:`effective_hessian_spectrum` call at the defaults in float32 (``--tols`` to sweep the
+tolerance). Steps and wall seconds per operator; total CPU seconds (the speed-ups: robust to
+other load on the machine) and wall seconds, on ``--threads`` threads (default 1).
 
-Product-based methods run on ``--threads`` (default 1: their matrices are small, and a
-second thread only adds synchronisation, badly so on a loaded machine), dense on
-``--dense-threads`` (default: all of torch's threads), which favours dense in the speed-up.
-
-Columns: wall time (the operator graph, built once per n, is not included; its time is printed
-in the header line), peak extra resident memory (Linux VmHWM after resetting it through
-/proc/self/clear_refs, minus the resident size before the method; the script re-executes
-itself with ``MALLOC_MMAP_THRESHOLD_=65536`` so that tensors come from and return to mmap),
-and the errors |estimate - reference| / |reference| of lambda_min and lambda_max, the
-reference being dense where it ran and the long Lanczos run otherwise.
-
-Run: ``python benchmarks/bench_spectrum.py`` (about 5 minutes on 2 cores, most of it the dense
-n = 8,192 solve) or ``--quick`` (n = 2,048 and 8,192, dense only at 2,048: under a minute).
+Run: ``python benchmarks/bench_spectrum.py`` (80 s on 2 idle cores), ``--quick``
+(part 1 only) or ``--cost-only``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.functional import hessian, jacobian
 
-from solo_geometry.linalg import HeadOperators, head_operators, lanczos
+from solo_geometry.geometry.spectrum import (
+    DEFAULT_TAU,
+    DEFAULT_TOL,
+    OPERATORS,
+    HessianSpectrum,
+    OperatorSpectrum,
+    _restrict,
+    effective_hessian_spectrum,
+    subsample_indices,
+)
+from solo_geometry.heads import SmoothMLPHead
+from solo_geometry.linalg import head_operators, lanczos, slq_density
 
-SIZES = ((2, 32, 32), (2, 64, 64), (2, 128, 128), (2, 256, 256))  # n = 2,048 ... 131,072
-QUICK_SIZES = ((2, 32, 32), (2, 64, 64))
-_STATUS = Path("/proc/self/status")
-_MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"  # fixed threshold: freed tensors leave the RSS
+Loss = Callable[[Tensor], Tensor]
 
 
 def nt_xent(h: Tensor, temperature: float = 0.5) -> Tensor:
-    """NT-Xent over the 2N samples of H (2, N, p)."""
+    """NT-Xent over the 2N samples of H (2, N, p): every other sample is a negative."""
     v, n, _ = h.shape
     z = F.normalize(h.reshape(v * n, -1), dim=1)  # (2N, p)
     sim = (z @ z.T / temperature).masked_fill(torch.eye(v * n, dtype=torch.bool), -math.inf)
     return F.cross_entropy(sim, (torch.arange(v * n) + n) % (v * n))
 
 
-def _rss_kib(field: str) -> int | None:
-    if not _STATUS.exists():
-        return None
-    for line in _STATUS.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return None
+def vicreg(h: Tensor) -> Tensor:
+    """VICReg (solo-learn's weights): 25 invariance + 25 variance + 1 covariance."""
+    n, p = h.shape[1:]
+    loss = 25.0 * F.mse_loss(h[0], h[1])
+    for x in h:
+        loss = loss + 25.0 * F.relu(1.0 - torch.sqrt(x.var(dim=0) + 1e-4)).mean()
+        xc = x - x.mean(dim=0)
+        c = xc.T @ xc / (n - 1)  # (p, p)
+        loss = loss + (c.pow(2).sum() - c.diagonal().pow(2).sum()) / p
+    return loss
+
+
+def byol_like(p: int, seed: int, n: int = 16) -> Loss:
+    """Symmetrised 2 - 2 cos(predictor(H[v]), target[1 - v]) with fixed targets, as BYOL."""
+    torch.manual_seed(seed)
+    predictor = SmoothMLPHead(p, 4 * p, p, activation="relu", norm="bn").double().train()
+    targets = torch.randn(2, n, p, dtype=torch.float64)
+
+    def loss(h: Tensor) -> Tensor:
+        pred = predictor.to(h.dtype)
+        cos = [F.cosine_similarity(pred(h[v]), targets[1 - v].to(h), dim=-1) for v in (0, 1)]
+        return (4.0 - 2.0 * (cos[0] + cos[1])).mean()
+
+    return loss
+
+
+@dataclass(frozen=True)
+class Case:
+    """A head, a loss and features; the operator is the sub-block of ``block`` samples."""
+
+    name: str
+    head: nn.Module
+    loss: Loss
+    z: Tensor  # (V, N, d)
+    block: int
+
+
+def accuracy_cases(seed: int) -> list[Case]:
+    """The three small cases of part 1 (d = 32: dense sub-blocks of size 512)."""
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(2, 16, 32, generator=gen, dtype=torch.float64)
+    torch.manual_seed(seed)
+    heads = {
+        "byol swish+bn": SmoothMLPHead(32, 64, 16, activation="swish", norm="bn"),
+        "simclr swish": SmoothMLPHead(32, 64, 16, activation="swish", norm=None),
+        "vicreg relu+bn": SmoothMLPHead(32, 64, 64, depth=3, activation="relu", norm="bn"),
+    }
+    losses = {
+        "byol swish+bn": byol_like(16, seed),
+        "simclr swish": nt_xent,
+        "vicreg relu+bn": vicreg,
+    }
+    return [Case(name, heads[name], losses[name], z, 8) for name in heads]
+
+
+def dense_operators(case: Case) -> dict[str, Tensor]:
+    """Dense float64 sub-blocks of H_eff, GN and M (= H_eff - GN) of the full-batch loss."""
+    head = copy.deepcopy(case.head).double().train()
+    views, n, d = case.z.shape
+
+    def outputs(flat: Tensor) -> Tensor:
+        z = flat.reshape(views, n, d)
+        return torch.stack([head(z[v]) for v in range(views)])  # (V, N, p)
+
+    z0 = case.z.reshape(-1)
+    h_eff = hessian(lambda flat: case.loss(outputs(flat)), z0, vectorize=True)
+    h0 = outputs(z0).detach()
+    loss_h = hessian(lambda flat: case.loss(flat.reshape(h0.shape)), h0.reshape(-1), vectorize=True)
+    jac = jacobian(lambda flat: outputs(flat).reshape(-1), z0, vectorize=True)  # (VNp, VNd)
+    gn = jac.T @ loss_h @ jac
+    index = subsample_indices(n, case.block)
+    assert index is not None
+    rows = torch.arange(views * n * d).reshape(views, n, d)[:, index].reshape(-1)
+    block = {"heff": h_eff, "gn": gn, "m": h_eff - gn}
+    return {name: a[rows][:, rows] for name, a in block.items()}
+
+
+def accuracy(cases: list[Case]) -> None:
+    """Part 1: print the table of estimates against dense."""
+    print(f"\nPart 1: defaults (tol {DEFAULT_TOL:g}, no extra density probe) against dense float64")
+    head = (
+        f"{'case':>15} {'dtype':>7} {'op':>4} {'steps':>5} {'conv':>4} {'err min':>8} "
+        f"{'err max':>8} {'neg frac':>8} {'estimate +- std (+quad)':>28} {'cond':>9} {'dense':>9}"
+    )
+    print(head + "\n" + "-" * len(head))
+    for case in cases:
+        dense = {k: torch.linalg.eigvalsh(a) for k, a in dense_operators(case).items()}
+        scale = float(dense["heff"].abs().max())
+        for dtype in (torch.float64, torch.float32):
+            spec = effective_hessian_spectrum(
+                case.head, case.loss, case.z, dtype=dtype, max_samples=case.block
+            )
+            for op in OPERATORS:
+                _row(case.name, dtype, op, spec.operators[op], dense[op], scale, spec.floor)
+    print(
+        "err = |estimate - dense| / max|lambda(H_eff)| ('-': not converged, reported as None); "
+        "neg frac = #{lambda < -floor} / dim;\ncond: on the numerical rank (None: not read off "
+        "converged extremes, see OperatorSpectrum)"
+    )
+
+
+def _row(
+    case: str,
+    dtype: torch.dtype,
+    op: str,
+    s: OperatorSpectrum,
+    exact: Tensor,
+    scale: float,
+    floor: float,
+) -> None:
+    """One line of part 1: estimate ``s`` against the dense eigenvalues ``exact``."""
+    err = [
+        f"{abs(v - float(e)) / scale:8.1e}" if v is not None else f"{'-':>8}"
+        for v, e in ((s.lambda_min, exact[0]), (s.lambda_max, exact[-1]))
+    ]
+    true_frac = float((exact < -floor).double().mean())
+    above = exact.abs()[exact.abs() > floor]
+    dense_cond = float(above.max() / above.min()) if above.numel() else math.nan
+    est = f"{s.neg_fraction:.4f} +- {s.neg_fraction_std:.4f} (+{s.neg_fraction_quad:.3f})"
+    cond = "None" if s.cond is None else f"{s.cond:.2e}"
+    conv = "yes" if s.converged_min and s.converged_max else "no"
+    print(
+        f"{case:>15} {str(dtype)[6:]:>7} {op:>4} {s.steps:>5} {conv:>4} {err[0]} {err[1]} "
+        f"{true_frac:8.4f} {est:>28} {cond:>9} {dense_cond:9.2e}"
+    )
+
+
+def cost_cases(seed: int) -> list[Case]:
+    """Part 2's cases, d = 512 and 2 x 32 samples, the operator restricted to 16 of them.
+
+    The demo's BYOL head (Swish + BN, 512 wide, p = 128, a ReLU + BN predictor against fixed
+    targets) and solo-learn's cifar VICReg projector (3 Linear layers 2048 wide, BN, ReLU).
+    """
+    torch.manual_seed(seed)
+    w = 2048
+    vicreg_head = nn.Sequential(
+        nn.Linear(512, w), nn.BatchNorm1d(w), nn.ReLU(),
+        nn.Linear(w, w), nn.BatchNorm1d(w), nn.ReLU(),
+        nn.Linear(w, w),
+    )  # fmt: skip
+    byol_head = SmoothMLPHead(512, 512, 128, activation="swish", norm="bn")
+    z = torch.randn(2, 32, 512, generator=torch.Generator().manual_seed(seed))
+    byol = byol_like(128, seed, n=32)
+    return [
+        Case("byol demo", byol_head, byol, z, 16),
+        Case("vicreg cifar", vicreg_head, vicreg, z, 16),
+    ]
 
 
 @dataclass
-class Row:
-    """One method at one size: its cost and its two extreme eigenvalue estimates."""
+class Cost:
+    """Steps and wall seconds per part of one measurement, and its total CPU and wall time."""
 
-    method: str
-    n: int
-    hvps: int
-    seconds: float
-    peak_mib: float | None
-    lambda_min: float
-    lambda_max: float
+    parts: dict[str, tuple[int, float]]
+    cpu: float
+    wall: float
 
 
-def measure(
-    method: str, n: int, hvps: int, fn: Callable[[], tuple[float, float]], threads: int
-) -> Row:
-    """Run ``fn`` -> (lambda_min, lambda_max) on ``threads`` threads, timed, with peak RSS."""
-    torch.set_num_threads(threads)
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
-        base = _rss_kib("VmRSS")
-    except OSError:
-        base = None
-    start = time.perf_counter()
-    lo, hi = fn()
-    seconds = time.perf_counter() - start
-    peak = _rss_kib("VmHWM")
-    mib = max(0.0, (peak - base) / 1024) if peak is not None and base is not None else None
-    return Row(method, n, hvps, seconds, mib, lo, hi)
+def _timed(fn: Callable[[], dict[str, tuple[int, float]]]) -> Cost:
+    cpu, wall = time.process_time(), time.perf_counter()
+    parts = fn()
+    return Cost(parts, time.process_time() - cpu, time.perf_counter() - wall)
 
 
-def dense_extremes(ops: HeadOperators, chunk: int = 512) -> tuple[float, float]:
-    """Build H_eff from batched products (columns of the identity) and solve it densely."""
-    n = ops.dim
-    matrix = torch.empty(n, n, dtype=torch.float64)
-    z, grad_z = ops._z, ops._grad_z  # noqa: SLF001 - benchmark reaches into the graph
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        eye = torch.zeros(stop - start, n, dtype=torch.float64)
-        eye[:, start:stop] = torch.eye(stop - start, dtype=torch.float64)
-        (cols,) = torch.autograd.grad(
-            grad_z, z, eye.reshape(-1, *z.shape), retain_graph=True, is_grads_batched=True
-        )
-        matrix[start:stop] = cols.reshape(stop - start, n)  # rows of a symmetric matrix
-        del eye, cols
-    values = torch.linalg.eigvalsh(matrix)
-    return float(values[0]), float(values[-1])
+def before(case: Case) -> tuple[Cost, Cost]:
+    """The pre-issue-11 measurement: 12 steps per operator in float64; then the density.
+
+    Returns:
+        The ordinary record's cost and the density's extra cost (first and final records).
+    """
+    gen = torch.Generator().manual_seed(0)
+    index = subsample_indices(case.z.shape[1], case.block)
+    dim = case.z.shape[0] * case.block * case.z.shape[2]
+
+    def spectrum() -> dict[str, tuple[int, float]]:
+        out = {}
+        start = time.perf_counter()
+        ops = head_operators(case.head, case.loss, case.z, dtype=torch.float64)
+        out["graph"] = (0, time.perf_counter() - start)
+        for op in OPERATORS:
+            start = time.perf_counter()
+            matvec = _restrict(getattr(ops, op), ops.shape, index)
+            lanczos(matvec, dim, max_steps=12, tol=0.0, generator=gen)
+            out[op] = (12, time.perf_counter() - start)
+        return out
+
+    def density() -> dict[str, tuple[int, float]]:
+        start = time.perf_counter()
+        ops = head_operators(case.head, case.loss, case.z, dtype=torch.float64)  # a second graph
+        slq_density(ops.heff, ops.dim, steps=12, probes=2, generator=gen)
+        return {"density": (24, time.perf_counter() - start)}
+
+    return _timed(spectrum), _timed(density)
 
 
-def power_shift(ops: HeadOperators, budget: int, gen: torch.Generator) -> tuple[float, float]:
-    """Power iteration (budget/2 steps) then on H - lambda_dom I (budget/2 steps)."""
+def after(case: Case, dtype: torch.dtype, tol: float) -> Cost:
+    """One call at the defaults (but ``dtype`` and ``tol``); graph: total minus operators."""
+    spec: list[HessianSpectrum] = []
 
-    def power(matvec: Callable[[Tensor], Tensor], steps: int) -> float:
-        v = torch.randn(ops.dim, generator=gen, dtype=torch.float64)
-        v = v / v.norm()
-        estimate = torch.zeros((), dtype=torch.float64)
-        for _ in range(steps):
-            w = matvec(v)
-            estimate = v @ w  # Rayleigh quotient
-            v = w / w.norm()
-        return float(estimate)
-
-    dominant = power(ops.heff, budget // 2)
-    other = power(lambda v: ops.heff(v) - dominant * v, budget - budget // 2) + dominant
-    return min(dominant, other), max(dominant, other)
-
-
-def lanczos_extremes(ops: HeadOperators, steps: int, gen: torch.Generator) -> tuple[float, float]:
-    """Lanczos with full reorthogonalisation, ``steps`` products."""
-    ritz = lanczos(ops.heff, ops.dim, steps, generator=gen).ritz_values
-    return float(ritz[0]), float(ritz[-1])
-
-
-def run_size(shape: tuple[int, int, int], args: argparse.Namespace) -> list[Row]:
-    """All methods at one size; the first row is the reference."""
-    views, batch, d = shape
-    torch.manual_seed(args.seed)
-    head = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
-    z = torch.randn(views, batch, d, dtype=torch.float64)
-    start = time.perf_counter()
-    ops = head_operators(head, nt_xent, z)
-    n = ops.dim
-    ops.heff(torch.ones(n, dtype=torch.float64))  # warm-up, not timed
-    print(f"\nn = {n:,} (V, N, d) = {shape}: graph built in {time.perf_counter() - start:.2f} s")
-    rows = []
-    if n <= args.dense_max:
-        rows.append(measure("dense", n, n, lambda: dense_extremes(ops), args.dense_threads))
-    else:
-        gib = n * n * 8 / 2**30
-        print(
-            f"  dense skipped: {gib:.1f} GiB matrix, {n:,} products and an O(n^3) eigvalsh "
-            f"(~{(n / 8192) ** 3:.0f}x the n = 8,192 solve) exceed --dense-max {args.dense_max:,}"
-        )
-        gen = torch.Generator().manual_seed(args.seed + 1)
-        rows.append(
-            measure(
-                "reference",
-                n,
-                args.ref_steps,
-                lambda: lanczos_extremes(ops, args.ref_steps, gen),
-                args.threads,
+    def call() -> dict[str, tuple[int, float]]:
+        start = time.perf_counter()
+        spec.append(
+            effective_hessian_spectrum(
+                case.head, case.loss, case.z, dtype=dtype, tol=tol, max_samples=case.block
             )
         )
-    gen = torch.Generator().manual_seed(args.seed)
-    rows.append(
-        measure(
-            "lanczos", n, args.budget, lambda: lanczos_extremes(ops, args.budget, gen), args.threads
-        )
-    )
-    gen = torch.Generator().manual_seed(args.seed)
-    rows.append(
-        measure(
-            "power+shift", n, args.budget, lambda: power_shift(ops, args.budget, gen), args.threads
-        )
-    )
-    return rows
+        out = {op: (s.steps, s.seconds) for op, s in spec[0].operators.items()}
+        out["graph"] = (0, time.perf_counter() - start - sum(t for _, t in out.values()))
+        return out
+
+    result = _timed(call)
+    ok = all(s.converged_min and s.converged_max for s in spec[0].operators.values())
+    result.parts["converged"] = (int(ok), 0.0)
+    return result
 
 
-def print_table(rows: list[Row]) -> None:
-    """One table, errors against each size's first (reference) row."""
-    header = (
-        f"{'n':>8} {'method':>12} {'HVPs':>7} {'time s':>9} {'peak MiB':>9} "
-        f"{'lambda_min':>13} {'lambda_max':>12} {'err min':>9} {'err max':>9} {'speed-up':>9}"
+def _print_cost(label: str, cost: Cost) -> None:
+    names = ("graph", *OPERATORS, "density")
+    cells = "".join(
+        f"{cost.parts[n][0]:>5} {cost.parts[n][1]:6.2f}s" if n in cost.parts else f"{'-':>13}"
+        for n in names
     )
-    print("\n" + header + "\n" + "-" * len(header))
-    ref: Row | None = None
-    for row in rows:
-        if row.method in ("dense", "reference"):
-            ref = row
-        assert ref is not None
-        err_lo = abs(row.lambda_min - ref.lambda_min) / abs(ref.lambda_min)
-        err_hi = abs(row.lambda_max - ref.lambda_max) / abs(ref.lambda_max)
-        peak = f"{row.peak_mib:9.1f}" if row.peak_mib is not None else f"{'n/a':>9}"
-        speed = f"{ref.seconds / row.seconds:8.0f}x" if ref.method == "dense" else f"{'-':>9}"
-        print(
-            f"{row.n:>8,} {row.method:>12} {row.hvps:>7,} {row.seconds:9.3f} {peak} "
-            f"{row.lambda_min:13.6e} {row.lambda_max:12.6e} {err_lo:9.1e} {err_hi:9.1e} {speed}"
-        )
+    print(f"{label:>34}{cells}{cost.cpu:9.2f}{cost.wall:9.2f}")
+
+
+def _warm_up(case: Case) -> None:
+    """One product of each operator in each dtype, so that no lazy initialisation is timed."""
+    for dtype in (torch.float64, torch.float32):
+        ops = head_operators(case.head, case.loss, case.z, dtype=dtype)
+        v = torch.ones(ops.dim, dtype=dtype)
+        for op in OPERATORS:
+            getattr(ops, op)(v)
+
+
+def cost(args: argparse.Namespace) -> None:
+    """Part 2: steps and seconds per operator, before and after; the speed-ups."""
+    torch.set_num_threads(args.threads)
+    print(
+        f"\nPart 2: cost of one measurement, {args.threads} thread(s); cells: Lanczos steps "
+        "(products) and wall seconds"
+    )
+    names = ("graph", *OPERATORS, "density")
+    print(f"{'':>34}" + "".join(f"{n:>13}" for n in names) + f"{'CPU s':>9}{'wall s':>9}")
+    for case in cost_cases(args.seed):
+        _warm_up(case)
+        ordinary, density = before(case)
+        both = Cost({**ordinary.parts, **density.parts}, ordinary.cpu + density.cpu,
+                    ordinary.wall + density.wall)  # fmt: skip
+        _print_cost(f"{case.name}: before, ordinary", ordinary)
+        _print_cost(f"{case.name}: before, with density", both)
+        for tol in args.tols:
+            new = after(case, torch.float32, tol)
+            ok = "" if new.parts.pop("converged")[0] else " (NOT converged)"
+            _print_cost(f"{case.name}: after f32 tol {tol:g}{ok}", new)
+            print(
+                f"{'':>34}speed-up (CPU) {ordinary.cpu / new.cpu:.2f}x over an ordinary record, "
+                f"{both.cpu / new.cpu:.2f}x over one with the density"
+            )
 
 
 def main() -> None:
-    """Parse arguments, run every size and print the table."""
-    if sys.platform == "linux" and _MMAP_ENV not in os.environ:
-        # glibc otherwise raises its mmap threshold after large frees and serves later
-        # tensors from already-resident heap pages, hiding them from the peak RSS.
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, _MMAP_ENV: "65536"})
+    """Parse arguments and run both parts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n = 2,048 and 8,192 only")
-    parser.add_argument("--budget", type=int, default=40, help="HVPs for lanczos and power")
-    parser.add_argument("--ref-steps", type=int, default=300, help="reference Lanczos steps")
+    parser.add_argument("--quick", action="store_true", help="part 1 only")
+    parser.add_argument("--cost-only", action="store_true", help="part 2 only")
     parser.add_argument(
-        "--dense-max", type=int, default=None, help="largest n solved densely (8,192; quick 2,048)"
+        "--tols", type=float, nargs="+", default=[DEFAULT_TOL], help="tolerances of 'after'"
     )
+    parser.add_argument("--threads", type=int, default=1, help="threads of part 2")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads", type=int, default=1, help="threads of the product-based methods"
-    )
-    parser.add_argument(
-        "--dense-threads", type=int, default=torch.get_num_threads(), help="threads of dense"
-    )
     args = parser.parse_args()
-    if args.dense_max is None:
-        args.dense_max = 2048 if args.quick else 8192
     print(
-        f"torch {torch.__version__}, float64, NT-Xent, 2-layer Swish head; threads: "
-        f"{args.threads} for lanczos/power/reference, {args.dense_threads} for dense"
+        f"torch {torch.__version__}; defaults: tol {DEFAULT_TOL:g}, "
+        f"tau {DEFAULT_TAU[torch.float64]:g} (float64) / {DEFAULT_TAU[torch.float32]:g} (float32)"
     )
     start = time.perf_counter()
-    rows = [
-        row for shape in (QUICK_SIZES if args.quick else SIZES) for row in run_size(shape, args)
-    ]
-    print_table(rows)
-    print("\nerr = |estimate - reference| / |reference|; speed-up = dense time / method time")
-    print(f"total {time.perf_counter() - start:.0f} s")
+    if not args.cost_only:
+        accuracy(accuracy_cases(args.seed))
+    if not args.quick:
+        cost(args)
+    print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ from solo_geometry.geometry.orbits import (
     paper_orbit_selection,
 )
 from solo_geometry.geometry.spectrum import (
+    DEFAULT_TAU,
+    DEFAULT_TOL,
+    OPERATORS,
     HessianSpectrum,
     OperatorSpectrum,
     effective_hessian_spectrum,
@@ -56,8 +59,11 @@ from solo_geometry.geometry.stats import (
 
 __all__ = [
     "COLOUR_FAMILIES",
+    "DEFAULT_TAU",
+    "DEFAULT_TOL",
     "FAMILIES",
     "GEOMETRIC_FAMILIES",
+    "OPERATORS",
     "PAPER_COV_CLAMP",
     "PAPER_ORBIT_DEGREES",
     "PAPER_SWEEP_DEGREES",

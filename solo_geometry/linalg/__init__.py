@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from solo_geometry.linalg.lanczos import LanczosResult, SpectralDensity, lanczos, slq_density
+from solo_geometry.linalg.lanczos import (
+    FractionEstimate,
+    LanczosResult,
+    SpectralDensity,
+    lanczos,
+    slq_density,
+)
 from solo_geometry.linalg.operators import (
     HeadOperators,
     LossFn,
@@ -12,6 +18,7 @@ from solo_geometry.linalg.operators import (
 )
 
 __all__ = [
+    "FractionEstimate",
     "HeadOperators",
     "LanczosResult",
     "LossFn",
