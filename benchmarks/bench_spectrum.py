@@ -44,12 +44,11 @@ from solo_geometry.geometry.spectrum import (
     OPERATORS,
     HessianSpectrum,
     OperatorSpectrum,
-    _restrict,
     effective_hessian_spectrum,
-    subsample_indices,
 )
 from solo_geometry.heads import SmoothMLPHead
 from solo_geometry.linalg import head_operators, lanczos, slq_density
+from solo_geometry.linalg.operators import block_indices, restrict_to_block
 
 Loss = Callable[[Tensor], Tensor]
 
@@ -132,7 +131,7 @@ def dense_operators(case: Case) -> dict[str, Tensor]:
     loss_h = hessian(lambda flat: case.loss(flat.reshape(h0.shape)), h0.reshape(-1), vectorize=True)
     jac = jacobian(lambda flat: outputs(flat).reshape(-1), z0, vectorize=True)  # (VNp, VNd)
     gn = jac.T @ loss_h @ jac
-    index = subsample_indices(n, case.block)
+    index = block_indices(n, case.block)
     assert index is not None
     rows = torch.arange(views * n * d).reshape(views, n, d)[:, index].reshape(-1)
     block = {"heff": h_eff, "gn": gn, "m": h_eff - gn}
@@ -233,7 +232,7 @@ def before(case: Case) -> tuple[Cost, Cost]:
         The ordinary record's cost and the density's extra cost (first and final records).
     """
     gen = torch.Generator().manual_seed(0)
-    index = subsample_indices(case.z.shape[1], case.block)
+    index = block_indices(case.z.shape[1], case.block)
     dim = case.z.shape[0] * case.block * case.z.shape[2]
 
     def spectrum() -> dict[str, tuple[int, float]]:
@@ -243,7 +242,7 @@ def before(case: Case) -> tuple[Cost, Cost]:
         out["graph"] = (0, time.perf_counter() - start)
         for op in OPERATORS:
             start = time.perf_counter()
-            matvec = _restrict(getattr(ops, op), ops.shape, index)
+            matvec = restrict_to_block(getattr(ops, op), ops.shape, index)
             lanczos(matvec, dim, max_steps=12, tol=0.0, generator=gen)
             out[op] = (12, time.perf_counter() - start)
         return out

@@ -277,8 +277,11 @@ class GeometryConfig:
     # Samples whose rows form the Hessian operators' principal sub-block (operator dim =
     # V * max_samples * d); the loss always sees the whole batch (DESIGN.md section 3).
     max_samples: int = 16
-    # Lanczos steps per operator (full reorthogonalisation).
-    lanczos_steps: int = 12
+    # Lanczos (full reorthogonalisation) runs per operator until both extreme Ritz values have a
+    # residual bound under lanczos_tol times the operator's spectral scale (or under the floor),
+    # or lanczos_max_steps is reached; an extreme that did not converge is recorded as null.
+    lanczos_max_steps: int = 200
+    lanczos_tol: float = 1e-3
     # Arithmetic of the measurements, never of training.
     dtype: str = "float64"
     # Seed of the monitor's own generator (Lanczos start vectors, random directions).
@@ -298,7 +301,8 @@ class GeometryConfig:
     def __post_init__(self) -> None:
         _at_least(self.every_n_steps, "geometry.every_n_steps")
         _at_least(self.max_samples, "geometry.max_samples", 2)
-        _at_least(self.lanczos_steps, "geometry.lanczos_steps", 2)
+        _at_least(self.lanczos_max_steps, "geometry.lanczos_max_steps", 2)
+        _positive(self.lanczos_tol, "geometry.lanczos_tol")
         _choice(self.dtype, DTYPE_CHOICES, "geometry.dtype")
         if self.budget is not None and not 0 < self.budget <= 1:
             raise ValueError(f"geometry.budget: must be in (0, 1] or null, got {self.budget!r}")

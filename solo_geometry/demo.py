@@ -58,7 +58,7 @@ class DemoSettings:
     batch_size: int
     every_n_steps: int  # geometry measurement cadence in optimiser steps
     max_samples: int  # samples per measurement (operator dim = 2 * max_samples * 512)
-    lanczos_steps: int
+    lanczos_max_steps: int
     augment_samples: int
     num_workers: int
 
@@ -71,7 +71,7 @@ FULL = DemoSettings(
     batch_size=32,
     every_n_steps=30,
     max_samples=32,
-    lanczos_steps=20,
+    lanczos_max_steps=200,
     augment_samples=16,
     num_workers=2,
 )
@@ -82,7 +82,7 @@ QUICK = DemoSettings(
     batch_size=16,
     every_n_steps=1,
     max_samples=8,
-    lanczos_steps=6,
+    lanczos_max_steps=60,
     augment_samples=4,
     num_workers=0,
 )
@@ -103,7 +103,7 @@ def demo_overrides(data_dir: Path, settings: DemoSettings) -> list[str]:
         "geometry.head.activation=swish",
         f"geometry.every_n_steps={s.every_n_steps}",
         f"geometry.max_samples={s.max_samples}",
-        f"geometry.lanczos_steps={s.lanczos_steps}",
+        f"geometry.lanczos_max_steps={s.lanczos_max_steps}",
         f"geometry.measure.augment_samples={s.augment_samples}",
     ]
 

@@ -29,8 +29,6 @@ from solo_geometry.geometry.augment import Normalization, augmentation_tangents,
 from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spectrum
 from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
 from solo_geometry.heads import MetricLinearHead
-from solo_geometry.linalg.lanczos import slq_density
-from solo_geometry.linalg.operators import head_operators
 from solo_geometry.records import Scalar, Settings
 
 __all__ = ["GeometryAware", "GeometryView", "Measurement", "checked", "measure", "outputs"]
@@ -102,24 +100,34 @@ def _weight_norm(head: nn.Module) -> float:
         return float(sum(w.detach().double().pow(2).sum() for w in weights) ** 0.5)
 
 
+_SETTINGS = ("floor", "tau", "lanczos_tol", "lanczos_max_steps", "slq_probes", "dim",
+             "n_batch", "n_block")  # fmt: skip  # what the spectrum record says of its settings
+
+
 def _hessian(
-    view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator
-) -> tuple[dict[str, Scalar], float]:
-    """Spectra of H_eff (and GN, M when the view splits the loss) and the absolute floor."""
-    options = dict(steps=cfg.lanczos_steps, dtype=getattr(torch, cfg.dtype), tau=cfg.measure.tau,
-                   max_samples=cfg.max_samples, generator=gen)  # fmt: skip
+    view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator, density: bool
+) -> tuple[dict[str, Scalar], dict[str, Scalar], dict[str, list[float]] | None]:
+    """Spectra of H_eff (and GN, M when the view splits the loss): metrics, settings, density.
+
+    The loss is the view's whole-batch loss; ``max_samples`` restricts the operators to a
+    principal sub-block of rows. H_eff's density (of that sub-block) comes from the same runs.
+    """
+    options = dict(max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol, tau=cfg.measure.tau,
+                   dtype=getattr(torch, cfg.dtype), max_samples=cfg.max_samples, generator=gen,
+                   density_probes=cfg.measure.density_probes if density else 0)  # fmt: skip
     if view.loss_of_outputs is None:  # no split into GN + M possible: H_eff alone
 
         def loss(Z_: Tensor) -> Tensor:  # the closure runs in the features' own dtype
             return view.loss_of_features(Z_.to(Z.dtype)).to(Z_.dtype)
 
-        spec = effective_hessian_spectrum(nn.Identity(), loss, Z, **options)
-        record: dict[str, Scalar] = {
-            k: v for k, v in spec.as_record().items() if k.startswith("heff/")
-        }
-        return record, spec.floor
-    spec = effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, **options)
-    return {**spec.as_record()}, spec.floor
+        spec = effective_hessian_spectrum(nn.Identity(), loss, Z, operators=("heff",), **options)
+    else:
+        spec = effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, **options)
+    record = spec.as_record()
+    settings = {k: record.pop(k) for k in _SETTINGS}
+    dens = spec.heff.density
+    stored = {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()} if density else None
+    return record, settings, stored
 
 
 def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:
@@ -164,25 +172,13 @@ def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generato
     return out
 
 
-def _density(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator) -> dict:
-    assert view.loss_of_outputs is not None
-    ops = head_operators(view.head, view.loss_of_outputs, Z, dtype=getattr(torch, cfg.dtype))
-    dens = slq_density(ops.heff, ops.dim, steps=cfg.lanczos_steps,
-                       probes=cfg.measure.density_probes, generator=gen, dtype=ops.dtype,
-                       device=Z.device)  # fmt: skip
-    return {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()}
-
-
 def checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
-    """The metrics with an undefined condition number as None; raise on any other non-finite.
+    """The metrics as they are; raise on a non-finite number.
 
-    ``<op>/cond`` is NaN by definition when no eigenvalue is above the floor (M of a linear or
-    ReLU head is pure round-off): recorded as None, not a failed measurement.
+    None stands for a number that is undefined or not known to the required accuracy (an extreme
+    that did not converge, ``cond`` of an indefinite operator): recorded as null, not a failure.
     """
     out = dict(metrics)
-    for key, value in metrics.items():
-        if key.endswith("/cond") and isinstance(value, float) and math.isnan(value):
-            out[key] = None
     bad = sorted(k for k, v in out.items() if isinstance(v, float) and not math.isfinite(v))
     if bad:
         raise FloatingPointError(f"non-finite measurement(s): {bad}")
@@ -213,29 +209,23 @@ def measure(
     Z = view.features.detach()  # (V, N, d)
     dtype = getattr(torch, cfg.dtype)
     metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
-    floor = None
+    spectral: dict[str, Scalar] = {}
+    dens = None
     if cfg.measure.hessian:
-        spectra, floor = _hessian(view, Z, cfg, gen)
+        spectra, spectral, dens = _hessian(view, Z, cfg, gen, density)
         metrics.update(spectra)
     if cfg.measure.stats:
         metrics.update(_stats(view, history))
     if cfg.measure.augment:
         metrics.update(_rho(view, Z, cfg, gen))
-    dens = None
-    if density and cfg.measure.hessian and view.loss_of_outputs is not None:
-        dens = _density(view, Z, cfg, gen)
-    n_block = min(cfg.max_samples, Z.shape[1])
-    settings = Settings(
-        dtype=cfg.dtype,
-        tau=DEFAULT_TAU[dtype] if cfg.measure.tau is None else cfg.measure.tau,
-        floor=floor,
-        n_batch=Z.shape[1],
-        n_block=n_block if cfg.measure.hessian else None,
-        n_views=Z.shape[0],
-        dim=Z.shape[0] * n_block * Z.shape[2] if cfg.measure.hessian else None,
-        lanczos_steps=cfg.lanczos_steps,
-        density_probes=cfg.measure.density_probes if dens is not None else None,
-        augment_samples=cfg.measure.augment_samples if cfg.measure.augment else None,
-        seed=cfg.seed,
-    )
+    fields: dict[str, Any] = {
+        "dtype": cfg.dtype,
+        "tau": DEFAULT_TAU[dtype] if cfg.measure.tau is None else cfg.measure.tau,
+        "n_batch": Z.shape[1],
+        "n_views": Z.shape[0],
+        "augment_samples": cfg.measure.augment_samples if cfg.measure.augment else None,
+        "seed": cfg.seed,
+    }
+    fields.update(spectral)  # the spectrum's own: floor, n_block, dim, Lanczos and SLQ settings
+    settings = Settings(**fields)
     return Measurement(metrics, settings, dens)

@@ -61,9 +61,11 @@ class GeometryMonitor(Callback):
     dropped, a torn last line repaired).
 
     Logged metrics (``self.log`` under ``geometry/``, and in the record without the prefix):
-        ``heff/{lambda_min,lambda_max,neg_count,neg_mass,cond}``, the same for ``gn/`` and
-        ``m/`` (``<op>/cond`` is null where no eigenvalue is above the negativity floor, e.g.
-        M of a ReLU or linear head), ``interaction_ratio``,
+        per operator ``heff/``, ``gn/``, ``m/``: ``lambda_min``, ``lambda_max`` (null unless
+        converged), ``ritz_min``, ``ritz_max``, ``residual_min``, ``residual_max``,
+        ``converged_min``, ``converged_max``, ``steps``, ``cond`` (null unless the operator is
+        definite beyond the floor and its extremes converged), ``neg_fraction`` with
+        ``neg_fraction_std`` and ``neg_fraction_quad`` (SLQ), ``seconds``; ``interaction_ratio``,
         ``z/{normalized_std,cond,rank,effective_rank}``, the same for ``h/``,
         ``stats/n_samples``, ``rho/<family>`` per configured colour family,
         ``head/weight_norm`` (norm of the head's Linear weights, which pseudo-collapse scales).

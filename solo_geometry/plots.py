@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from solo_geometry.extras import require  # noqa: E402
-from solo_geometry.linalg.lanczos import SpectralDensity  # noqa: E402
+from solo_geometry.linalg.slq import SpectralDensity  # noqa: E402
 from solo_geometry.records import GeometryRecord  # noqa: E402
 
 __all__ = [

@@ -81,8 +81,9 @@ class Settings:
         n_block: samples whose rows form the operators' principal sub-block.
         n_views: views V of the batch.
         dim: size of the operators, n_views * n_block * d.
-        lanczos_steps: Lanczos step budget per operator.
-        density_probes: SLQ probes of the density, when the record carries one.
+        lanczos_max_steps: Lanczos step cap per operator run.
+        lanczos_tol: relative residual tolerance of the extremes.
+        slq_probes: SLQ probes per operator behind the negative fractions (and the density).
         augment_samples: images used for augmentation tangents.
         seed: seed of the monitor's generator.
         budget: the monitor's time budget (fraction of training time), None when off.
@@ -96,8 +97,9 @@ class Settings:
     n_block: int | None = None
     n_views: int | None = None
     dim: int | None = None
-    lanczos_steps: int | None = None
-    density_probes: int | None = None
+    lanczos_max_steps: int | None = None
+    lanczos_tol: float | None = None
+    slq_probes: int | None = None
     augment_samples: int | None = None
     seed: int | None = None
     budget: float | None = None

@@ -33,7 +33,7 @@ def _config(**probes: Any) -> GeometryConfig:
     measure = MeasureConfig(augment=False, density_probes=1)
     small = ProbesConfig(targets=["class"], probes=["linear"],
                          orbits=OrbitsConfig(families=[]), **probes)  # fmt: skip
-    return GeometryConfig(every_n_steps=1, max_samples=4, lanczos_steps=4, measure=measure,
+    return GeometryConfig(every_n_steps=1, max_samples=4, lanczos_max_steps=60, measure=measure,
                           probes=small, budget=None)  # fmt: skip
 
 

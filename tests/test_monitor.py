@@ -32,7 +32,7 @@ from solo_geometry.state import preserved_state
 HESSIAN_KEYS = [
     f"{op}/{q}"
     for op in ("heff", "gn", "m")
-    for q in ("lambda_min", "lambda_max", "neg_count", "neg_mass", "cond")
+    for q in ("lambda_min", "lambda_max", "neg_fraction", "neg_fraction_std")
 ] + ["interaction_ratio"]
 STATS_KEYS = [f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank",
                                                       "effective_rank")]  # fmt: skip
@@ -138,8 +138,8 @@ class CapturingGeometry(BoringGeometry):
 def _config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
     measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
                             density_probes=1)  # fmt: skip
-    base = dict(every_n_steps=2, max_samples=8, lanczos_steps=4, measure=measure, out_dir=str(out),
-                budget=None)  # fmt: skip
+    base = dict(every_n_steps=2, max_samples=8, lanczos_max_steps=80, measure=measure,
+                out_dir=str(out), budget=None)  # fmt: skip
     base.update(kw)
     return GeometryConfig(**base)
 

@@ -35,8 +35,8 @@ SETTINGS = Settings(
     n_block=8,
     n_views=2,
     dim=256,
-    lanczos_steps=30,
-    density_probes=4,
+    lanczos_max_steps=30,
+    slq_probes=4,
     augment_samples=16,
     seed=7,
 )

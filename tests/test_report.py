@@ -27,7 +27,7 @@ def _record(
     for op, lo in (("heff", -0.3), ("gn", 1e-12), ("m", -0.4)):
         rec |= {f"{op}/lambda_min": lo * head_scale,
                 f"{op}/lambda_max": lmax * (0.5 + (op == "heff")),
-                f"{op}/neg_count": int(lo < 0), f"{op}/neg_mass": abs(min(lo, 0.0)),
+                f"{op}/neg_fraction": 0.1 * (lo < 0), f"{op}/neg_fraction_std": 0.01,
                 f"{op}/cond": float(10 ** rng.uniform(2, 5))}  # fmt: skip
     rec["interaction_ratio"] = 0.2 + 0.01 * step / 50
     for x, dim in (("z", 512), ("h", 128)):
@@ -239,7 +239,7 @@ class TestRealRun:
                 "+geometry=on",
                 "geometry.every_n_steps=1",
                 "geometry.max_samples=8",
-                "geometry.lanczos_steps=5",
+                "geometry.lanczos_max_steps=60",
                 "geometry.measure.augment_samples=4",
                 "geometry.measure.density_probes=1",
                 "geometry.probes.enabled=false",

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.linalg.lanczos import LanczosResult, SpectralDensity, lanczos
-from solo_geometry.linalg.operators import LossFn, head_operators
+from solo_geometry.linalg.lanczos import LanczosResult, lanczos
+from solo_geometry.linalg.operators import LossFn, block_indices, head_operators, restrict_to_block
+from solo_geometry.linalg.slq import SpectralDensity
 
 __all__ = [
     "DEFAULT_TAU",
@@ -37,7 +38,6 @@ __all__ = [
     "OperatorSpectrum",
     "effective_hessian_spectrum",
     "operator_spectrum",
-    "subsample_indices",
 ]
 
 DEFAULT_TAU: dict[torch.dtype, float] = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -236,29 +236,6 @@ def operator_spectrum(
     )
 
 
-def subsample_indices(n: int, max_samples: int | None) -> Tensor | None:
-    """Deterministic, evenly spaced sample indices, or None when no subsampling is needed."""
-    if max_samples is None or max_samples >= n:
-        return None
-    return torch.linspace(0, n - 1, max_samples, dtype=torch.float64).round().long()
-
-
-def _restrict(
-    matvec: Callable[[Tensor], Tensor], shape: torch.Size, index: Tensor | None
-) -> Callable[[Tensor], Tensor]:
-    """Principal sub-block of ``matvec`` on the coordinates of samples ``index``."""
-    if index is None:
-        return matvec
-    views, _, d = shape
-
-    def sub(v: Tensor) -> Tensor:
-        full = v.new_zeros(shape)  # (V, N, d)
-        full[:, index] = v.reshape(views, -1, d)  # (V, m, d) into the batch
-        return matvec(full.reshape(-1)).reshape(shape)[:, index].reshape(-1)
-
-    return sub
-
-
 def _check_arguments(
     Z: Tensor,
     max_steps: int,
@@ -374,7 +351,7 @@ def effective_hessian_spectrum(
     _check_arguments(Z, max_steps, tol, dtype, max_samples, density_probes, operators)
     tau = DEFAULT_TAU[dtype] if tau is None else tau
     ops = head_operators(head, loss_fn, Z, dtype=dtype)  # forks the global RNG itself
-    index = subsample_indices(Z.shape[1], max_samples)
+    index = block_indices(Z.shape[1], max_samples)
     n_block = Z.shape[1] if index is None else index.numel()
     runner = _Runner(
         dim=Z.shape[0] * n_block * Z.shape[2],
@@ -385,10 +362,10 @@ def effective_hessian_spectrum(
         dtype=dtype,
         device=Z.device,
     )
-    runs = {"heff": runner.run(_restrict(ops.heff, ops.shape, index), 0.0)}
+    runs = {"heff": runner.run(restrict_to_block(ops.heff, ops.shape, index), 0.0)}
     floor = tau * float(runs["heff"][0].ritz_values.abs().max())
     for name in (n for n in OPERATORS[1:] if n in operators):
-        runs[name] = runner.run(_restrict(getattr(ops, name), ops.shape, index), floor)
+        runs[name] = runner.run(restrict_to_block(getattr(ops, name), ops.shape, index), floor)
     spectra = {
         name: operator_spectrum(run, density, floor=floor, tol=tol, dim=runner.dim, seconds=seconds)
         for name, (run, density, seconds) in runs.items()

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from solo_geometry.linalg.lanczos import (
-    FractionEstimate,
-    LanczosResult,
-    SpectralDensity,
-    lanczos,
-    slq_density,
-)
+from solo_geometry.linalg.lanczos import LanczosResult, lanczos
 from solo_geometry.linalg.operators import (
     HeadOperators,
     LossFn,
@@ -16,6 +10,7 @@ from solo_geometry.linalg.operators import (
     head_jvp,
     head_operators,
 )
+from solo_geometry.linalg.slq import FractionEstimate, SpectralDensity, slq_density
 
 __all__ = [
     "FractionEstimate",

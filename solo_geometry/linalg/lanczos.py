@@ -1,4 +1,4 @@
-"""Lanczos to converged extremes, and stochastic Lanczos quadrature (SLQ).
+"""Lanczos to converged extremes.
 
 Pure kernels on a symmetric operator A given only by its product ``matvec(v)``.
 
@@ -13,15 +13,7 @@ under an absolute ``atol``), on an invariant subspace (beta_k at round-off: the 
 then exact eigenvalues), or at ``max_steps``. It looks at the device only at those checks, once
 every ``check_every`` steps: no host sync per step.
 
-SLQ [1] reads the same runs as Gauss quadrature rules: the start vector v of a run defines the
-spectral measure mu_v = sum_j (v . u_j)^2 delta(lambda_j) of A, whose k-node Gauss rule has the
-Ritz values as nodes and S[0, :]^2 as weights. For a Gaussian v / ||v||, mu_v is an unbiased
-estimate of the spectral density (1/n) sum_j delta(lambda_j); averaging over probes reduces its
-variance. A mass read off a Gauss rule is bracketed by the Chebyshev-Markov-Stieltjes
-inequalities [3]: see :meth:`SpectralDensity.fraction_below`. The bracket is as wide as the
-weights of the nodes next to the threshold: a Krylov space of k steps resolves about 1/k of the
-spectral range, so mass closer to the threshold than that (e.g. a near-null cluster around 0)
-is not split by sign, and the bracket says so.
+Stochastic Lanczos quadrature on these runs is in :mod:`solo_geometry.linalg.slq`.
 
 References:
     - [0]: Parlett, 1998, The Symmetric Eigenvalue Problem, SIAM (section 13.2)
@@ -35,20 +27,13 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = [
-    "CHECK_EVERY",
-    "FractionEstimate",
-    "LanczosResult",
-    "SpectralDensity",
-    "lanczos",
-    "slq_density",
-]
+__all__ = ["CHECK_EVERY", "LanczosResult", "MatVec", "lanczos"]
 
 MatVec = Callable[[Tensor], Tensor]
 
@@ -100,139 +85,6 @@ class LanczosResult:
         if self.invariant:
             return torch.ones_like(self.residuals, dtype=torch.bool)
         return self.residuals <= self.threshold
-
-
-@dataclass(frozen=True)
-class FractionEstimate:
-    """Spectral mass below a threshold, from :meth:`SpectralDensity.fraction_below`.
-
-    Attributes:
-        value: mean over probes of ``per_probe``, an estimate of
-            #{eigenvalues < threshold} / dim.
-        quadrature: bound on the quadrature error of ``value``: the mean over probes of the
-            larger weight of the two nodes next to the threshold (Chebyshev-Markov-Stieltjes);
-            0 where a probe's rule is exact or the spectrum provably lies on one side of the
-            threshold.
-        per_probe: (P,) float64 mass of each probe's Gauss rule below the threshold.
-    """
-
-    value: float
-    quadrature: float
-    per_probe: Tensor
-
-    @property
-    def probes(self) -> int:
-        """Number of probes P."""
-        return self.per_probe.numel()
-
-    def sampling_std(self, dim: int) -> float:
-        """Standard error of ``value`` from the choice of probes, at f = ``value``.
-
-        For a normalised Gaussian probe u, the mass of its spectral measure below the
-        threshold is ||P u||^2 with P the projector on the r eigenvectors below it:
-        Beta(r / 2, (dim - r) / 2) distributed, mean f = r / dim, variance
-        2 f (1 - f) / (dim + 2). Over P probes: sqrt(2 f (1 - f) / ((dim + 2) P)).
-        """
-        f = min(max(self.value, 0.0), 1.0)
-        return math.sqrt(2.0 * f * (1.0 - f) / ((dim + 2) * self.probes))
-
-
-@dataclass(frozen=True)
-class SpectralDensity:
-    """Spectral density estimate of SLQ as a weighted sum of Dirac masses.
-
-    Build it with :func:`slq_density` or :meth:`from_runs`; a density read back from a record
-    (nodes and weights only) still supports :meth:`smoothed`, the one smoother of the package.
-
-    Attributes:
-        nodes: (K,) float64 Ritz values of every probe, probe after probe.
-        weights: (K,) float64 Gauss weights divided by the number of probes; they sum to 1.
-        probe: (K,) int64 index of each node's probe, or None when unknown.
-        exact: (P,) bool, per probe: its rule is exact (invariant Krylov space), or None.
-    """
-
-    nodes: Tensor
-    weights: Tensor
-    probe: Tensor | None = None
-    exact: Tensor | None = None
-
-    @classmethod
-    def from_runs(cls, runs: Sequence[LanczosResult]) -> SpectralDensity:
-        """The density whose probes are the start vectors of ``runs`` (Gaussian, normalised).
-
-        Raises:
-            ValueError: if ``runs`` is empty.
-        """
-        if not runs:
-            raise ValueError("runs must hold at least one LanczosResult; got none")
-        count = len(runs)
-        return cls(
-            nodes=torch.cat([r.ritz_values for r in runs]),
-            weights=torch.cat([r.weights for r in runs]) / count,
-            probe=torch.cat([torch.full((r.steps,), p) for p, r in enumerate(runs)]),
-            exact=torch.tensor([r.invariant for r in runs]),
-        )
-
-    @property
-    def probes(self) -> int:
-        """Number of probes (1 when unknown)."""
-        return 1 if self.exact is None else self.exact.numel()
-
-    def smoothed(self, grid: Tensor, sigma: float) -> Tensor:
-        """Density on ``grid`` (G,) with every node spread as a Gaussian of width ``sigma``.
-
-        Returns:
-            (G,) float64 density that integrates to 1 over the real line.
-        """
-        grid = grid.to(self.nodes)
-        diff = grid[:, None] - self.nodes[None, :]  # (G, K)
-        kernel = torch.exp(-0.5 * (diff / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))
-        return kernel @ self.weights
-
-    def fraction_below(
-        self, threshold: float, *, lower: float | None = None, upper: float | None = None
-    ) -> FractionEstimate:
-        """Fraction of the spectrum strictly below ``threshold``, with its spread.
-
-        Per probe with nodes theta_1 < ... < theta_k and weights w_i, of which j nodes lie below
-        t, the Chebyshev-Markov-Stieltjes inequalities [3] hold the true mass mu_v((-inf, t))
-        in [W - w_j, W + w_{j+1}] with W = w_1 + ... + w_j (w_0 = w_{k+1} = 0). The estimate is
-        the Gauss rule's mass W (the SLQ density's mass below t), its quadrature error at most
-        max(w_j, w_{j+1}); a rule that is exact (invariant Krylov space) gives W without error.
-        W rather than the bracket's midpoint: a null space (exact zero eigenvalues, e.g. of GN
-        when p < d) converges to one node inside the floor, which W counts correctly.
-        ``lower`` / ``upper`` are certified bounds of the whole spectrum (e.g. a converged
-        extreme Ritz value minus / plus its residual): if ``lower >= t`` the fraction is 0, if
-        ``upper < t`` it is 1, both without error.
-
-        Args:
-            threshold: t.
-            lower: a lower bound of the spectrum of A, or None.
-            upper: an upper bound of the spectrum of A, or None.
-
-        Returns:
-            The :class:`FractionEstimate`.
-
-        Raises:
-            ValueError: if the density does not know which probe each node came from.
-        """
-        if self.probe is None or self.exact is None:
-            raise ValueError("fraction_below needs the per-node probe index; got probe=None")
-        count = self.probes
-        if (lower is not None and lower >= threshold) or (upper is not None and upper < threshold):
-            value = 0.0 if lower is not None and lower >= threshold else 1.0
-            return FractionEstimate(value, 0.0, torch.full((count,), value, dtype=torch.float64))
-        mass = torch.zeros(count, dtype=torch.float64)
-        bracket = torch.zeros(count, dtype=torch.float64)
-        for p in range(count):  # CPU tensors: no device sync
-            mine = self.probe == p
-            nodes, weights = self.nodes[mine], self.weights[mine] * count  # ascending nodes
-            below = int((nodes < threshold).sum())
-            mass[p] = weights[:below].sum()
-            if not bool(self.exact[p]):
-                neighbours = weights[max(below - 1, 0) : below + 1]  # w_j and w_{j+1}
-                bracket[p] = neighbours.max()
-        return FractionEstimate(float(mass.mean()), float(bracket.mean()), mass)
 
 
 def _tridiagonal(alpha: Tensor, beta: Tensor) -> Tensor:
@@ -395,44 +247,3 @@ def lanczos(
         invariant=invariant,
         ritz_vectors=vectors,
     )
-
-
-def slq_density(
-    matvec: MatVec,
-    dim: int,
-    *,
-    steps: int,
-    probes: int,
-    generator: torch.Generator | None,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str | None = None,
-) -> SpectralDensity:
-    """Spectral density of a symmetric operator by stochastic Lanczos quadrature.
-
-    Each probe is a Gaussian start vector (normalised) run for ``steps`` steps (fewer on an
-    invariant subspace); its tridiagonal T = S diag(theta) S^T gives the nodes theta and the
-    weights S[0, :]^2, averaged over probes [1].
-
-    Args:
-        matvec: product with the operator, (dim,) -> (dim,).
-        dim: size of the operator.
-        steps: Lanczos steps per probe.
-        probes: number of probe vectors.
-        generator: draws the probes (None: fresh generator seeded 0).
-        dtype: dtype of the Krylov vectors.
-        device: device of the Krylov vectors.
-
-    Returns:
-        A :class:`SpectralDensity` whose weights sum to 1.
-
-    Raises:
-        ValueError: if ``probes`` or ``steps`` is not positive.
-    """
-    if probes < 1:
-        raise ValueError(f"probes must be positive; got {probes}")
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    runs = [
-        lanczos(matvec, dim, max_steps=steps, tol=0.0, generator=gen, dtype=dtype, device=device)
-        for _ in range(probes)
-    ]
-    return SpectralDensity.from_runs(runs)

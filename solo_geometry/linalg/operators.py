@@ -38,6 +38,8 @@ from torch.nn.modules.batchnorm import _NormBase
 
 __all__ = [
     "HeadOperators",
+    "block_indices",
+    "restrict_to_block",
     "LossFn",
     "frozen_module",
     "has_batch_norm",
@@ -234,3 +236,26 @@ def head_jvp(
     """
     ops = head_operators(head, lambda h: h.sum() * 0.0, Z.unsqueeze(0), dtype=dtype)
     return ops.jvp(V.unsqueeze(0)).squeeze(0)  # (N, p)
+
+
+def block_indices(n: int, max_samples: int | None) -> Tensor | None:
+    """Evenly spaced sample indices of the operators' sub-block, or None for the whole batch."""
+    if max_samples is None or max_samples >= n:
+        return None
+    return torch.linspace(0, n - 1, max_samples, dtype=torch.float64).round().long()
+
+
+def restrict_to_block(
+    matvec: Callable[[Tensor], Tensor], shape: torch.Size, index: Tensor | None
+) -> Callable[[Tensor], Tensor]:
+    """Principal sub-block of ``matvec`` on the coordinates of samples ``index``."""
+    if index is None:
+        return matvec
+    views, _, d = shape
+
+    def sub(v: Tensor) -> Tensor:
+        full = v.new_zeros(shape)  # (V, N, d)
+        full[:, index] = v.reshape(views, -1, d)  # (V, m, d) into the batch
+        return matvec(full.reshape(-1)).reshape(shape)[:, index].reshape(-1)
+
+    return sub

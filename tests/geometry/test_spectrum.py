@@ -13,11 +13,12 @@ from solo_geometry.geometry.spectrum import (
     OperatorSpectrum,
     effective_hessian_spectrum,
     operator_spectrum,
-    subsample_indices,
 )
 from solo_geometry.heads import SmoothMLPHead
 from solo_geometry.init import pseudo_collapse_
-from solo_geometry.linalg.lanczos import CHECK_EVERY, SpectralDensity, lanczos
+from solo_geometry.linalg.lanczos import CHECK_EVERY, lanczos
+from solo_geometry.linalg.operators import block_indices
+from solo_geometry.linalg.slq import SpectralDensity
 
 V, N, D = 2, 5, 3
 Loss = Callable[[Tensor], Tensor]
@@ -225,7 +226,7 @@ class TestEffectiveHessianSpectrum:
     def test_sub_block_is_that_of_the_full_batch_loss(self, ssl_losses: dict) -> None:
         loss = ssl_losses["nt_xent"]  # every other sample of the batch is a negative
         head, z = small_head("bn"), features(n=8)
-        idx = subsample_indices(8, 3)
+        idx = block_indices(8, 3)
         assert idx is not None and idx.tolist() == [0, 4, 7]
         s = effective_hessian_spectrum(head, loss, z, tol=1e-8, max_samples=3)
         rows = torch.arange(V * 8 * D).reshape(V, 8, D)[:, idx].reshape(-1)

@@ -28,7 +28,7 @@ GEOMETRY = [
     "+geometry=on",
     "geometry.every_n_steps=1",
     "geometry.max_samples=8",
-    "geometry.lanczos_steps=5",
+    "geometry.lanczos_max_steps=60",
     "geometry.measure.augment_samples=4",
     "geometry.measure.density_probes=1",
 ]

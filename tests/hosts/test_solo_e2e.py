@@ -31,7 +31,7 @@ pytest.importorskip("solo", reason=SOLO_REASON)
 
 DOCUMENTED = [
     *(f"{op}/{q}" for op in ("heff", "gn", "m")
-      for q in ("lambda_min", "lambda_max", "neg_count", "neg_mass", "cond")),
+      for q in ("lambda_min", "lambda_max", "neg_fraction", "neg_fraction_std", "cond")),
     "interaction_ratio",
     *(f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "effective_rank")),
     "rho/brightness",

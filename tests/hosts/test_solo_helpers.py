@@ -24,7 +24,7 @@ TINY = [
 ]  # fmt: skip
 GEOMETRY_TINY = [
     "+geometry=on", "geometry.every_n_steps=1", "geometry.max_samples=8",
-    "geometry.lanczos_steps=4", "geometry.probes.enabled=false",
+    "geometry.lanczos_max_steps=60", "geometry.probes.enabled=false",
     "geometry.measure.augment_families=[brightness]", "geometry.measure.augment_samples=4",
     "geometry.measure.density_probes=1", "geometry.budget=null",  # every step, as the tests count
 ]  # fmt: skip

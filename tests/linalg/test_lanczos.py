@@ -6,14 +6,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from solo_geometry.linalg.lanczos import (
-    CHECK_EVERY,
-    FractionEstimate,
-    LanczosResult,
-    SpectralDensity,
-    lanczos,
-    slq_density,
-)
+from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos
+from solo_geometry.linalg.slq import FractionEstimate, SpectralDensity, slq_density
 
 
 def householder_matrix(eigenvalues: Tensor, seed: int) -> Tensor:
