@@ -26,6 +26,7 @@ __all__ = [
     "FAMILY_CHOICES",
     "HEAD_CHOICES",
     "NORM_CHOICES",
+    "ORBIT_PROTOCOLS",
     "PARAMETRIZATION_CHOICES",
     "PROBE_CHOICES",
     "TARGET_CHOICES",
@@ -54,6 +55,7 @@ PARAMETRIZATION_CHOICES = ("spectral", "factor")
 FAMILY_CHOICES = ("brightness", "contrast", "saturation", "hue", "rotation", "scale", "translation")
 TARGET_CHOICES = ("class", "rotation", "jitter")
 PROBE_CHOICES = ("linear", "mlp")
+ORBIT_PROTOCOLS = ("default", "paper")
 _TRUE = ("true", "on", "yes", "1")
 _FALSE = ("false", "off", "no", "0")
 
@@ -233,8 +235,14 @@ class OrbitsConfig:
     # Held-out images per family, and copies per orbit (t evenly spaced in [-t_max, t_max]).
     images: int = 32
     k: int = 8
+    # "default": the families above on `images` held-out images, the head fed raw z as in
+    # training. "paper": the paper's table (experiments.py): 5 classes x 3 images, rotations
+    # 0, 30, ..., 330 degrees, the head fed L2-normalised z as its code does (families, images
+    # and k unused).
+    protocol: str = "default"
 
     def __post_init__(self) -> None:
+        _choice(self.protocol, ORBIT_PROTOCOLS, "geometry.probes.orbits.protocol")
         _choices(self.families, FAMILY_CHOICES, "geometry.probes.orbits.families")
         _at_least(self.images, "geometry.probes.orbits.images", 2)
         _at_least(self.k, "geometry.probes.orbits.k", 2)

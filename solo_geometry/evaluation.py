@@ -33,7 +33,13 @@ from solo_geometry.datasets import (
     target_set,
 )
 from solo_geometry.features import Features, extract_features
-from solo_geometry.geometry.orbits import make_orbits, orbit_comparison
+from solo_geometry.geometry.orbits import (
+    PAPER_ORBIT_DEGREES,
+    make_orbits,
+    orbit_comparison,
+    orbit_images,
+    orbit_representations,
+)
 from solo_geometry.probes import linear_probe, mlp_probe
 from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run_folder import RunFolder
@@ -144,13 +150,47 @@ def evaluate(
 
     rows = _probe_rows(extract, splits, cfg, device)
     test_x, test_y = splits["test"]
+    if cfg.orbits.protocol == "paper":
+        orbits = [_paper_orbits(backbone, head, test_x, test_y, mean_std, cfg.seed)]
+        return _write(run, cfg, rows, orbits, data, mean_std, splits, 15)
     n_orbit = min(cfg.orbits.images, len(test_y) - 1)
     pick = stratified_split(test_y, min(0.99, n_orbit / len(test_y)),
                             torch.Generator().manual_seed(cfg.seed))[1][:n_orbit]  # fmt: skip
     orbits = orbit_table(extract, test_x[pick], test_y[pick], cfg.orbits)
+    return _write(run, cfg, rows, orbits, data, mean_std, splits, len(pick))
+
+
+def _write(
+    run: RunFolder,
+    cfg: ProbesConfig,
+    rows: list[ProbeRow],
+    orbits: list[OrbitRow],
+    data: Any,
+    mean_std: MeanStd,
+    splits: dict[str, tuple[Tensor, Tensor]],
+    orbit_images: int,
+) -> ProbeTable:
     settings = {"data": str(data), "mean_std": [list(m) for m in mean_std],
-                "n_train": len(splits["train"][1]), "n_test": len(test_y),
-                "orbit_images": len(pick), "probes": dataclasses.asdict(cfg)}  # fmt: skip
+                "n_train": len(splits["train"][1]), "n_test": len(splits["test"][1]),
+                "orbit_images": orbit_images, "probes": dataclasses.asdict(cfg)}  # fmt: skip
     table = ProbeTable(rows, orbits, settings)
     run.write_probes(table)
     return table
+
+
+def _paper_orbits(
+    backbone: nn.Module, head: nn.Module, images: Tensor, labels: Tensor, mean_std: MeanStd,
+    seed: int,
+) -> OrbitRow:  # fmt: skip
+    """The paper's orbit table (``protocol="paper"``): 5 classes x 3 images x 12 rotations.
+
+    The row's family is ``rotation-paper`` and its ``t_max`` is in degrees (330), unlike the
+    default protocol's parameters (see ``geometry/augment.py``).
+    """
+    orbit = orbit_images(images, labels, protocol="paper", seed=seed)
+    Z, H = orbit_representations(backbone, head, orbit.images, protocol="paper",
+                                 normalize=mean_std)  # fmt: skip
+    cmp = orbit_comparison(Z, H, orbit.orbit_ids, orbit.labels)
+    k = len(PAPER_ORBIT_DEGREES)
+    return OrbitRow("rotation-paper", max(PAPER_ORBIT_DEGREES), k, _plain(cmp.z), _plain(cmp.h),
+                    cmp.compression, list(cmp.compression_per_orbit))  # fmt: skip

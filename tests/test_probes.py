@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 from PIL import Image
 from torch import nn
@@ -15,9 +16,10 @@ from solo_geometry.backbones import build_backbone
 from solo_geometry.checkpoint import load_model
 from solo_geometry.cli import main as cli_main
 from solo_geometry.config import LinearProbeConfig, MlpProbeConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import probe_splits, rotation_set, stratified_split
+from solo_geometry.datasets import IMAGENET_MEAN_STD, probe_splits, rotation_set, stratified_split
 from solo_geometry.evaluation import evaluate
 from solo_geometry.features import extract_features, load_cache
+from solo_geometry.geometry.orbits import orbit_comparison, orbit_images
 from solo_geometry.heads import solo_projector
 from solo_geometry.probes import (
     linear_probe,
@@ -226,6 +228,29 @@ class TestEvaluate:
         assert orbit.family == "brightness" and orbit.compression == pytest.approx(1.0)
         assert run.features.is_file()
         assert saved.settings["probes"]["orbits"]["k"] == 3
+
+    def test_paper_orbit_protocol(self, tmp_path: Path) -> None:
+        data = _image_folder(tmp_path / "data", n_per_class=6)
+        run = RunFolder(tmp_path / "run")
+        torch.manual_seed(0)
+        backbone, head = _Counting(), nn.Linear(6, 4)  # a bias: head(z) and head(z/|z|) differ
+        cfg = ProbesConfig(targets=["class"], probes=["linear"],
+                           orbits=OrbitsConfig(protocol="paper"))  # fmt: skip
+        (row,) = evaluate(backbone, head, data, run, cfg, progress=False).orbits
+        test_x, test_y = probe_splits(data, 0)["test"]
+        orbit = orbit_images(test_x, test_y, protocol="paper")
+        assert (row.family, row.k, row.z["n_classes"]) == ("rotation-paper", 12, 3)
+        assert row.z["n_orbits"] == len(orbit.source) and len(orbit.images) == 12 * len(
+            orbit.source
+        )
+        # the paper's pipeline by hand: rotate, normalise, backbone, unit rows; head of unit z
+        mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in IMAGENET_MEAN_STD)
+        with torch.no_grad():
+            z = F.normalize(backbone((orbit.images - mean) / std), dim=1)
+            h = F.normalize(head(z), dim=1)
+        want = orbit_comparison(z, h, orbit.orbit_ids, orbit.labels)
+        assert row.compression == pytest.approx(want.compression, rel=1e-5)
+        assert row.z["spread"] == pytest.approx(list(want.z.spread), rel=1e-5)
 
     def test_unknown_target_raises(self) -> None:
         with pytest.raises(ValueError, match="unknown value 'colour'"):
