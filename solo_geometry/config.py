@@ -295,8 +295,9 @@ class GeometryConfig:
     # Seed of the monitor's own generator (Lanczos start vectors, random directions).
     seed: int = 0
     # Time budget: measurements may take at most this fraction of the training time so far; a
-    # due measurement is deferred to a later step until it fits (the first and the final
-    # measurement always run). None: every due measurement runs.
+    # due measurement is deferred to a later step until it fits, its expected cost (the last
+    # measurement's) included (the first and the final measurement always run). None: every
+    # due measurement runs.
     budget: float | None = 0.02
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)

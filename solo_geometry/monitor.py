@@ -103,6 +103,9 @@ class GeometryMonitor(Callback):
         self._queuing: Any = None
         self._t0 = time.perf_counter()  # training time is counted from on_train_start
         self._spent = 0.0  # seconds measurements took in this process
+        self._cost = 0.0  # seconds the last measurement took: the next one's expected cost
+        self._final_cost = 0.0  # seconds the first took (with a density, as the final will)
+        self._clock = time.perf_counter
 
     @property
     def run(self) -> RunFolder | None:
@@ -120,7 +123,7 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._t0, self._spent = time.perf_counter(), 0.0
+        self._t0, self._spent, self._cost, self._final_cost = self._clock(), 0.0, 0.0, 0.0
         if not trainer.is_global_zero or self._run is None:
             return
         try:
@@ -203,8 +206,11 @@ class GeometryMonitor(Callback):
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
 
         A measurement due on the cadence is owed until it runs; it runs at the first step where
-        the time measurements took is within ``budget`` of the training time so far (the first
-        measurement always runs). Ranks agree: rank zero's decision is broadcast.
+        the time measurements took, plus the expected cost of this one (the last one's) and of
+        the final one (the first one's, which also computed a density), is within ``budget`` of
+        the training time so far. So the measurements of a run, the final one included, keep
+        the budget once the run is long enough for the first (which always runs) to fit in it.
+        Ranks agree: rank zero's decision is broadcast.
         """
         if step == self.last_step:
             return False
@@ -215,8 +221,8 @@ class GeometryMonitor(Callback):
         budget = self.config.budget
         if budget is None or not self.n_records:
             return True
-        train = time.perf_counter() - self._t0 - self._spent
-        fits = self._spent <= budget * max(train, 0.0)
+        train = self._clock() - self._t0 - self._spent
+        fits = self._spent + self._cost + self._final_cost <= budget * max(train, 0.0)
         if trainer.world_size > 1:
             fits = bool(trainer.strategy.broadcast(fits, src=0))
         return fits
@@ -269,7 +275,7 @@ class GeometryMonitor(Callback):
         final: bool,
     ) -> None:  # fmt: skip
         """Measure, write and log one record (parameters before step ``step``); never raises."""
-        start = time.perf_counter()
+        start = self._clock()
         fields: dict[str, Any] = {"step": step, "epoch": trainer.current_epoch, "final": final,
                                   "head": self.config.head.name}  # fmt: skip
         try:
@@ -292,8 +298,9 @@ class GeometryMonitor(Callback):
             fields["settings"] = dataclasses.replace(fields["settings"], budget=self.config.budget,
                                                      deferred=deferred)  # fmt: skip
         self._owed = None
-        seconds = time.perf_counter() - start
-        self._spent += seconds
+        seconds = self._clock() - start
+        self._spent, self._cost = self._spent + seconds, seconds
+        self._final_cost = self._final_cost or seconds
         record = GeometryRecord(n_skipped=self.n_skipped, seconds=seconds, **fields)
         self._write(trainer, pl_module, record)
 

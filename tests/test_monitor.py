@@ -198,6 +198,21 @@ class TestMonitorConfig:
         assert [r.settings.budget for r in records] == [1e-9, 1e-9]
         assert records[0].settings.deferred == 0 and records[-1].final
 
+    def test_budget_counts_the_expected_cost_of_the_next_measurement(self, tmp_path: Path) -> None:
+        # a 2 s first measurement (with density), then 1 s ones, under a 10% budget: the next
+        # one fits once spent + its cost + the final's (the first's) <= 0.1 x training time
+        monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
+        now = [100.0]
+        monitor._clock = lambda: now[0]
+        monitor._t0, monitor._spent, monitor.n_records = 0.0, 3.0, 2
+        monitor._cost, monitor._final_cost = 1.0, 2.0
+        trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+        decisions = []
+        for train in (30.0, 50.0, 59.9, 60.0):
+            now[0] = train + monitor._spent  # wall time = training time + measurement time
+            decisions.append(monitor._due(trainer, 3))
+        assert decisions == [False, False, False, True]
+
     def test_cadence_and_settings_come_from_the_config(self, tmp_path: Path) -> None:
         cfg = _config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")
         _fit(tmp_path, [GeometryMonitor(cfg)], steps=7)

@@ -11,6 +11,9 @@ cast to H's dtype and fixed modules (the predictor) run on detached copies of th
 dtype. torch's global default dtype is never changed: Barlow Twins, whose ``barlow_loss_func``
 builds a float32 BatchNorm inside (which refuses float64 input), is evaluated by
 :func:`barlow_loss`, solo-learn's formula in H's dtype, tested equal to ``barlow_loss_func``.
+VICReg, VIbCReg and Barlow Twins evaluate their D x D decorrelation terms through N x N Gram
+matrices when N < D (:mod:`solo_geometry.geometry.decorrelation`): the same function, equal to
+solo-learn's to round-off, and several times cheaper to differentiate twice at D = 2048.
 
 Supported methods (``SUPPORTED``): simclr, supcon, byol, mocov3, simsiam, vicreg, vibcreg,
 barlow_twins. Not supported, because their loss depends on state the adapter cannot rebuild
@@ -29,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from solo_geometry.geometry.decorrelation import barlow_twins_loss, vibcreg_loss, vicreg_loss
 from solo_geometry.linalg.operators import frozen_module
 
 __all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss"]
@@ -122,27 +126,17 @@ def _simsiam(model: Any, ctx: Context, H: Tensor) -> Tensor:
 
 
 def _vicreg(model: Any, ctx: Context, H: Tensor) -> Tensor:
-    from solo.losses.vicreg import vicreg_loss_func
+    from solo.utils.misc import gather
 
-    return vicreg_loss_func(
-        H[0],
-        H[1],
-        sim_loss_weight=model.sim_loss_weight,
-        var_loss_weight=model.var_loss_weight,
-        cov_loss_weight=model.cov_loss_weight,
-    )
+    weights = (model.sim_loss_weight, model.var_loss_weight, model.cov_loss_weight)
+    return vicreg_loss(H[0], H[1], gather(H[0]), gather(H[1]), *weights)
 
 
 def _vibcreg(model: Any, ctx: Context, H: Tensor) -> Tensor:
-    from solo.losses.vibcreg import vibcreg_loss_func
+    from solo.utils.misc import gather
 
-    return vibcreg_loss_func(
-        H[0],
-        H[1],
-        sim_loss_weight=model.sim_loss_weight,
-        var_loss_weight=model.var_loss_weight,
-        cov_loss_weight=model.cov_loss_weight,
-    )
+    weights = (model.sim_loss_weight, model.var_loss_weight, model.cov_loss_weight)
+    return vibcreg_loss(H[0], H[1], gather(H[0]), gather(H[1]), *weights)
 
 
 def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tensor:
@@ -162,6 +156,8 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
     Returns:
         The scalar loss.
     """
+    if not (dist.is_available() and dist.is_initialized()):
+        return barlow_twins_loss(z1, z2, lamb, scale_loss)  # the same sum, N x N Gram form
     n = z1.shape[0]
 
     def standardised(z: Tensor) -> Tensor:
