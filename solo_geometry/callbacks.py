@@ -35,6 +35,7 @@ from solo_geometry.monitor import GeometryMonitor
 from solo_geometry.report import write_report
 from solo_geometry.run_folder import RunFolder
 from solo_geometry.state import preserved_state
+from solo_geometry.updates import UpdateSizeMonitor
 
 __all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]
 
@@ -180,6 +181,8 @@ def geometry_callbacks(
     """
     out_cfg = cfg if cfg.out_dir or run_dir is None else _with_out_dir(cfg, run_dir)
     callbacks: list[Callback] = [GeometryMonitor(out_cfg, meta=meta)]
+    if cfg.measure.updates:
+        callbacks.append(UpdateSizeMonitor(run_dir))
     if cfg.probes.enabled:
         data = probe_data(cfg.probes, train_dir, val_dir)
         callbacks.append(ProbeCallback(cfg.probes, data, run_dir, normalization))
