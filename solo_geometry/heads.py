@@ -398,7 +398,9 @@ def solo_projector(method: str, in_dim: int, hidden_dim: int, out_dim: int) -> n
         )
     n_hidden, norm = SOLO_PROJECTORS[method]
     options = _SOLO_PROJECTOR_OPTIONS.get(method, {})
-    mlp = build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm, **options)
+    mlp = build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm,
+                    hidden_bias=options.get("hidden_bias", True),
+                    out_norm=options.get("out_norm", False))  # fmt: skip
     if options.get("out_norm"):
         last = mlp[-2]
         assert isinstance(last, nn.Linear)  # the Linear before the output norm
@@ -425,7 +427,9 @@ def solo_predictor(method: str, dim: int, hidden_dim: int) -> nn.Sequential:
             f"no solo-learn predictor layout for method {method!r}; "
             f"choose from {sorted(SOLO_PREDICTORS)}"
         )
-    return build_mlp([dim, hidden_dim, dim], **SOLO_PREDICTORS[method])
+    options = SOLO_PREDICTORS[method]
+    return build_mlp([dim, hidden_dim, dim], norm=options.get("norm", False),
+                     hidden_bias=options.get("hidden_bias", True))  # fmt: skip
 
 
 def build_configured_head(
