@@ -7,7 +7,8 @@
    record at the end of fit;
 2. :class:`ProbeCallback`: backbone-vs-head probes and the orbit table, when enabled and a
    labelled image folder exists;
-3. :class:`ReportCallback`: ``report/index.html`` and its plots, always, probes or not.
+3. :class:`ReportCallback`: ``report/index.html`` and its plots, probes or not (unless
+   ``geometry.report`` is off, as in the reproduce sweeps, which draw a page of their own).
 
 Their inputs are checked in ``setup``, before the first training step: a module without a
 ``backbone`` and a ``projector`` module, or a probe folder that does not exist, is an error
@@ -186,7 +187,8 @@ def geometry_callbacks(
     if cfg.probes.enabled:
         data = probe_data(cfg.probes, train_dir, val_dir)
         callbacks.append(ProbeCallback(cfg.probes, data, run_dir, normalization))
-    callbacks.append(ReportCallback(run_dir))
+    if cfg.report:
+        callbacks.append(ReportCallback(run_dir))
     return callbacks
 
 

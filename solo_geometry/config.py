@@ -351,6 +351,8 @@ class GeometryConfig:
     probes: ProbesConfig = field(default_factory=ProbesConfig)
     # Run folder for geometry.jsonl; None: the host's (Hydra output dir or trainer root dir).
     out_dir: str | None = None
+    # Write report/index.html at the end of fit (sweeps that draw their own page switch it off).
+    report: bool = True
 
     def __post_init__(self) -> None:
         _at_least(self.every_n_steps, "geometry.every_n_steps")
@@ -418,6 +420,8 @@ def geometry_config(cfg: DictConfig) -> GeometryConfig | None:
     raw = OmegaConf.to_container(node, resolve=True)
     assert isinstance(raw, dict)
     raw["enabled"] = as_bool(raw.get("enabled", True), "geometry.enabled")
+    if raw.get("report") is not None:
+        raw["report"] = as_bool(raw["report"], "geometry.report")
     if not raw["enabled"]:
         return None
     for sub, key in (("init", "pseudo_collapse"), ("init", "backbone"), ("probes", "enabled"),

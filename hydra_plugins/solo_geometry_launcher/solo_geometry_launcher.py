@@ -142,8 +142,10 @@ class PoolLauncher(Launcher):
         for done, (idx, ret) in enumerate(runner(jobs), start=1):
             i = idx - initial_job_idx
             results[i] = ret
-            status = "ok" if ret.status == JobStatus.COMPLETED else "FAILED"
+            ok = ret.status == JobStatus.COMPLETED
+            said = ret.return_value if ok and isinstance(ret.return_value, str) else None
             elapsed = time.perf_counter() - start
-            print(f"[pool] {done}/{total} done ({status}, {elapsed:.0f} s): "
-                  f"{' '.join(job_overrides[i])}", flush=True)  # fmt: skip
+            what = said or " ".join(job_overrides[i])
+            print(f"[pool] {done}/{total} {'done' if ok else 'FAILED'} ({elapsed:.0f} s): "
+                  f"{what}", flush=True)  # fmt: skip
         return [r for r in results if r is not None]

@@ -155,7 +155,7 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
         "geometry.probes.enabled=false", "geometry.measure.augment=false",
         "geometry.measure.updates=true", f"geometry.every_n_steps={cfg.every_n_steps}",
         "geometry.budget=null", f"geometry.max_samples={cfg.max_samples}",
-        "geometry.measure.density_probes=1",
+        "geometry.measure.density_probes=1", "geometry.report=false",
         f"++seed={cfg.seed}", f"optimizer.lr={recipe_lr!r}",
         f"optimizer.batch_size={cfg.batch_size}",
         f"max_epochs={cfg.epochs}", f"++limit_train_batches={cfg.steps_per_epoch}",
@@ -197,8 +197,8 @@ def _outside_hydra() -> Iterator[None]:
             global_hydra.initialize(saved)
 
 
-def run_cell(cfg: DictConfig) -> dict[str, Any]:
-    """Hydra task: train one cell unless its record exists; return its summary row.
+def run_cell(cfg: DictConfig) -> str:
+    """Hydra task: train one cell unless its record exists; return a one-line account of it.
 
     The record ``<out>/cells/<cell>.json`` (row and per-epoch series, from the run folder's
     own ``geometry.jsonl`` and ``updates.jsonl``) is written last, atomically: it marks the cell
@@ -209,8 +209,7 @@ def run_cell(cfg: DictConfig) -> dict[str, Any]:
     record = _cell_file(out, cell)
     stored = _finished(record, cfg)
     if stored is not None:
-        print(f"[collapse] {cell}: finished earlier, skipped", flush=True)
-        return dict(stored["row"])
+        return f"{cell}: finished earlier, skipped"
     torch.set_num_threads(int(cfg.threads))
     os.environ["OMP_NUM_THREADS"] = str(cfg.threads)  # the solo host's subprocess
     runs_root = out / "runs" / cell
@@ -232,9 +231,8 @@ def run_cell(cfg: DictConfig) -> dict[str, Any]:
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, record)
     row = result["row"]
-    print(f"[collapse] {cell}: std(H) {row['start_std']:.3g} -> {row['final_std']:.3g}, "
-          f"escaped={row['escaped']} ({seconds:.0f} s)", flush=True)  # fmt: skip
-    return dict(row)
+    return (f"{cell}: std(H) {row['start_std']:.3g} -> {row['final_std']:.3g}, "
+            f"escaped={row['escaped']} ({seconds:.0f} s)")  # fmt: skip
 
 
 # The Hydra application: run_cell stays importable by name (the pool pickles it by reference).

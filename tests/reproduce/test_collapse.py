@@ -16,6 +16,7 @@ import pytest
 
 from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import Protocol, reproduce_collapse
+from solo_geometry.reproduce.collapse_summary import cell_record
 
 hydra_plugins = pytest.importorskip("hydra_plugins.solo_geometry_launcher.solo_geometry_launcher")
 
@@ -81,6 +82,23 @@ class TestSweep:
             assert want["steps"] == TINY.epochs * TINY.steps_per_epoch
             assert row["lr"] == pytest.approx(want["lr_recorded"])  # the rate actually used
             assert row["seed"] == 0 and row["host"] == "lightly"
+
+    def test_cell_record_recomputed_in_process(self, sweep: tuple[Path, dict, str]) -> None:
+        out, summary, _ = sweep
+        for row in summary["rows"]:
+            cell = {"head": row["head"], "norm": row["norm"], "lr": row["lr"], "seed": 0,
+                    "epochs": TINY.epochs, "steps_per_epoch": TINY.steps_per_epoch}  # fmt: skip
+            got = cell_record(out / row["run"], cell, host="lightly", seconds=0.0, root=out)
+            for key, value in _expected_row(out / row["run"]).items():
+                if key != "lr_recorded":
+                    assert got["row"][key] == pytest.approx(value, rel=1e-12), key
+            # the series: step 0, then one record per epoch (every_n_steps = steps per epoch)
+            stds = [
+                r["metrics"]["h/normalized_std"]
+                for r in _lines(out / row["run"] / "geometry.jsonl")
+                if r["status"] == "ok"
+            ]
+            assert got["series"]["h/normalized_std"] == pytest.approx(stds, rel=1e-12)
 
     def test_linear_head_has_no_negative_curvature_at_start(
         self, sweep: tuple[Path, dict, str]
@@ -169,3 +187,21 @@ class TestPoolSize:
         assert size(None, 64, 100) == 1
         with pytest.raises(ValueError, match="n_jobs"):
             size(0, 1, 3)
+
+
+class TestSoloHost:
+    def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
+        from solo_geometry.pretrain import solo_available
+
+        if not solo_available():
+            pytest.skip("solo-learn 1.0.6 is not importable: the solo host cannot run")
+        one = Protocol(epochs=1, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
+                       lr_factors=(1.0,), heads=("swish",), norms=("none",))  # fmt: skip
+        summary = reproduce_collapse(tmp_path, quick=True, host="solo", jobs=1, protocol=one)
+        (row,) = summary["rows"]
+        assert row["host"] == "solo"
+        want = _expected_row(tmp_path / row["run"])
+        assert row["final_std"] == pytest.approx(want["final_std"], rel=1e-12)
+        assert row["m_neg_count_start"] == want["m_neg_count_start"]
+        config = (tmp_path / row["run"] / "config.yaml").read_text()
+        assert "simsiam" in config and "smooth_mlp" in config
