@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after selecting the non-interactive backend
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from solo_geometry.reproduce.collapse_summary import table_markdown  # noqa: E402
 
@@ -79,6 +80,7 @@ def _figure(path: Path, title: str, ylabel: str, draw: Any) -> None:
     ax.set_xlabel("epoch (0: collapsed start)")
     ax.set_ylabel(ylabel)
     ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3, linestyle=":")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
     fig.savefig(path, dpi=90, bbox_inches="tight")

@@ -65,7 +65,9 @@ def _reference() -> dict[str, float]:
         opt.step()
         for part in ("head", "backbone"):
             mod = model.projector if part == "head" else model.backbone
-            delta = _norm([p - b for p, b in zip(mod.parameters(), sums[f"{part}/before"])])
+            delta = _norm(
+                [p - b for p, b in zip(mod.parameters(), sums[f"{part}/before"], strict=True)]
+            )
             key = f"{part}/step_ratio"
             sums[key] = sums.get(key, 0) + delta / (sums[f"{part}/w"] + 1e-7)
     return {k: v / STEPS for k, v in sums.items() if not k.endswith(("/before", "/w"))}
@@ -94,7 +96,7 @@ def test_epoch_means_match_plain_torch(tmp_path: Path) -> None:
         opt.zero_grad()
         replay.training_step((x,), 0).backward()
         opt.step()
-    for (k, a), b in zip(model.state_dict().items(), replay.state_dict().values()):
+    for (k, a), b in zip(model.state_dict().items(), replay.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
 
 
