@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lightning.pytorch as pl
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,12 +18,16 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from solo_geometry.config import HeadConfig, PredictorConfig, geometry_config
+from solo_geometry.datasets import make_digits
 from solo_geometry.heads import SmoothMLPHead, build_configured_predictor, solo_projector
+from solo_geometry.hosts.lightly.data import build_train_loader
 from solo_geometry.hosts.lightly.losses import Objective, build_predictor, build_projector
+from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.nodes import SimSiamKwargs
 from solo_geometry.hosts.lightly.recipe import parse_recipe
 
 KW = SimSiamKwargs(proj_hidden_dim=16, proj_output_dim=8, pred_hidden_dim=6)
+RECIPE = Path(__file__).parents[2] / "solo_geometry" / "recipes" / "digits" / "simsiam.yaml"
 
 
 def ref_simsiam(H: torch.Tensor, pred: nn.Module) -> torch.Tensor:
@@ -150,10 +155,43 @@ class TestPredictorOptions:
 
 class TestSimSiamRecipe:
     def test_digits_recipe_parses_with_paper_optimiser(self) -> None:
-        path = Path(__file__).parents[2] / "solo_geometry" / "recipes" / "digits" / "simsiam.yaml"
-        parsed = parse_recipe(OmegaConf.load(path))
+        parsed = parse_recipe(OmegaConf.load(RECIPE))
         assert parsed.method == "simsiam"
         assert isinstance(parsed.method_kwargs, SimSiamKwargs)
         # the paper's collapse experiment: SGD, momentum 0.9, lr 0.05, no decay, no schedule
         assert parsed.optimizer.name == "sgd" and parsed.optimizer.lr == pytest.approx(0.05)
         assert parsed.optimizer.weight_decay == 0.0 and parsed.scheduler.name == "none"
+
+
+class _Rates(pl.Callback):
+    """Each group's learning rate after every optimiser step, by group name."""
+
+    def __init__(self) -> None:
+        self.rates: list[dict[str, float]] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+        groups = trainer.optimizers[0].param_groups
+        self.rates.append({g["name"]: g["lr"] for g in groups})
+
+
+class TestStaticPredictorRate:
+    def test_predictor_keeps_base_rate_under_warmup_cosine(self, tmp_path: Path) -> None:
+        """solo-learn's ``static_lr``: SimSiam's predictor is not scheduled, the rest is."""
+        digits = make_digits(tmp_path / "digits", size=32)
+        raw = OmegaConf.load(RECIPE)
+        raw.data.train_path, raw.data.val_path = str(digits / "train"), None
+        raw.optimizer.batch_size = 8
+        raw.scheduler = {"name": "warmup_cosine", "warmup_epochs": 1}
+        raw.max_epochs, raw.limit_train_batches = 2, 2
+        recipe = parse_recipe(raw)
+        torch.manual_seed(0)
+        model = LightlyMethod(recipe, num_classes=10)
+        rates = _Rates()
+        trainer = pl.Trainer(max_epochs=2, limit_train_batches=2, callbacks=[rates], logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, accelerator="cpu")  # fmt: skip
+        loader = build_train_loader(recipe.data, recipe.augmentations, 8)
+        trainer.fit(model, loader)
+        base = recipe.optimizer.lr
+        assert [r["predictor"] for r in rates.rates] == pytest.approx([base] * 4)
+        assert len({r["projector"] for r in rates.rates}) > 1  # the schedule moved the others
