@@ -7,7 +7,8 @@
    record at the end of fit;
 2. :class:`ProbeCallback`: backbone-vs-head probes and the orbit table, when enabled and a
    labelled image folder exists;
-3. :class:`ReportCallback`: ``report/index.html`` and its plots, always, probes or not.
+3. :class:`ReportCallback`: ``report/index.html`` and its plots, probes or not (unless
+   ``geometry.report`` is off, as in the reproduce sweeps, which draw a page of their own).
 
 Their inputs are checked in ``setup``, before the first training step: a module without a
 ``backbone`` and a ``projector`` module, or a probe folder that does not exist, is an error
@@ -35,6 +36,7 @@ from solo_geometry.monitor import GeometryMonitor
 from solo_geometry.report import write_report
 from solo_geometry.run_folder import RunFolder
 from solo_geometry.state import preserved_state
+from solo_geometry.updates import UpdateSizeMonitor
 
 __all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]
 
@@ -180,10 +182,13 @@ def geometry_callbacks(
     """
     out_cfg = cfg if cfg.out_dir or run_dir is None else _with_out_dir(cfg, run_dir)
     callbacks: list[Callback] = [GeometryMonitor(out_cfg, meta=meta)]
+    if cfg.measure.updates:
+        callbacks.append(UpdateSizeMonitor(run_dir))
     if cfg.probes.enabled:
         data = probe_data(cfg.probes, train_dir, val_dir)
         callbacks.append(ProbeCallback(cfg.probes, data, run_dir, normalization))
-    callbacks.append(ReportCallback(run_dir))
+    if cfg.report:
+        callbacks.append(ReportCallback(run_dir))
     return callbacks
 
 

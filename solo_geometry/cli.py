@@ -7,6 +7,7 @@ Subcommands:
     report RUN [RUN ...]    plots and index.html of one run, or several overlaid
     orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
     demo                    the end-to-end main job on the embedded data
+    reproduce collapse      the paper's collapse experiment (Hydra multirun sweep)
 
 Bad input exits with status 2 and a message naming the value and the choices (set
 ``SOLO_GEOMETRY_DEBUG=1`` for the traceback).
@@ -29,12 +30,19 @@ from solo_geometry.evaluation import evaluate
 from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.pretrain import add_pretrain_parser
 from solo_geometry.report import add_report_parser
+from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run_folder import RunFolder
 
 __all__ = ["build_parser", "main"]
 
 # Functions adding a subparser: each module owns its subcommand.
-_SUBCOMMANDS = (add_pretrain_parser, add_report_parser, add_demo_parser, add_orbits_parser)
+_SUBCOMMANDS = (
+    add_pretrain_parser,
+    add_report_parser,
+    add_demo_parser,
+    add_orbits_parser,
+    add_reproduce_parser,
+)
 
 
 class UsageError(Exception):
@@ -139,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ValueError, TypeError, FileNotFoundError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise
-        print(f"solo-geometry {args.command}: error: {err}", file=sys.stderr)
+        action = f" {args.action}" if getattr(args, "action", None) else ""
+        print(f"solo-geometry {args.command}{action}: error: {err}", file=sys.stderr)
         return 2
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "NORM_CHOICES",
     "ORBIT_PROTOCOLS",
     "PARAMETRIZATION_CHOICES",
+    "PREDICTOR_CHOICES",
     "PROBE_CHOICES",
     "TARGET_CHOICES",
     "GeometryConfig",
@@ -37,6 +38,7 @@ __all__ = [
     "MeasureConfig",
     "MlpProbeConfig",
     "OrbitsConfig",
+    "PredictorConfig",
     "ProbesConfig",
     "StatsConfig",
     "as_bool",
@@ -49,6 +51,8 @@ __all__ = [
 # they hold exactly these keys, so a name is added in one place and caught in the other.
 DTYPE_CHOICES = ("float64", "float32")
 HEAD_CHOICES = ("projector", "metric_linear", "smooth_mlp")
+# "predictor": the method's own predictor (BYOL, SimSiam); smooth_mlp: this package's MLP.
+PREDICTOR_CHOICES = ("predictor", "smooth_mlp")
 ACTIVATION_CHOICES = ("swish", "gelu", "softplus", "tanh", "elu", "relu", "identity")
 NORM_CHOICES = ("bn", "ln", "none")
 PARAMETRIZATION_CHOICES = ("spectral", "factor")
@@ -106,6 +110,9 @@ class MeasureConfig:
     # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: DESIGN.md's default
     # (1e-10 in float64, 1e-5 in float32).
     tau: float | None = None
+    # Per-epoch gradient norms and relative update sizes of head and backbone (the paper's
+    # timescale separation) in <run>/updates.jsonl: a few parameter norms every step.
+    updates: bool = False
 
     def __post_init__(self) -> None:
         _at_least(self.augment_samples, "geometry.measure.augment_samples")
@@ -146,6 +153,10 @@ class HeadConfig:
     parametrization: str = "spectral"
     # Softplus/Swish sharpness.
     beta: float = 1.0
+    # smooth_mlp only: Linear biases where no norm follows (False: none at all, the paper's
+    # heads), and the norm also after the last Linear (the paper's heads with BatchNorm).
+    bias: bool = True
+    out_norm: bool = False
 
     def __post_init__(self) -> None:
         _choice(self.name, HEAD_CHOICES, "geometry.head.name")
@@ -156,6 +167,40 @@ class HeadConfig:
         _positive(self.beta, "geometry.head.beta")
         if self.hidden_dim is not None:
             _at_least(self.hidden_dim, "geometry.head.hidden_dim")
+
+
+@dataclass
+class PredictorConfig:
+    """Predictor used while geometry is on (methods with one: BYOL, SimSiam).
+
+    Every option left null takes the ``geometry.head`` node's value, so one override of the
+    head sets projector and predictor together (the paper's SimSiam shares the activation and
+    the norm between them).
+    """
+
+    # "predictor": keep the method's own predictor; "smooth_mlp": this package's MLP.
+    name: str = "predictor"
+    # null: the head's activation, norm, beta, bias and out_norm.
+    activation: str | None = None
+    norm: str | None = None
+    beta: float | None = None
+    bias: bool | None = None
+    out_norm: bool | None = None
+    # null: the recipe's own pred_hidden_dim.
+    hidden_dim: int | None = None
+    depth: int = 2
+
+    def __post_init__(self) -> None:
+        _choice(self.name, PREDICTOR_CHOICES, "geometry.predictor.name")
+        if self.activation is not None:
+            _choice(self.activation, ACTIVATION_CHOICES, "geometry.predictor.activation")
+        if self.norm is not None:
+            _choice(self.norm, NORM_CHOICES, "geometry.predictor.norm")
+        if self.beta is not None:
+            _positive(self.beta, "geometry.predictor.beta")
+        if self.hidden_dim is not None:
+            _at_least(self.hidden_dim, "geometry.predictor.hidden_dim")
+        _at_least(self.depth, "geometry.predictor.depth")
 
 
 @dataclass
@@ -302,10 +347,13 @@ class GeometryConfig:
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
+    predictor: PredictorConfig = field(default_factory=PredictorConfig)
     init: InitConfig = field(default_factory=InitConfig)
     probes: ProbesConfig = field(default_factory=ProbesConfig)
     # Run folder for geometry.jsonl; None: the host's (Hydra output dir or trainer root dir).
     out_dir: str | None = None
+    # Write report/index.html at the end of fit (sweeps that draw their own page switch it off).
+    report: bool = True
 
     def __post_init__(self) -> None:
         _at_least(self.every_n_steps, "geometry.every_n_steps")
@@ -373,10 +421,14 @@ def geometry_config(cfg: DictConfig) -> GeometryConfig | None:
     raw = OmegaConf.to_container(node, resolve=True)
     assert isinstance(raw, dict)
     raw["enabled"] = as_bool(raw.get("enabled", True), "geometry.enabled")
+    if raw.get("report") is not None:
+        raw["report"] = as_bool(raw["report"], "geometry.report")
     if not raw["enabled"]:
         return None
-    for sub, key in (("init", "pseudo_collapse"), ("init", "backbone"), ("probes", "enabled")):
-        if isinstance(raw.get(sub), dict) and key in raw[sub]:
+    for sub, key in (("init", "pseudo_collapse"), ("init", "backbone"), ("probes", "enabled"),
+                     ("head", "bias"), ("head", "out_norm"), ("predictor", "bias"),
+                     ("predictor", "out_norm"), ("measure", "updates")):  # fmt: skip
+        if isinstance(raw.get(sub), dict) and raw[sub].get(key) is not None:
             raw[sub][key] = as_bool(raw[sub][key], f"geometry.{sub}.{key}")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(GeometryConfig), raw)

@@ -28,7 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_geometry.config import ACTIVATION_CHOICES, HEAD_CHOICES, NORM_CHOICES, HeadConfig
+from solo_geometry.config import (
+    ACTIVATION_CHOICES,
+    HEAD_CHOICES,
+    NORM_CHOICES,
+    HeadConfig,
+    PredictorConfig,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -38,10 +44,13 @@ __all__ = [
     "MetricLinearHead",
     "ProjectionHead",
     "SmoothMLPHead",
+    "SOLO_PREDICTORS",
     "build_configured_head",
+    "build_configured_predictor",
     "build_head",
     "build_mlp",
     "get_activation",
+    "solo_predictor",
     "solo_projector",
 ]
 
@@ -95,15 +104,16 @@ class ProjectionHead(nn.Module):
 
     Args:
         blocks: the blocks, in order.
+        bias: False drops every Linear's bias, norm or not.
     """
 
-    def __init__(self, blocks: Sequence[Block]) -> None:
+    def __init__(self, blocks: Sequence[Block], bias: bool = True) -> None:
         super().__init__()
         if not blocks:
             raise ValueError("a ProjectionHead needs at least one block, got none")
         layers: list[nn.Module] = []
         for in_f, out_f, norm_layer, act_layer in blocks:
-            layers.append(nn.Linear(in_f, out_f, bias=norm_layer is None))
+            layers.append(nn.Linear(in_f, out_f, bias=bias and norm_layer is None))
             layers.append(norm_layer(out_f) if norm_layer is not None else nn.Identity())
             layers.append(act_layer() if act_layer is not None else nn.Identity())
         self.layers = nn.Sequential(*layers)
@@ -124,6 +134,10 @@ class SmoothMLPHead(ProjectionHead):
         activation: one of ``ACTIVATIONS`` (swish, gelu, softplus, tanh, elu, relu, identity).
         norm: ``"bn"`` (BatchNorm1d, as SimCLR/BYOL projectors), ``"ln"`` or ``None``.
         beta: softplus sharpness.
+        bias: Linear biases where no norm follows; False drops every bias (the paper's heads,
+            experiments.py ``ProjectionHead``: ``nn.Linear(..., bias=False)`` throughout).
+        out_norm: also put ``norm`` after the last Linear (the paper's head with BatchNorm);
+            the norm takes the place of the block's ``nn.Identity``, so keys do not move.
 
     Raises:
         ValueError: on an unknown activation or norm, or a non-positive size or depth.
@@ -138,6 +152,8 @@ class SmoothMLPHead(ProjectionHead):
         activation: str = "swish",
         norm: str | None = "bn",
         beta: float = 1.0,
+        bias: bool = True,
+        out_norm: bool = False,
     ) -> None:
         for arg, value in (("in_dim", in_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)):
             if not isinstance(value, int) or value < 1:
@@ -152,8 +168,8 @@ class SmoothMLPHead(ProjectionHead):
         blocks: list[Block] = [
             (a, b, norm_layer, act) for a, b in zip(dims[:-2], dims[1:-1], strict=True)
         ]
-        blocks.append((dims[-2], dims[-1], None, None))
-        super().__init__(blocks)
+        blocks.append((dims[-2], dims[-1], norm_layer if out_norm else None, None))
+        super().__init__(blocks, bias=bias)
         self.activation = activation
 
 
@@ -270,14 +286,26 @@ HEADS: dict[str, type[nn.Module]] = {
 }
 assert set(HEADS) | {"projector"} == set(HEAD_CHOICES), "config.HEAD_CHOICES out of sync"
 
-# solo-learn's inline projectors of plain Linear-BN-ReLU shape (simsiam, mocov3 and vibcreg add
-# other layers): (hidden Linear layers, BatchNorm after each hidden Linear).
+# solo-learn's inline projectors of Linear-BN-ReLU shape (mocov3 and vibcreg add other layers):
+# (hidden Linear layers, BatchNorm after each hidden Linear).
 SOLO_PROJECTORS: dict[str, tuple[int, bool]] = {
     "simclr": (1, False),
     "supcon": (1, False),
     "byol": (1, True),
     "vicreg": (2, True),
     "barlow_twins": (2, True),
+    "simsiam": (2, True),
+}
+# SimSiam's projector also drops the hidden Linears' biases and ends in BatchNorm1d(affine=False)
+# (solo/methods/simsiam.py), its last Linear's bias frozen: build_mlp's keyword options.
+_SOLO_PROJECTOR_OPTIONS: dict[str, dict[str, bool]] = {
+    "simsiam": {"hidden_bias": False, "out_norm": True},
+}
+# solo-learn's predictors: Linear(p, hidden) - BN - ReLU - Linear(hidden, p); SimSiam's first
+# Linear has no bias (as lightly's SimSiamPredictionHead). Keyword options of build_mlp.
+SOLO_PREDICTORS: dict[str, dict[str, bool]] = {
+    "byol": {"norm": True},
+    "simsiam": {"norm": True, "hidden_bias": False},
 }
 
 
@@ -308,7 +336,12 @@ def build_head(name: str, in_dim: int, out_dim: int, **options: Any) -> nn.Modul
 
 
 def build_mlp(
-    dims: Sequence[int], *, norm: bool = False, act_layer: LayerFactory = nn.ReLU
+    dims: Sequence[int],
+    *,
+    norm: bool = False,
+    act_layer: LayerFactory = nn.ReLU,
+    hidden_bias: bool = True,
+    out_norm: bool = False,
 ) -> nn.Sequential:
     """Linear layers (with bias) joined by ``[BatchNorm1d,] act``: solo-learn's projector layout.
 
@@ -321,6 +354,8 @@ def build_mlp(
         dims: layer widths, input first, e.g. ``[d, hidden, out]``; at least two.
         norm: BatchNorm1d after every hidden Linear.
         act_layer: activation after every hidden Linear (and its norm).
+        hidden_bias: biases of the hidden Linears (SimSiam's are dropped).
+        out_norm: end in ``BatchNorm1d(dims[-1], affine=False)`` (SimSiam's projector).
 
     Returns:
         ``nn.Sequential`` mapping (N, dims[0]) to (N, dims[-1]).
@@ -332,9 +367,12 @@ def build_mlp(
         raise ValueError(f"dims must hold at least two positive widths, got {list(dims)}")
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
-        layers.append(nn.Linear(a, b))
-        if i < len(dims) - 2:
+        hidden = i < len(dims) - 2
+        layers.append(nn.Linear(a, b, bias=hidden_bias or not hidden))
+        if hidden:
             layers += [nn.BatchNorm1d(b), act_layer()] if norm else [act_layer()]
+    if out_norm:
+        layers.append(nn.BatchNorm1d(dims[-1], affine=False))
     return nn.Sequential(*layers)
 
 
@@ -359,7 +397,39 @@ def solo_projector(method: str, in_dim: int, hidden_dim: int, out_dim: int) -> n
             f"choose from {sorted(SOLO_PROJECTORS)}"
         )
     n_hidden, norm = SOLO_PROJECTORS[method]
-    return build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm)
+    options = _SOLO_PROJECTOR_OPTIONS.get(method, {})
+    mlp = build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm,
+                    hidden_bias=options.get("hidden_bias", True),
+                    out_norm=options.get("out_norm", False))  # fmt: skip
+    if options.get("out_norm"):
+        last = mlp[-2]
+        assert isinstance(last, nn.Linear)  # the Linear before the output norm
+        last.bias.requires_grad = False  # solo-learn's: "not use bias as it is followed by BN"
+    return mlp
+
+
+def solo_predictor(method: str, dim: int, hidden_dim: int) -> nn.Sequential:
+    """The predictor solo-learn's ``method`` builds inline (same structure and keys).
+
+    Args:
+        method: one of ``SOLO_PREDICTORS`` (byol, simsiam).
+        dim: ``proj_output_dim`` (the predictor maps it to itself).
+        hidden_dim: ``pred_hidden_dim``.
+
+    Returns:
+        The predictor, (N, dim) -> (N, dim).
+
+    Raises:
+        ValueError: for a method without a predictor of this shape.
+    """
+    if method not in SOLO_PREDICTORS:
+        raise ValueError(
+            f"no solo-learn predictor layout for method {method!r}; "
+            f"choose from {sorted(SOLO_PREDICTORS)}"
+        )
+    options = SOLO_PREDICTORS[method]
+    return build_mlp([dim, hidden_dim, dim], norm=options.get("norm", False),
+                     hidden_bias=options.get("hidden_bias", True))  # fmt: skip
 
 
 def build_configured_head(
@@ -394,4 +464,46 @@ def build_configured_head(
         activation=hcfg.activation,
         norm=None if hcfg.norm == "none" else hcfg.norm,
         beta=hcfg.beta,
+        bias=hcfg.bias,
+        out_norm=hcfg.out_norm,
+    )
+
+
+def build_configured_predictor(
+    pcfg: PredictorConfig, hcfg: HeadConfig, dim: int, default_hidden: int | None = None
+) -> nn.Module:
+    """Build the predictor a ``geometry.predictor`` node names, following the head's options.
+
+    Every predictor option left null takes the ``geometry.head`` node's value, so
+    ``geometry.head.activation=gelu geometry.predictor.name=smooth_mlp`` gives projector and
+    predictor the same activation, norm, bias and output norm (the paper's SimSiam).
+
+    Args:
+        pcfg: the predictor node; ``name`` must not be ``"predictor"`` (the host keeps its own).
+        hcfg: the head node whose options fill the predictor's nulls.
+        dim: the predictor's input and output dimension (``proj_output_dim``).
+        default_hidden: hidden width when ``pcfg.hidden_dim`` is None (the recipe's
+            ``pred_hidden_dim``); None falls back to ``dim``.
+
+    Returns:
+        The predictor, mapping (N, dim) to (N, dim).
+
+    Raises:
+        ValueError: for ``"predictor"``.
+    """
+    if pcfg.name == "predictor":
+        raise ValueError("geometry.predictor.name='predictor' keeps the host's own predictor")
+    hidden = next(h for h in (pcfg.hidden_dim, default_hidden, dim) if h is not None)
+    norm = hcfg.norm if pcfg.norm is None else pcfg.norm
+    return build_head(
+        pcfg.name,
+        dim,
+        dim,
+        hidden_dim=hidden,
+        depth=pcfg.depth,
+        activation=hcfg.activation if pcfg.activation is None else pcfg.activation,
+        norm=None if norm == "none" else norm,
+        beta=hcfg.beta if pcfg.beta is None else pcfg.beta,
+        bias=hcfg.bias if pcfg.bias is None else pcfg.bias,
+        out_norm=hcfg.out_norm if pcfg.out_norm is None else pcfg.out_norm,
     )

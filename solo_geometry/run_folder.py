@@ -54,6 +54,7 @@ class RunFolder:
 
     GEOMETRY = GEOMETRY_FILE
     PROBES = "probes.json"
+    UPDATES = "updates.jsonl"
     FEATURES = "features.pt"
     CONFIG = "config.yaml"
     CHECKPOINTS = "checkpoints"
@@ -96,6 +97,11 @@ class RunFolder:
     def geometry(self) -> Path:
         """``geometry.jsonl``."""
         return self.path / self.GEOMETRY
+
+    @property
+    def updates(self) -> Path:
+        """``updates.jsonl``: per-epoch gradient norms and update sizes."""
+        return self.path / self.UPDATES
 
     @property
     def probes(self) -> Path:

@@ -1,4 +1,4 @@
-"""The four methods on lightly's losses, with solo-learn's heads, optimisers and schedules.
+"""The five methods on lightly's losses, with solo-learn's heads, optimisers and schedules.
 
 Heads have solo-learn's structure and submodule names (``projector.0.weight``, ...), so the
 lightly host's checkpoints carry the same keys as solo-learn's. Losses are lightly's, weighted so
@@ -7,6 +7,8 @@ each method's loss has the value solo-learn's loss has on the same outputs:
 * simclr: ``NTXentLoss(temperature)`` on the two views;
 * byol: ``sum_{v1} sum_{v2 != v1} 2 + 2 * NegativeCosineSimilarity(pred(H[v2]), target[v1])``
   (solo-learn's ``2 - 2 cos``);
+* simsiam: ``(NegCos(pred(H[0]), sg(H[1])) + NegCos(pred(H[1]), sg(H[0]))) / 2`` with lightly's
+  ``NegativeCosineSimilarity`` (solo-learn's ``simsiam_loss_func``, stop-gradient on targets);
 * vicreg: ``VICRegLoss(lambda=sim_w, mu=2 var_w, nu=cov_w)`` (lightly averages the two views'
   variance terms, solo-learn sums them);
 * barlow_twins: ``scale_loss * BarlowTwinsLoss(lambda=lamb)``.
@@ -16,6 +18,7 @@ References:
     - [1]: Grill et al., BYOL, 2020, arXiv:2006.07733
     - [2]: Bardes et al., VICReg, 2022, arXiv:2105.04906
     - [3]: Zbontar et al., Barlow Twins, 2021, arXiv:2103.03230
+    - [4]: Chen and He, Exploring Simple Siamese Representation Learning, 2021, arXiv:2011.10566
 """
 
 from __future__ import annotations
@@ -30,8 +33,13 @@ from lightly.utils.lars import LARS
 from lightly.utils.scheduler import cosine_schedule
 from torch import Tensor, nn
 
-from solo_geometry.config import HeadConfig
-from solo_geometry.heads import build_configured_head, build_mlp, solo_projector
+from solo_geometry.config import HeadConfig, PredictorConfig
+from solo_geometry.heads import (
+    build_configured_head,
+    build_configured_predictor,
+    solo_predictor,
+    solo_projector,
+)
 from solo_geometry.hosts.lightly.nodes import (
     OPTIMIZER_KWARGS,
     AdamWKwargs,
@@ -42,6 +50,7 @@ from solo_geometry.hosts.lightly.nodes import (
     OptimizerNode,
     SGDKwargs,
     SimCLRKwargs,
+    SimSiamKwargs,
     VICRegKwargs,
 )
 
@@ -76,7 +85,7 @@ def build_projector(
     """The method's projector: solo-learn's structure, or this package's head when configured.
 
     Args:
-        method: simclr, byol, vicreg or barlow_twins.
+        method: simclr, byol, simsiam, vicreg or barlow_twins.
         features_dim: backbone feature dimension d.
         kwargs: the parsed ``method_kwargs``.
         head: ``geometry.head``; a name other than ``projector`` swaps in that head, with
@@ -94,17 +103,43 @@ def build_projector(
     return solo_projector(method, features_dim, hidden, out)
 
 
-def build_predictor(method: str, kwargs: MethodKwargs) -> nn.Module | None:
-    """BYOL's predictor (Linear, BN, ReLU, Linear); None for the other methods.
+_PREDICTOR_KWARGS: dict[str, type[BYOLKwargs] | type[SimSiamKwargs]] = {
+    "byol": BYOLKwargs,
+    "simsiam": SimSiamKwargs,
+}
+
+
+def build_predictor(
+    method: str,
+    kwargs: MethodKwargs,
+    predictor: PredictorConfig | None = None,
+    head: HeadConfig | None = None,
+) -> nn.Module | None:
+    """The predictor of BYOL and SimSiam; None for the other methods.
+
+    By default solo-learn's (Linear, BN, ReLU, Linear; SimSiam's first Linear without bias, the
+    layout of lightly's ``SimSiamPredictionHead``); ``geometry.predictor.name=smooth_mlp``
+    builds this package's MLP instead, its null options taken from ``geometry.head``.
+
+    Args:
+        method: the recipe's method.
+        kwargs: the parsed ``method_kwargs``.
+        predictor: ``geometry.predictor`` or None.
+        head: ``geometry.head`` (fills the predictor's null options) or None.
+
+    Returns:
+        A module mapping (N, p) to (N, p), or None.
 
     Raises:
-        TypeError: if BYOL's ``kwargs`` are not :class:`BYOLKwargs`.
+        TypeError: if the method's ``kwargs`` are not its own.
     """
-    if method != "byol":
+    if method not in _PREDICTOR_KWARGS:
         return None
-    byol = _kwargs_of(method, kwargs, BYOLKwargs)
-    out = byol.proj_output_dim
-    return build_mlp([out, byol.pred_hidden_dim, out], norm=True)
+    own = _kwargs_of(method, kwargs, _PREDICTOR_KWARGS[method])
+    out, hidden = own.proj_output_dim, own.pred_hidden_dim
+    if predictor is not None and predictor.name != "predictor":
+        return build_configured_predictor(predictor, head or HeadConfig(), out, hidden)
+    return solo_predictor(method, out, hidden)
 
 
 class Objective(nn.Module):
@@ -116,12 +151,12 @@ class Objective(nn.Module):
     monitor measures.
 
     Args:
-        method: simclr, byol, vicreg or barlow_twins.
+        method: simclr, byol, simsiam, vicreg or barlow_twins.
         kwargs: the parsed ``method_kwargs``.
-        predictor: BYOL's predictor.
+        predictor: BYOL's or SimSiam's predictor.
 
     Raises:
-        ValueError: on an unknown method, or BYOL without a predictor.
+        ValueError: on an unknown method, or BYOL or SimSiam without a predictor.
         TypeError: if ``kwargs`` are not the method's.
     """
 
@@ -139,6 +174,11 @@ class Objective(nn.Module):
             _kwargs_of(method, kwargs, BYOLKwargs)
             if predictor is None:
                 raise ValueError("byol needs its predictor")
+            self.loss = NegativeCosineSimilarity()
+        elif method == "simsiam":
+            _kwargs_of(method, kwargs, SimSiamKwargs)
+            if predictor is None:
+                raise ValueError("simsiam needs its predictor")
             self.loss = NegativeCosineSimilarity()
         elif method == "vicreg":
             vicreg = _kwargs_of(method, kwargs, VICRegKwargs)
@@ -164,8 +204,13 @@ class Objective(nn.Module):
     ) -> Tensor:
         """Loss of head outputs H (V, N, p) given detached targets (V, N, p) or None.
 
-        ``predictor`` replaces BYOL's own predictor (e.g. a float64 copy for measurements).
+        ``predictor`` replaces the method's own predictor (e.g. a float64 copy for
+        measurements). SimSiam's targets are H itself, detached (stop-gradient).
         """
+        if self.method == "simsiam":
+            pred = predictor if predictor is not None else self._predictor[0]
+            p0, p1 = pred(H[0]), pred(H[1])  # (N, p) each
+            return (self.loss(p0, H[1].detach()) + self.loss(p1, H[0].detach())) / 2
         if self.method != "byol":
             return self.scale * self.loss(H[0], H[1])
         if targets is None:

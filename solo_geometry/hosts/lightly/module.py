@@ -1,9 +1,10 @@
-"""The lightly host's LightningModule: one class for SimCLR, BYOL, VICReg and Barlow Twins.
+"""The lightly host's LightningModule: SimCLR, BYOL, SimSiam, VICReg and Barlow Twins.
 
 Submodule names follow solo-learn (``backbone``, ``projector``, ``predictor``,
 ``momentum_backbone``, ``momentum_projector``, ``classifier``), and so does training: each large
 crop through the backbone and projector separately, an online linear classifier on detached
-features (solo-learn's ``classifier_lr``, no weight decay), momentum updates after every
+features (solo-learn's ``classifier_lr``, no weight decay), SimSiam's predictor at a constant
+rate (solo-learn's ``static_lr``), momentum updates after every
 optimiser step with tau following a cosine from ``base_tau`` to ``final_tau`` (lightly's
 ``update_momentum`` and ``cosine_schedule``). ``geometry_view(batch)`` gives the monitor the
 batch's features, head and loss closure (``solo_geometry.monitor.GeometryAware``).
@@ -16,6 +17,7 @@ Logged metrics:
 
 from __future__ import annotations
 
+import bisect
 import copy
 from typing import Any
 
@@ -44,9 +46,18 @@ from solo_geometry.linalg.operators import frozen_module
 
 __all__ = ["LightlyMethod"]
 
+# Methods whose predictor keeps the base rate while the others follow the schedule (solo-learn's
+# ``static_lr`` in the method's ``learnable_params``).
+_STATIC_PREDICTOR = ("simsiam",)
+
+
+def _constant(k: int) -> float:
+    """The schedule factor of a static group: its base rate throughout."""
+    return 1.0
+
 
 class LightlyMethod(GeometryHost, pl.LightningModule):
-    """SimCLR, BYOL, VICReg or Barlow Twins as a solo-learn recipe describes it.
+    """SimCLR, BYOL, SimSiam, VICReg or Barlow Twins as a solo-learn recipe describes it.
 
     Args:
         recipe: the parsed recipe.
@@ -61,9 +72,10 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         self.recipe = recipe
         self.backbone, self.features_dim = build_backbone(recipe.backbone, cifar=recipe.cifar)
         head_cfg = geometry.head if geometry is not None else None
+        pred_cfg = geometry.predictor if geometry is not None else None
         kwargs = recipe.method_kwargs
         self.projector = build_projector(recipe.method, self.features_dim, kwargs, head_cfg)
-        predictor = build_predictor(recipe.method, kwargs)
+        predictor = build_predictor(recipe.method, kwargs, pred_cfg, head_cfg)
         if predictor is not None:
             self.predictor = predictor
         self.classifier = nn.Linear(self.features_dim, num_classes)
@@ -150,7 +162,10 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
             {"name": "projector", "params": self.projector.parameters()},
         ]
         if hasattr(self, "predictor"):
-            groups.append({"name": "predictor", "params": self.predictor.parameters()})
+            static = self.recipe.method in _STATIC_PREDICTOR
+            groups.append(
+                {"name": "predictor", "params": self.predictor.parameters(), "static_lr": static}
+            )
         groups.append(
             {
                 "name": "classifier",
@@ -168,8 +183,16 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         sch = self.recipe.scheduler
         if sch.name == "none":
             return optimizer
+        static = [bool(g.get("static_lr", False)) for g in optimizer.param_groups]
         if sch.name == "step":
-            step = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(sch.lr_decay_steps))
+            milestones = sorted(sch.lr_decay_steps)
+
+            def decay(k: int) -> float:  # MultiStepLR's factor, gamma 0.1
+                return 0.1 ** bisect.bisect_right(milestones, k)
+
+            step = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, [_constant if s else decay for s in static]
+            )
             return [optimizer], [{"scheduler": step, "interval": sch.interval}]
         per_epoch = self.trainer.estimated_stepping_batches / self.recipe.max_epochs
         by_step = sch.interval == "step"
@@ -185,7 +208,10 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
 
             return f
 
-        lambdas = [factor(g["lr"]) for g in optimizer.param_groups]
+        lambdas = [
+            _constant if s else factor(g["lr"])
+            for g, s in zip(optimizer.param_groups, static, strict=True)
+        ]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
         return [optimizer], [{"scheduler": scheduler, "interval": sch.interval, "frequency": 1}]
 

@@ -38,6 +38,7 @@ __all__ = [
     "SGDKwargs",
     "SchedulerNode",
     "SimCLRKwargs",
+    "SimSiamKwargs",
     "VICRegKwargs",
     "build_node",
     "check_choice",
@@ -117,6 +118,13 @@ class BYOLKwargs(MethodKwargs):
 
 
 @dataclass(frozen=True)
+class SimSiamKwargs(MethodKwargs):
+    """SimSiam's ``method_kwargs``."""
+
+    pred_hidden_dim: int  # the predictor's hidden width; solo-learn has no default
+
+
+@dataclass(frozen=True)
 class VICRegKwargs(MethodKwargs):
     """VICReg's ``method_kwargs``, solo-learn's (and the paper's) loss weights by default."""
 
@@ -137,6 +145,7 @@ class BarlowTwinsKwargs(MethodKwargs):
 METHOD_KWARGS: dict[str, type[MethodKwargs]] = {
     "simclr": SimCLRKwargs,
     "byol": BYOLKwargs,
+    "simsiam": SimSiamKwargs,
     "vicreg": VICRegKwargs,
     "barlow_twins": BarlowTwinsKwargs,
 }

@@ -30,7 +30,7 @@ from torch import Tensor
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
 from solo_geometry.datasets import MeanStd, mean_std_of
-from solo_geometry.heads import build_configured_head
+from solo_geometry.heads import build_configured_head, build_configured_predictor
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
 from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
@@ -98,9 +98,15 @@ class GeometryMethod(GeometryHost):
         self._apply_init(gcfg)
 
     def _swap_head(self, cfg: DictConfig, gcfg: GeometryConfig) -> None:
+        model: Any = self
+        if gcfg.predictor.name != "predictor" and hasattr(model, "predictor"):
+            pred_hidden = OmegaConf.select(cfg, "method_kwargs.pred_hidden_dim", default=None)
+            dim = int(cfg.method_kwargs.proj_output_dim)
+            model.predictor = build_configured_predictor(
+                gcfg.predictor, gcfg.head, dim, pred_hidden
+            )
         if gcfg.head.name == "projector":
             return
-        model: Any = self
         hidden = OmegaConf.select(cfg, "method_kwargs.proj_hidden_dim", default=None)
         out_dim = int(cfg.method_kwargs.proj_output_dim)
         model.projector = build_configured_head(gcfg.head, model.features_dim, out_dim, hidden)

@@ -1,0 +1,1 @@
+"""Hydra launcher plugin of solo-geometry: multirun jobs in a pool of processes."""

@@ -1,0 +1,385 @@
+"""``solo-geometry reproduce collapse``: the paper's collapse experiment as a Hydra multirun.
+
+The paper (experiments.py, ``run_collapse_experiment``) starts SimSiam near collapse, the
+projector's Linear weights x alpha = 0.1, projector and predictor sharing the activation
+{linear, relu, gelu, swish} and the norm {bn, none}, with learning-rate ablations (0.1x, 1x, 10x)
+over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recipe
+(``recipes/digits/simsiam.yaml``) on the solo-learn host when importable, else the lightly host:
+
+* heads as the paper builds them (experiments.py ``ProjectionHead``): Linear layers without bias,
+  BatchNorm after both Linears with ``bn``, "linear" the identity activation;
+* the monitor every ``every_n_steps`` steps (spectra of H_eff and M, std and condition numbers of
+  Z and H) and the update-size callback every step (:mod:`solo_geometry.updates`);
+* the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
+  in a process pool by the project's launcher plugin (``hydra/launcher=solo_geometry_pool``).
+
+A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
+interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
+``summary.json``, ``table.md``, the figures and ``index.html`` (:mod:`.collapse_page`) and prints
+each claim's verdict (:mod:`.collapse_summary`), computed from the runs' numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from solo_geometry.datasets import make_digits
+from solo_geometry.pretrain import HOSTS, pretrain, resolve_host
+from solo_geometry.reproduce.collapse_page import write_page
+from solo_geometry.reproduce.collapse_summary import (
+    cell_record,
+    print_claims,
+    summarise,
+    write_summary,
+)
+
+__all__ = [
+    "ALPHA",
+    "DATA_CHOICES",
+    "HEADS",
+    "LR_FACTORS",
+    "NORMS",
+    "SEEDS",
+    "CellConfig",
+    "Protocol",
+    "add_parser",
+    "cell_id",
+    "grid_overrides",
+    "reproduce_collapse",
+    "run_cell",
+]
+
+# Head name -> the activation of geometry.head (the paper's "linear" is the identity).
+HEADS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
+NORMS = ("bn", "none")
+LR_FACTORS = (0.1, 1.0, 10.0)  # the paper's small, base and large rates (0.005, 0.05, 0.5)
+SEEDS = (0, 1, 2)
+ALPHA = 0.1  # the paper's collapse_init_scale
+DATA_CHOICES = ("digits", "cifar10", "cifar100")
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "simsiam.yaml"
+BASE_LR = 0.05  # the recipe's effective rate (0.2 x 64 / 256), the paper's lr_collapse
+# torchvision's folder of each CIFAR under --data-root, and a file it must hold.
+CIFAR_FILES = {
+    "cifar10": "cifar-10-batches-py/data_batch_1",
+    "cifar100": "cifar-100-python/train",
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How long each cell trains and how often it is measured."""
+
+    epochs: int
+    steps_per_epoch: int
+    batch_size: int
+    every_n_steps: int
+    seeds: tuple[int, ...]
+    lr_factors: tuple[float, ...]
+    heads: tuple[str, ...] = tuple(HEADS)
+    norms: tuple[str, ...] = NORMS
+
+
+# --quick: one seed, the base rate, both norms, all four heads (the CI form).
+QUICK = Protocol(epochs=4, steps_per_epoch=8, batch_size=32, every_n_steps=8, seeds=(0,),
+                 lr_factors=(1.0,))  # fmt: skip
+FULL = Protocol(epochs=6, steps_per_epoch=12, batch_size=32, every_n_steps=12, seeds=SEEDS,
+                lr_factors=LR_FACTORS)  # fmt: skip
+
+
+@dataclass
+class CellConfig:
+    """One cell of the grid: the config node of :func:`run_cell` (Hydra app ``collapse``)."""
+
+    head: str = "swish"  # a key of HEADS
+    norm: str = "none"  # one of NORMS
+    lr: float = BASE_LR  # the optimiser's effective rate (after solo-learn's batch scaling)
+    seed: int = 0
+    out: str = "collapse"  # the sweep folder
+    train_path: str = "data/digits/train"
+    dataset: str = "custom"  # the recipe's data.dataset: custom (digits), cifar10, cifar100
+    host: str = "auto"
+    solo_root: str | None = None
+    epochs: int = QUICK.epochs
+    steps_per_epoch: int = QUICK.steps_per_epoch
+    batch_size: int = QUICK.batch_size
+    every_n_steps: int = QUICK.every_n_steps
+    max_samples: int = 4  # samples in the Hessian operators' sub-block
+    threads: int = 1  # torch threads per cell
+    alpha: float = ALPHA
+    keep_checkpoints: bool = False
+
+
+ConfigStore.instance().store(name="reproduce_collapse", node=CellConfig)
+
+
+def cell_id(head: str, norm: str, lr: float, seed: int) -> str:
+    """The cell's folder name, e.g. ``swish-bn-lr0.05-s0``."""
+    return f"{head}-{norm}-lr{lr:g}-s{seed}"
+
+
+def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) -> list[str]:
+    """The recipe overrides of one cell: the paper's heads, pseudo-collapse, measurements.
+
+    Raises:
+        ValueError: on an unknown head or norm.
+    """
+    if cfg.head not in HEADS:
+        raise ValueError(f"unknown head {cfg.head!r}; choose from {sorted(HEADS)}")
+    if cfg.norm not in NORMS:
+        raise ValueError(f"unknown norm {cfg.norm!r}; choose from {list(NORMS)}")
+    recipe_lr = cfg.lr * 256 / cfg.batch_size  # solo-learn multiplies by batch_size / 256
+    return [
+        "+geometry=on",
+        f"name=collapse-{cell_id(cfg.head, cfg.norm, cfg.lr, cfg.seed)}",
+        "geometry.head.name=smooth_mlp", f"geometry.head.activation={HEADS[cfg.head]}",
+        f"geometry.head.norm={cfg.norm}", "geometry.head.bias=false",
+        f"geometry.head.out_norm={str(cfg.norm == 'bn').lower()}",
+        "geometry.predictor.name=smooth_mlp",  # follows the head's activation and norm
+        "geometry.init.pseudo_collapse=true", f"geometry.init.alpha={cfg.alpha}",
+        "geometry.probes.enabled=false", "geometry.measure.augment=false",
+        "geometry.measure.updates=true", f"geometry.every_n_steps={cfg.every_n_steps}",
+        "geometry.budget=null", f"geometry.max_samples={cfg.max_samples}",
+        "geometry.measure.density_probes=1", "geometry.report=false",
+        f"++seed={cfg.seed}", f"optimizer.lr={recipe_lr!r}",
+        f"optimizer.batch_size={cfg.batch_size}",
+        f"max_epochs={cfg.epochs}", f"++limit_train_batches={cfg.steps_per_epoch}",
+        f"data.dataset={cfg.dataset}", f"data.train_path={cfg.train_path}",
+        f"data.val_path={data_val}" if data_val else "data.val_path=null",
+        "++enable_progress_bar=false", "++enable_model_summary=false", "++log_every_n_steps=1",
+    ]  # fmt: skip
+
+
+# Settings a finished cell must share with the sweep to be skipped (else it is retrained).
+PROTOCOL_KEYS = ("epochs", "steps_per_epoch", "batch_size", "every_n_steps", "max_samples",
+                 "alpha", "dataset", "train_path")  # fmt: skip
+
+
+def _cell_file(out: Path, cell: str) -> Path:
+    return out / "cells" / f"{cell}.json"
+
+
+def _finished(record: Path, cfg: DictConfig) -> dict[str, Any] | None:
+    """The stored result of a cell trained with this sweep's protocol, else None."""
+    if not record.is_file():
+        return None
+    stored = json.loads(record.read_text())
+    same = all(stored.get("cell", {}).get(k) == cfg[k] for k in PROTOCOL_KEYS)
+    return stored if same else None
+
+
+@contextlib.contextmanager
+def _outside_hydra() -> Iterator[None]:
+    """Let the recipe be composed (Hydra's compose API) from inside this Hydra job."""
+    global_hydra = GlobalHydra.instance()
+    saved = global_hydra.hydra if global_hydra.is_initialized() else None
+    global_hydra.clear()
+    try:
+        yield
+    finally:
+        global_hydra.clear()
+        if saved is not None:
+            global_hydra.initialize(saved)
+
+
+def run_cell(cfg: DictConfig) -> str:
+    """Hydra task: train one cell unless its record exists; return a one-line account of it.
+
+    The record ``<out>/cells/<cell>.json`` (row and per-epoch series, from the run folder's
+    own ``geometry.jsonl`` and ``updates.jsonl``) is written last, atomically: it marks the cell
+    finished. A cell without it is trained afresh (an interrupted run folder is removed).
+    """
+    out = Path(cfg.out)
+    cell = cell_id(cfg.head, cfg.norm, float(cfg.lr), int(cfg.seed))
+    record = _cell_file(out, cell)
+    stored = _finished(record, cfg)
+    if stored is not None:
+        return f"{cell}: finished earlier, skipped"
+    torch.set_num_threads(int(cfg.threads))
+    os.environ["OMP_NUM_THREADS"] = str(cfg.threads)  # the solo host's subprocess
+    runs_root = out / "runs" / cell
+    shutil.rmtree(runs_root, ignore_errors=True)
+    start = time.perf_counter()
+    with _outside_hydra():
+        host, run = pretrain(RECIPE, cell_overrides(cfg), host=cfg.host, runs_root=runs_root,
+                             solo_root=cfg.solo_root)  # fmt: skip
+    seconds = time.perf_counter() - start
+    if not cfg.keep_checkpoints:
+        shutil.rmtree(Path(run) / "checkpoints", ignore_errors=True)
+    container = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(container, dict)
+    cell_cfg = {str(k): v for k, v in container.items()}
+    result = cell_record(Path(run), cell_cfg, host=host, seconds=seconds, root=out)
+    result["cell"] = cell_cfg
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, record)
+    row = result["row"]
+    return (f"{cell}: std(H) {row['start_std']:.3g} -> {row['final_std']:.3g}, "
+            f"escaped={row['escaped']} ({seconds:.0f} s)")  # fmt: skip
+
+
+# The Hydra application: run_cell stays importable by name (the pool pickles it by reference).
+_app = hydra.main(version_base=None, config_path=None, config_name="reproduce_collapse")(run_cell)
+
+
+def grid_overrides(protocol: Protocol, base_lr: float = BASE_LR) -> list[str]:
+    """The sweep's axes as Hydra multirun overrides (``head=a,b,... norm=... lr=... seed=...``)."""
+    lrs = ",".join(f"{base_lr * f:g}" for f in protocol.lr_factors)
+    return [
+        f"head={','.join(protocol.heads)}", f"norm={','.join(protocol.norms)}", f"lr={lrs}",
+        f"seed={','.join(str(s) for s in protocol.seeds)}",
+    ]  # fmt: skip
+
+
+def _multirun(overrides: Sequence[str]) -> None:
+    """Run the Hydra app as ``--multirun`` with ``overrides`` (in this process).
+
+    Raises:
+        RuntimeError: if Hydra reports a failed job or a bad override.
+    """
+    argv = sys.argv
+    sys.argv = ["solo-geometry-reproduce-collapse", "--multirun", *overrides]
+    try:
+        _app()
+    except SystemExit as err:
+        if err.code not in (0, None):
+            raise RuntimeError(f"the collapse sweep failed (Hydra exit {err.code})") from None
+    finally:
+        sys.argv = argv
+
+
+def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
+    """``(data.dataset, data.train_path)`` of the cells; digits are written under ``out``.
+
+    Raises:
+        ValueError: for an unknown data set, or CIFAR without ``--data-root``.
+        FileNotFoundError: when CIFAR's torchvision files are not under ``data_root`` (nothing
+            is downloaded).
+    """
+    if data not in DATA_CHOICES:
+        raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
+    if data == "digits":
+        root = make_digits(out / "data" / "digits")
+        return "custom", str(root / "train")
+    if data_root is None:
+        raise ValueError(f"--data {data} needs --data-root DIR holding torchvision's files")
+    needed = Path(data_root) / CIFAR_FILES[data]
+    if not needed.is_file():
+        raise FileNotFoundError(
+            f"--data {data}: torchvision's files are not in {str(data_root)!r} (no "
+            f"{CIFAR_FILES[data]}); nothing is downloaded: fetch them first, e.g. "
+            f"torchvision.datasets.{data.upper()}({str(data_root)!r}, download=True)"
+        )
+    return data, str(data_root)
+
+
+def reproduce_collapse(
+    out: str | Path,
+    *,
+    quick: bool = False,
+    data: str = "digits",
+    data_root: str | Path | None = None,
+    host: str = "auto",
+    jobs: int | None = None,
+    threads: int = 1,
+    protocol: Protocol | None = None,
+    extra: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Run (or resume) the sweep, then summarise it, draw the page and print the verdicts.
+
+    Args:
+        out: the sweep folder (``runs/``, ``cells/``, ``summary.json``, ``index.html``).
+        quick: one seed, the base rate (the CI form); else the full grid.
+        data: ``digits`` (embedded) or ``cifar10``/``cifar100`` (files already on disk).
+        data_root: the folder holding torchvision's CIFAR files.
+        host: ``auto``, ``solo`` or ``lightly``.
+        jobs: cells run at once (None: the cores available // ``threads``).
+        threads: torch threads per cell.
+        protocol: epochs, steps and grid (None: ``QUICK`` or ``FULL``).
+        extra: further Hydra overrides of the cell config (e.g. ``epochs=2``).
+
+    Returns:
+        The summary (also written to ``<out>/summary.json``).
+
+    Raises:
+        ValueError: bad data, host, jobs or threads, before anything is written.
+        FileNotFoundError: CIFAR files missing.
+    """
+    resolve_host(host)  # an unknown host or solo without solo-learn fails here
+    if threads < 1 or (jobs is not None and jobs < 1):
+        raise ValueError(f"--jobs and --threads must be >= 1, got jobs={jobs}, threads={threads}")
+    if data not in DATA_CHOICES:
+        raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
+    out = Path(out).resolve()
+    protocol = protocol or (QUICK if quick else FULL)
+    dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
+    overrides = [
+        *grid_overrides(protocol), f"out={out}", f"train_path={train_path}", f"dataset={dataset}",
+        f"host={host}", f"epochs={protocol.epochs}", f"steps_per_epoch={protocol.steps_per_epoch}",
+        f"batch_size={protocol.batch_size}", f"every_n_steps={protocol.every_n_steps}",
+        f"threads={threads}", "hydra/launcher=solo_geometry_pool",
+        f"hydra.launcher.n_jobs={'null' if jobs is None else jobs}",
+        f"hydra.launcher.threads_per_job={threads}", f"hydra.sweep.dir={out / 'hydra'}",
+        "hydra.sweep.subdir=${hydra.job.num}", "hydra/job_logging=disabled",
+        "hydra/hydra_logging=disabled", *extra,
+    ]  # fmt: skip
+    _multirun(overrides)
+    cells = [cell_id(h, n, BASE_LR * f, s) for h in protocol.heads for n in protocol.norms
+             for f in protocol.lr_factors for s in protocol.seeds]  # fmt: skip
+    records = [json.loads(_cell_file(out, c).read_text()) for c in sorted(cells)]
+    summary = summarise(records, quick=quick, protocol=protocol.__dict__)
+    write_summary(out, summary)
+    write_page(out, summary, records)
+    print_claims(summary)
+    print(f"summary: {out / 'summary.json'}\npage:    {out / 'index.html'}", flush=True)
+    return summary
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Entry of ``solo-geometry reproduce collapse``."""
+    reproduce_collapse(args.out, quick=args.quick, data=args.data, data_root=args.data_root,
+                       host=args.host, jobs=args.jobs, threads=args.threads,
+                       extra=args.overrides)  # fmt: skip
+    return 0
+
+
+def add_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``collapse`` action on the ``reproduce`` parser."""
+    parser = actions.add_parser(
+        "collapse",
+        help="SimSiam from pseudo-collapse: heads x norms x lrs x seeds (Hydra multirun)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--quick", action="store_true", help="one seed, one lr (the CI form)")
+    parser.add_argument("--out", type=Path, default=Path("runs/reproduce/collapse"),
+                        help="sweep folder (default: runs/reproduce/collapse)")  # fmt: skip
+    parser.add_argument("--data", choices=DATA_CHOICES, default="digits",
+                        help="digits (embedded) or CIFAR files already on disk")  # fmt: skip
+    parser.add_argument("--data-root", type=Path, default=None,
+                        help="torchvision's CIFAR folder (never downloaded)")  # fmt: skip
+    parser.add_argument("--host", choices=HOSTS, default="auto",
+                        help="auto: solo-learn when importable, else lightly")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="cells at once (default: available cores // threads)")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per cell")
+    parser.add_argument("overrides", nargs="*",
+                        help="Hydra overrides of the cell config, e.g. epochs=2")  # fmt: skip
+    parser.set_defaults(func=_run)
+    return parser

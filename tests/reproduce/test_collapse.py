@@ -1,0 +1,207 @@
+"""``solo-geometry reproduce collapse``: a real sweep end to end, resume, and bad input.
+
+The sweep runs the real Hydra multirun (the pool launcher, the lightly host, real Lightning
+Trainers on the digits), two cells of one epoch of two steps. Every number in ``summary.json`` is
+recomputed here from the run folders' own files, read as plain JSON (not through the package's
+readers), with the criterion and definitions re-implemented from README.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from solo_geometry.cli import main as cli_main
+from solo_geometry.reproduce.collapse import Protocol, reproduce_collapse
+from solo_geometry.reproduce.collapse_summary import cell_record
+
+hydra_plugins = pytest.importorskip("hydra_plugins.solo_geometry_launcher.solo_geometry_launcher")
+
+TINY = Protocol(epochs=2, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
+                lr_factors=(1.0,), heads=("linear", "swish"), norms=("none",))  # fmt: skip
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _expected_row(run: Path) -> dict:
+    """The row's numbers recomputed from the run folder's files (README's definitions)."""
+    records = [r for r in _lines(run / "geometry.jsonl") if r["status"] == "ok"]
+    start, final = records[0], records[-1]
+    assert start["step"] == 0
+    s0, s1 = start["metrics"]["h/normalized_std"], final["metrics"]["h/normalized_std"]
+    lam, floor = start["metrics"]["m/lambda_min"], start["settings"]["floor"]
+    frac, dim = start["metrics"]["m/neg_fraction"], start["settings"]["dim"]
+    if lam is None:
+        count = None
+    elif lam >= -floor:
+        count = 0
+    else:
+        count = max(1, round(frac * dim))
+    updates = _lines(run / "updates.jsonl")
+    return {
+        "start_std": s0, "final_std": s1, "escaped": s1 >= 2 * s0, "m_neg_count_start": count,
+        "m_lambda_min_start": lam, "steps": final["step"],
+        "timescale_ratio": sum(u["metrics"]["timescale_ratio"] for u in updates) / len(updates),
+        "lr_recorded": sum(u["metrics"]["head/lr"] for u in updates) / len(updates),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    out = tmp_path_factory.mktemp("collapse")
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        summary = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY)
+    return out, summary, buf.getvalue()
+
+
+class TestSweep:
+    def test_rows_match_run_folders(self, sweep: tuple[Path, dict, str]) -> None:
+        out, summary, _ = sweep
+        on_disk = json.loads((out / "summary.json").read_text())
+        assert on_disk["rows"] == summary["rows"]
+        assert {(r["head"], r["norm"]) for r in on_disk["rows"]} == {
+            ("linear", "none"),
+            ("swish", "none"),
+        }
+        for row in on_disk["rows"]:
+            want = _expected_row(out / row["run"])
+            for key, value in want.items():
+                if isinstance(value, float):
+                    assert row[key] == pytest.approx(value, rel=1e-12), key
+                else:
+                    assert row[key] == value, key
+            assert want["steps"] == TINY.epochs * TINY.steps_per_epoch
+            assert row["lr"] == pytest.approx(want["lr_recorded"])  # the rate actually used
+            assert row["seed"] == 0 and row["host"] == "lightly"
+
+    def test_cell_record_recomputed_in_process(self, sweep: tuple[Path, dict, str]) -> None:
+        out, summary, _ = sweep
+        for row in summary["rows"]:
+            cell = {"head": row["head"], "norm": row["norm"], "lr": row["lr"], "seed": 0,
+                    "epochs": TINY.epochs, "steps_per_epoch": TINY.steps_per_epoch}  # fmt: skip
+            got = cell_record(out / row["run"], cell, host="lightly", seconds=0.0, root=out)
+            for key, value in _expected_row(out / row["run"]).items():
+                if key != "lr_recorded":
+                    assert got["row"][key] == pytest.approx(value, rel=1e-12), key
+            # the series: step 0, then one record per epoch (every_n_steps = steps per epoch)
+            stds = [
+                r["metrics"]["h/normalized_std"]
+                for r in _lines(out / row["run"] / "geometry.jsonl")
+                if r["status"] == "ok"
+            ]
+            assert got["series"]["h/normalized_std"] == pytest.approx(stds, rel=1e-12)
+
+    def test_linear_head_has_no_negative_curvature_at_start(
+        self, sweep: tuple[Path, dict, str]
+    ) -> None:
+        rows = {r["head"]: r for r in sweep[1]["rows"]}
+        assert rows["linear"]["m_neg_count_start"] == 0  # M = 0 for a linear head (DESIGN 3)
+
+    def test_page_and_table(self, sweep: tuple[Path, dict, str]) -> None:
+        out, summary, _ = sweep
+        page = (out / "index.html").read_text()
+        for name in ("fig1_collapse_instability", "fig1_swish_robustness", "fig1_relu_gap",
+                     "fig1_gradient_norms", "fig1_condition_numbers",
+                     "fig1_timescale_separation"):  # fmt: skip
+            assert (out / f"{name}.png").stat().st_size > 1000
+            assert f"{name}.png" in page
+        assert "| linear | none | 0.05 | 1 |" in (out / "table.md").read_text()
+        assert set(summary["spearman"]) == {"linear", "swish"}
+
+    def test_claims_printed_from_the_rows(self, sweep: tuple[Path, dict, str]) -> None:
+        _, summary, printed = sweep
+        rows = {r["head"]: r for r in summary["rows"]}
+        first = summary["claims"][0]
+        smooth, linear = rows["swish"]["escaped"], rows["linear"]["escaped"]
+        want = "held" if smooth and not linear else ("held in part" if smooth else "not held")
+        assert first["verdict"] == want
+        assert f"[{want}] smooth heads' std(H) rose" in printed
+        third = summary["claims"][2]
+        counts = (rows["swish"]["m_neg_count_start"], rows["linear"]["m_neg_count_start"])
+        if None not in counts:
+            want3 = "held" if counts[0] > 0 and counts[1] == 0 else "not held"
+            assert third["verdict"] == want3
+
+    def test_rerun_skips_finished_cells_and_resumes_the_rest(
+        self, sweep: tuple[Path, dict, str], capfd: pytest.CaptureFixture
+    ) -> None:
+        out, summary, _ = sweep
+        (out / "cells" / "linear-none-lr0.05-s0.json").unlink()  # as if interrupted
+        kept = out / next(r["run"] for r in summary["rows"] if r["head"] == "swish")
+        again = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY)
+        printed = capfd.readouterr().out
+        assert "swish-none-lr0.05-s0: finished earlier, skipped" in printed
+        assert "linear-none-lr0.05-s0: std(H)" in printed  # trained again
+        assert kept.is_dir()
+        swish = [r for r in again["rows"] if r["head"] == "swish"]
+        assert swish == [r for r in summary["rows"] if r["head"] == "swish"]
+        assert math.isfinite(next(r for r in again["rows"] if r["head"] == "linear")["final_std"])
+
+
+class TestBadInput:
+    def test_cifar_files_absent_is_exit_2_without_download(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture
+    ) -> None:
+        out, empty = tmp_path / "out", tmp_path / "empty"
+        empty.mkdir()
+        code = cli_main(["reproduce", "collapse", "--quick", "--out", str(out),
+                         "--data", "cifar10", "--data-root", str(empty)])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert len(err) == 1 and "nothing is downloaded" in err[0] and "cifar10" in err[0]
+        assert not out.exists() and list(empty.iterdir()) == []
+
+    def test_cifar_without_root(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        code = cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"),
+                         "--data", "cifar100"])  # fmt: skip
+        assert code == 2 and "--data-root" in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
+
+    @pytest.mark.parametrize("argv", [["--host", "nope"], ["--data", "mnist"]])
+    def test_bad_choice_exits_2(self, argv: list[str], tmp_path: Path) -> None:
+        with pytest.raises(SystemExit) as info:
+            cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"), *argv])
+        assert info.value.code == 2
+
+    def test_bad_jobs(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        code = cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"), "--jobs", "0"])
+        assert code == 2 and "--jobs" in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
+
+
+class TestPoolSize:
+    def test_sizes(self) -> None:
+        size = hydra_plugins.pool_size
+        assert size(3, 1, 10) == 3
+        assert size(8, 1, 2) == 2  # never more workers than jobs
+        assert size(None, 1, 100) == hydra_plugins.available_cores()
+        assert size(None, 64, 100) == 1
+        with pytest.raises(ValueError, match="n_jobs"):
+            size(0, 1, 3)
+
+
+class TestSoloHost:
+    def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
+        from solo_geometry.pretrain import solo_available
+
+        if not solo_available():
+            pytest.skip("solo-learn 1.0.6 is not importable: the solo host cannot run")
+        one = Protocol(epochs=1, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
+                       lr_factors=(1.0,), heads=("swish",), norms=("none",))  # fmt: skip
+        summary = reproduce_collapse(tmp_path, quick=True, host="solo", jobs=1, protocol=one)
+        (row,) = summary["rows"]
+        assert row["host"] == "solo"
+        want = _expected_row(tmp_path / row["run"])
+        assert row["final_std"] == pytest.approx(want["final_std"], rel=1e-12)
+        assert row["m_neg_count_start"] == want["m_neg_count_start"]
+        config = (tmp_path / row["run"] / "config.yaml").read_text()
+        assert "simsiam" in config and "smooth_mlp" in config
