@@ -7,6 +7,7 @@ Subcommands:
     report RUN [RUN ...]    plots and index.html of one run, or several overlaid
     orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
     demo                    the end-to-end main job on the embedded data
+    upstream export         the patch series contributing the heads to solo-learn
 
 Bad input exits with status 2 and a message naming the value and the choices (set
 ``SOLO_GEOMETRY_DEBUG=1`` for the traceback).
@@ -30,11 +31,18 @@ from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.pretrain import add_pretrain_parser
 from solo_geometry.report import add_report_parser
 from solo_geometry.run_folder import RunFolder
+from solo_geometry.upstream import add_upstream_parser
 
 __all__ = ["build_parser", "main"]
 
 # Functions adding a subparser: each module owns its subcommand.
-_SUBCOMMANDS = (add_pretrain_parser, add_report_parser, add_demo_parser, add_orbits_parser)
+_SUBCOMMANDS = (
+    add_pretrain_parser,
+    add_report_parser,
+    add_demo_parser,
+    add_orbits_parser,
+    add_upstream_parser,
+)
 
 
 class UsageError(Exception):
