@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -172,7 +173,7 @@ def build_commits(root: Path) -> tuple[list[Commit], list[MethodEdit]]:
         ),
         Commit(
             "Build the plain MLP projectors with build_projector",
-            f"Methods: {names}.\n\n"
+            textwrap.fill(f"Methods: {names}.", 76) + "\n\n"
             "With no new key set each builds exactly its former projector: same modules, same\n"
             "state-dict keys, same initial values for the same seed (tests/methods/\n"
             "test_projectors.py checks it against the inline layout).",
