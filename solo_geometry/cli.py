@@ -8,6 +8,7 @@ Subcommands:
     orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
     demo                    the end-to-end main job on the embedded data
     reproduce collapse      the paper's collapse experiment (Hydra multirun sweep)
+    upstream export         the patch series contributing the heads to solo-learn
 
 Bad input exits with status 2 and a message naming the value and the choices (set
 ``SOLO_GEOMETRY_DEBUG=1`` for the traceback).
@@ -32,6 +33,7 @@ from solo_geometry.pretrain import add_pretrain_parser
 from solo_geometry.report import add_report_parser
 from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run_folder import RunFolder
+from solo_geometry.upstream import add_upstream_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -42,6 +44,7 @@ _SUBCOMMANDS = (
     add_demo_parser,
     add_orbits_parser,
     add_reproduce_parser,
+    add_upstream_parser,
 )
 
 
