@@ -81,8 +81,9 @@ def vicreg_loss(
         The scalar loss.
     """
     n, d = g1.shape
-    cov = sum(off_diagonal_sq_sum(c, c) for c in (g1 - g1.mean(0), g2 - g2.mean(0)))
-    cov = cov / ((n - 1) ** 2 * d)  # cov = c^T c / (N - 1); mean over D as solo-learn's sum / D
+    c1, c2 = g1 - g1.mean(0), g2 - g2.mean(0)  # (N_total, D) each
+    # cov = c^T c / (N - 1); solo-learn divides its off-diagonal sum by D
+    cov = (off_diagonal_sq_sum(c1, c1) + off_diagonal_sq_sum(c2, c2)) / ((n - 1) ** 2 * d)
     return (
         sim_loss_weight * F.mse_loss(z1, z2)
         + var_loss_weight * _variance(g1, g2)
@@ -118,7 +119,7 @@ def vibcreg_loss(
     """
     d = g1.shape[1]
     unit = [F.normalize(g - g.mean(0), p=2, dim=0) for g in (g1, g2)]  # (N_total, D) each
-    cov = sum(off_diagonal_sq_sum(u, u) for u in unit) / d**2
+    cov = (off_diagonal_sq_sum(unit[0], unit[0]) + off_diagonal_sq_sum(unit[1], unit[1])) / d**2
     return (
         sim_loss_weight * F.mse_loss(z1, z2)
         + var_loss_weight * _variance(g1, g2)
