@@ -1,0 +1,1 @@
+"""The paper's experiments as commands: ``solo-geometry reproduce collapse|invariance|all``."""
