@@ -6,6 +6,8 @@ Subcommands:
     probe RUN --data DIR    backbone-vs-head probes and orbit table of a run or checkpoint
     report RUN [RUN ...]    plots and index.html of one run, or several overlaid
     orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
+    reproduce invariance    the paper's invariance findings (guillotine, orbits, curvature,
+                            head depth, whitening); ``reproduce all``: every experiment, one page
     demo                    the end-to-end main job on the embedded data
 
 Bad input exits with status 2 and a message naming the value and the choices (set
@@ -29,6 +31,8 @@ from solo_geometry.evaluation import evaluate
 from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.pretrain import add_pretrain_parser
 from solo_geometry.report import add_report_parser
+from solo_geometry.reproduce.invariance import add_invariance_parser, invariance_experiment
+from solo_geometry.reproduce.paper import add_all_parser
 from solo_geometry.run_folder import RunFolder
 
 __all__ = ["build_parser", "main"]
@@ -109,6 +113,14 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     return parser
 
 
+def _add_reproduce_parser(subparsers: argparse._SubParsersAction) -> None:
+    """``reproduce ACTION``: the paper's experiments (``invariance``, ``all``)."""
+    parser = subparsers.add_parser("reproduce", help="the paper's experiments, one command each")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add_invariance_parser(actions)
+    add_all_parser(actions, [invariance_experiment])  # collapse's experiment goes first
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -118,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_data_parser(subparsers)
     _add_probe_parser(subparsers)
+    _add_reproduce_parser(subparsers)
     for add_parser in _SUBCOMMANDS:
         add_parser(subparsers)
     return parser
