@@ -62,6 +62,7 @@ __all__ = [
     "RECIPE",
     "InvarianceSettings",
     "add_invariance_parser",
+    "format_claims",
     "invariance_experiment",
     "run_invariance",
     "run_invariance_experiment",
@@ -367,12 +368,18 @@ def run_invariance(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"solo-geometry reproduce invariance: error: {err}", file=sys.stderr)
         return 2
-    for claim in result["claims"]:
-        verdict = {True: "held", False: "did not hold", None: "n/a"}[claim["held"]]
-        print(
-            f"  {verdict:>12s}  {claim['text']}: {claim['measured']} (paper: {claim['published']})"
-        )
+    print(format_claims(result["claims"]))
     return 0
+
+
+def format_claims(claims: list[dict[str, Any]]) -> str:
+    """The verdicts as text: per claim, the verdict and claim, then this run's and the paper's."""
+    lines = []
+    for claim in claims:
+        verdict = {True: "held", False: "did not hold", None: "n/a"}[claim["held"]]
+        lines.append(f"{verdict:>12s}  {claim['text']}")
+        lines.append(f"{'':14s}this run: {claim['measured']}; paper: {claim['published']}")
+    return "\n".join(lines)
 
 
 def add_invariance_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -104,8 +104,7 @@ def _probe_claims(probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out.append(
         _claim(
             "nonlinearity_gap",
-            "MLP-minus-linear rotation gap larger on H than on Z "
-            "(rotation kept, but less linearly, in H)",
+            "MLP-minus-linear rotation probe gap larger on H than on Z",
             _vs(gap_z, gap_h, "{:+.4f}"),
             _vs(pub_z, pub_h, "{:+.4f}"),
             _gt(gap_h, gap_z),
@@ -200,8 +199,7 @@ def _whitening_claims(whitening: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         _claim(
             "whitening",
-            "a metric-linear head whitens: whitening score cond(H) / cond(Z) "
-            "below 1 on held-out images at the end of training",
+            "a metric-linear head whitens: cond Cov(H) / cond Cov(Z) below 1 (held-out)",
             "n/a" if last is None else f"{last:.3f}",
             "claimed, no number published",
             None if last is None else bool(last < 1.0),
