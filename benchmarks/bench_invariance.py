@@ -10,6 +10,7 @@ minutes on 2 cores.
 Usage:
     python benchmarks/bench_invariance.py            # quick form
     python benchmarks/bench_invariance.py --full     # quick, then the full CPU scale
+    python benchmarks/bench_invariance.py --keep DIR # keep each form's outputs in DIR/<form>
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     """Print one row per form."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="also the full CPU scale")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the outputs in KEEP/<form>")
     args = parser.parse_args()
     forms = ["quick", "full"] if args.full else ["quick"]
     print(f"{os.cpu_count()} cores; times in seconds")
@@ -67,7 +69,7 @@ def main() -> None:
     print("{:>7} {:>10} {:>7} {:>9} {:>7} {:>7} {:>11} {:>7} {:>4}".format(*header))
     for form in forms:
         with tempfile.TemporaryDirectory() as tmp:
-            r = run_form(form, Path(tmp))
+            r = run_form(form, Path(tmp) if args.keep is None else args.keep / form)
         load = f"{r['load_before']:.1f}->{r['load_after']:.1f}"
         met = "yes" if r["wall"] < TARGETS[form] else "no"
         print(

@@ -41,7 +41,12 @@ from solo_geometry.checkpoint import load_model
 from solo_geometry.datasets import load_image_folder, make_digits
 from solo_geometry.extras import require
 from solo_geometry.reproduce.invariance_claims import claims
-from solo_geometry.reproduce.invariance_data import DATASETS, check_data_root, export_cifar
+from solo_geometry.reproduce.invariance_data import (
+    DATASETS,
+    check_data_root,
+    export_cifar,
+    train_size,
+)
 from solo_geometry.reproduce.invariance_measure import (
     Splits,
     curvature_seeds,
@@ -104,7 +109,9 @@ class InvarianceSettings:
     num_workers: int
 
 
-# The CPU scale: about 40 minutes on 2 idle cores (benchmarks/bench_invariance.py).
+# The CPU scale: 858 SimCLR steps of 64 digits in all (15 + 3 x 6 + 6 epochs of 22 steps), then
+# probes, 3 x 200 sweeps and 3 orbit draws per model. Not yet timed on idle cores: time it with
+# benchmarks/bench_invariance.py --full (target: under 45 minutes on 2 cores).
 FULL = InvarianceSettings(
     batch_size=64,
     width=512,
@@ -242,8 +249,9 @@ def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[st
 
 
 def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
-    steps = s.whitening_epochs * (s.limit_batches or 10**9)
-    every = max(1, min(steps, 10**6) // 8)
+    per_epoch = train_size(data.dataset, data.train_path) // s.batch_size  # last batch dropped
+    steps = s.whitening_epochs * min(per_epoch, s.limit_batches or per_epoch)
+    every = max(1, steps // 8)  # about 8 measurements over training, and the final one
     extra = _geometry_on(["geometry.head.name=metric_linear"], every=every)
     run = _pretrain(out, data, s, s.whitening_epochs, [*extra, "++checkpoint.keep_prev=true"])
     folder = RunFolder(run)
@@ -266,10 +274,10 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
         for k in keys:
             series[k].append(record.value(k))
     ckpts = sorted(folder.checkpoints.glob("epoch=*.ckpt"), key=lambda p: int(p.stem[6:]))
-    per_epoch = [
+    epochs = [
         {"epoch": int(p.stem[6:]), **spectra_of(load_model(p), data.splits)} for p in ckpts
     ]
-    return {"run": str(run), "series": series, "epochs": per_epoch}
+    return {"run": str(run), "series": series, "epochs": epochs}
 
 
 def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSettings) -> _Data:

@@ -8,6 +8,7 @@ and test splits is exported once as PNGs (``<out>/data/<name>/{train,test}/<clas
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -15,7 +16,7 @@ from torchvision import datasets
 
 from solo_geometry.datasets import stratified_split
 
-__all__ = ["DATASETS", "check_data_root", "export_cifar"]
+__all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
 
 DATASETS = ("digits", "cifar10", "cifar100")
 _CIFAR = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}
@@ -53,6 +54,13 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
     return root
 
 
+def train_size(dataset: str, train_path: Path) -> int:
+    """Number of pretraining images: CIFAR's train split, or the image folder's files."""
+    if dataset in _CIFAR:
+        return len(_CIFAR[dataset](str(train_path), train=True, download=False))
+    return len(datasets.ImageFolder(str(train_path)).samples)
+
+
 def _export(base: datasets.VisionDataset, out: Path, n: int, seed: int) -> Path:
     labels = torch.tensor(base.targets)
     keep = labels.numel()
@@ -86,8 +94,10 @@ def export_cifar(
     folders = []
     for split, n in zip(("train", "test"), sizes, strict=True):
         target = out / split
-        if not target.is_dir():
+        if not target.is_dir():  # written beside, then renamed: never a half-written folder
             base = _CIFAR[dataset](str(data_root), train=split == "train", download=False)
-            _export(base, target, n, seed)
+            partial = out / f".{split}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            _export(base, partial, n, seed).rename(target)
         folders.append(target)
     return folders[0], folders[1]

@@ -20,6 +20,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
+from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.reproduce.invariance import (
     QUICK,
     add_invariance_parser,
@@ -178,8 +179,6 @@ class TestInvarianceRun:
     def test_orbits_command_reanalyses_the_saved_arrays(
         self, reproduced: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
     ) -> None:
-        from solo_geometry.orbits_cli import add_orbits_parser
-
         out, result = reproduced
         row = result["guillotine"]["orbits"]["per_seed"][0]
         parser = argparse.ArgumentParser()
