@@ -8,6 +8,8 @@ Subcommands:
     orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
     demo                    the end-to-end main job on the embedded data
     reproduce collapse      the paper's collapse experiment (Hydra multirun sweep)
+    reproduce invariance    the paper's invariance findings (guillotine, orbits, curvature,
+                            head depth, whitening); ``reproduce all``: both, one page
     upstream export         the patch series contributing the heads to solo-learn
 
 Bad input exits with status 2 and a message naming the value and the choices (set

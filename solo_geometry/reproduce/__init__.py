@@ -1,25 +1,35 @@
 """The paper's experiments as one command each: ``solo-geometry reproduce <action>``.
 
-Each action is a Hydra multirun sweep over the paper's grid (the project's own launcher runs
-the cells in a process pool), a summary computed from the runs' own records, the paper's figures
-on one page, and a verdict per claim computed from this run's numbers.
+* :mod:`.collapse`: SimSiam from pseudo-collapse, heads x norms x learning rates x seeds, a Hydra
+  multirun sweep (the project's own launcher runs the cells in a process pool);
+* :mod:`.invariance`: SimCLR with the paper's augmentations, guillotine probes, the orbit table,
+  rotation-sweep curvature, head depth and whitening;
+* ``all``: both, and one page (``paper.html``) with each table and figure next to the paper's
+  published numbers.
 
-* :mod:`.collapse`: SimSiam from pseudo-collapse, heads x norms x learning rates x seeds.
-
-An action registers itself by a function ``add_parser(actions)`` listed in :data:`ACTIONS`
-(``actions`` is the ``reproduce`` parser's subparsers object); adding one is a line here.
+Each writes a summary computed from the runs' own records and a verdict per claim computed from
+this run's numbers. An action registers itself by a function ``add_parser(actions)`` listed in
+:data:`ACTIONS` (``actions`` is the ``reproduce`` parser's subparsers object).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 
 from solo_geometry.reproduce import collapse
+from solo_geometry.reproduce.invariance import add_invariance_parser, invariance_experiment
+from solo_geometry.reproduce.paper import add_all_parser
 
 __all__ = ["ACTIONS", "add_reproduce_parser"]
 
 # One function per action: it adds the action's subparser and sets its ``func``.
-ACTIONS = (collapse.add_parser,)
+ACTIONS = (
+    collapse.add_parser,
+    add_invariance_parser,
+    functools.partial(add_all_parser, experiments=[collapse.collapse_experiment,
+                                                   invariance_experiment]),
+)  # fmt: skip
 
 
 def add_reproduce_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -33,7 +43,7 @@ def add_reproduce_parser(subparsers: argparse._SubParsersAction) -> argparse.Arg
     """
     parser = subparsers.add_parser(
         "reproduce",
-        help="reproduce one of the paper's experiments (a Hydra multirun sweep)",
+        help="reproduce the paper's experiments (collapse, invariance, all)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_geometry.datasets import make_digits
 from solo_geometry.pretrain import HOSTS, pretrain, resolve_host
-from solo_geometry.reproduce.collapse_page import write_page
+from solo_geometry.reproduce.collapse_page import FIGURES, page_body, write_page
 from solo_geometry.reproduce.collapse_summary import (
     cell_record,
     print_claims,
@@ -60,6 +60,7 @@ __all__ = [
     "Protocol",
     "add_parser",
     "cell_id",
+    "collapse_experiment",
     "grid_overrides",
     "reproduce_collapse",
     "run_cell",
@@ -350,6 +351,13 @@ def reproduce_collapse(
     print_claims(summary)
     print(f"summary: {out / 'summary.json'}\npage:    {out / 'index.html'}", flush=True)
     return summary
+
+
+def collapse_experiment(out: Path, quick: bool) -> tuple[str, str]:
+    """Run the sweep into ``out/collapse``; its page section for ``reproduce all``."""
+    summary = reproduce_collapse(out / "collapse", quick=quick)
+    figures = [f for f in FIGURES if (out / "collapse" / f).is_file()]
+    return "Collapse (pseudo-collapse, alpha 0.1)", page_body(summary, figures, "collapse/")
 
 
 def _run(args: argparse.Namespace) -> int:

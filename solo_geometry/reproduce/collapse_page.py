@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from solo_geometry.reproduce.collapse_summary import table_markdown  # noqa: E402
 
-__all__ = ["FIGURES", "write_page"]
+__all__ = ["FIGURES", "page_body", "write_page"]
 
 COLOURS = {"linear": "#1f77b4", "relu": "#ff7f0e", "gelu": "#2ca02c", "swish": "#d62728"}
 # file name -> title
@@ -142,7 +142,8 @@ def write_figures(out: Path, records: Records) -> list[str]:
     return list(draws)
 
 
-def _page(summary: Mapping[str, Any], figures: Sequence[str]) -> str:
+def page_body(summary: Mapping[str, Any], figures: Sequence[str], prefix: str = "") -> str:
+    """The page's HTML body; figure paths relative to the page, under ``prefix``."""
     claims = "".join(
         f"<li><b>{html.escape(c['verdict'])}</b>: {html.escape(c['claim'])}<br>"
         f"<small>{html.escape(c['evidence'])}</small></li>"
@@ -153,18 +154,24 @@ def _page(summary: Mapping[str, Any], figures: Sequence[str]) -> str:
         for h, v in summary["spearman"].items()
     )
     images = "".join(
-        f"<h3>{html.escape(FIGURES[f])}</h3><img src='{f}' alt='{f}'>" for f in figures
+        f"<h3>{html.escape(FIGURES[f])}</h3><img src='{prefix}{f}' alt='{f}'>" for f in figures
     )
     return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>collapse</title></head><body>"
-        "<h1>Collapse experiment (pseudo-collapse, alpha 0.1)</h1>"
         f"<p>Escape criterion: {html.escape(summary['escape_criterion'])}. "
         f"Protocol: {html.escape(str(summary['protocol']))}</p>"
         f"<h2>The paper's claims, from this run</h2><ul>{claims}</ul>"
         f"<h2>Mean +- std over seeds</h2><pre>{html.escape(table_markdown(summary))}</pre>"
         "<h2>Spearman rho(std(H), cond(H)) per head</h2><table border=1>"
         f"<tr><th>head</th><th>numerical rank</th><th>paper's clamp</th></tr>{rho}</table>"
-        f"<h2>Figures</h2>{images}</body></html>"
+        f"<h2>Figures</h2>{images}"
+    )
+
+
+def _page(summary: Mapping[str, Any], figures: Sequence[str]) -> str:
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>collapse</title></head><body>"
+        "<h1>Collapse experiment (pseudo-collapse, alpha 0.1)</h1>"
+        f"{page_body(summary, figures)}</body></html>"
     )
 
 

@@ -8,15 +8,19 @@ readers), with the criterion and definitions re-implemented from README.
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
 from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import Protocol, reproduce_collapse
+from solo_geometry.reproduce.collapse_page import FIGURES, page_body
 from solo_geometry.reproduce.collapse_summary import cell_record
+from solo_geometry.reproduce.paper import write_page
 
 hydra_plugins = pytest.importorskip("hydra_plugins.solo_geometry_launcher.solo_geometry_launcher")
 
@@ -116,6 +120,18 @@ class TestSweep:
             assert f"{name}.png" in page
         assert "| linear | none | 0.05 | 1 |" in (out / "table.md").read_text()
         assert set(summary["spearman"]) == {"linear", "swish"}
+
+    def test_section_of_the_paper_page(self, sweep: tuple[Path, dict, str]) -> None:
+        # ``reproduce all`` puts the collapse page's body, figures under collapse/, in paper.html
+        out, summary, _ = sweep
+        figures = [f for f in FIGURES if (out / f).is_file()]
+        page = write_page(
+            out.parent / "paper.html", [("Collapse", page_body(summary, figures, f"{out.name}/"))]
+        )
+        text = page.read_text()
+        sources = re.findall(r"src='([^']+)'", text)
+        assert len(sources) == len(FIGURES) and all((out.parent / s).is_file() for s in sources)
+        assert all(html.escape(c["verdict"]) in text for c in summary["claims"])
 
     def test_claims_printed_from_the_rows(self, sweep: tuple[Path, dict, str]) -> None:
         _, summary, printed = sweep

@@ -1,9 +1,10 @@
 """Data for the lightly host: solo-learn's augmentation pipelines built from torchvision.
 
 Each entry of a recipe's ``augmentations`` list becomes one torchvision pipeline applied
-``num_crops`` times, in solo-learn's order: random resized crop (bicubic) or resize, colour
-jitter, grayscale, Gaussian blur, solarization, equalization, horizontal flip, tensor,
-normalisation. A training sample is ``(index, [view_0, view_1, ...], label)`` as in solo-learn.
+``num_crops`` times, in solo-learn's order: random resized crop (bicubic) or resize, rotation
+(``rotation.prob``; not solo-learn's: the paper's ``RandomRotation(45)``), colour jitter,
+grayscale, Gaussian blur, solarization, equalization, horizontal flip, tensor, normalisation.
+A training sample is ``(index, [view_0, view_1, ...], label)`` as in solo-learn.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from solo_geometry.datasets import mean_std_of
 from solo_geometry.hosts.lightly.nodes import AugmentationNode, DataNode
 
 __all__ = [
+    "ROTATION_DEGREES",
     "MultiViewTransform",
     "build_pipeline",
     "build_train_loader",
@@ -34,6 +36,9 @@ __all__ = [
 # +-3 sigma at the largest sigma.
 _BLUR_SIGMA = (0.1, 2.0)
 _BLUR_KERNEL = 13
+# The paper's rotation augmentation (experiments.py, run_guillotine_experiment): uniform angle in
+# [-45, 45] degrees, nearest neighbour, zero fill (torchvision's defaults).
+ROTATION_DEGREES = 45.0
 
 
 def build_pipeline(dataset: str, aug: AugmentationNode) -> Callable[[Any], torch.Tensor]:
@@ -52,6 +57,8 @@ def build_pipeline(dataset: str, aug: AugmentationNode) -> Callable[[Any], torch
         if aug.rrc
         else T.Resize(size, interpolation=T.InterpolationMode.BICUBIC)
     ]
+    if probs.rotation:  # before the jitter, as the paper's pipeline (a flip commutes in law)
+        steps.append(T.RandomApply([T.RandomRotation(ROTATION_DEGREES)], p=probs.rotation))
     if probs.color_jitter:
         steps.append(T.RandomApply([T.ColorJitter(*aug.jitter)], p=probs.color_jitter))
     if probs.grayscale:

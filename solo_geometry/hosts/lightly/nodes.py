@@ -280,6 +280,9 @@ class AugmentationProbs:
     solarization: float = 0.0
     equalization: float = 0.0
     horizontal_flip: float = 0.0
+    # Not in solo-learn's schema: RandomRotation(ROTATION_DEGREES) with this probability, the
+    # paper's rotation augmentation (experiments.py: transforms.RandomRotation(degrees=45)).
+    rotation: float = 0.0
 
 
 @dataclass(frozen=True)

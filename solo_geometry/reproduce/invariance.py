@@ -1,0 +1,432 @@
+"""``solo-geometry reproduce invariance``: the paper's invariance findings from one command.
+
+Five experiments, each pretraining SimCLR on the lightly host (no solo-learn needed) with the
+paper's augmentations (random resized crop, flip, rotation up to 45 degrees, colour jitter
+0.4/0.4/0.4/0.1 with p 0.8; ``recipes/digits/simclr_invariance.yaml``), Adam at 1e-3,
+temperature 0.1, on the embedded digits (CIFAR-10/100 when torchvision's files are at
+``--data-root``):
+
+1. guillotine: ReLU + BatchNorm projector (the recipe's, width recorded; the paper's 2048);
+   class and 4-way rotation probes, linear and MLP, on Z vs H;
+2. orbits: the paper's orbit table (5 classes x 3 images x 12 rotations), per sampling seed;
+3. curvature of 0-45 degree rotation sweeps, Z vs H, the ratio and its spread over seeds;
+4. head depth 1, 2, 3 (Swish + BatchNorm heads, as head_depth_ablations.py): rotation probe
+   gap, orbit compression and separation, curvature ratio per depth;
+5. whitening: a metric-linear head; its metric spectrum, the covariance spectra of Z and H and
+   the whitening score per epoch (held-out images) and per measurement (``geometry.jsonl``).
+
+Everything lands in ``--out``: ``invariance.json`` (every number, with the paper's published
+value and a verdict computed per claim), the orbit and sweep arrays (``orbits_*.npz`` in the
+paper's layout: ``solo-geometry orbits FILE`` re-analyses them), the run folders, and the page
+``invariance.html`` (:mod:`solo_geometry.reproduce.paper`).
+
+Seeds follow the paper's code: one pretraining, then ``seeds`` draws of the orbit images and of
+the curvature sweeps (experiments.py calls ``set_seed(seed_idx)`` before each draw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from solo_geometry.checkpoint import load_model
+from solo_geometry.datasets import load_image_folder, make_digits
+from solo_geometry.extras import require
+from solo_geometry.reproduce.invariance_claims import claims
+from solo_geometry.reproduce.invariance_data import (
+    DATASETS,
+    check_data_root,
+    export_cifar,
+    train_size,
+)
+from solo_geometry.reproduce.invariance_measure import (
+    Splits,
+    curvature_seeds,
+    orbit_seeds,
+    probe_rows,
+    spectra_of,
+)
+from solo_geometry.reproduce.paper import (
+    add_run_arguments,
+    invariance_section,
+    write_invariance_page,
+)
+from solo_geometry.run_folder import RunFolder
+
+__all__ = [
+    "FULL",
+    "QUICK",
+    "RECIPE",
+    "InvarianceSettings",
+    "add_invariance_parser",
+    "format_claims",
+    "invariance_experiment",
+    "run_invariance",
+    "run_invariance_experiment",
+]
+
+RECIPE = Path(str(files("solo_geometry") / "recipes" / "digits" / "simclr_invariance.yaml"))
+PAPER_LR = 1e-3  # the paper's Adam rate; solo-learn's schema scales the recipe's by batch / 256
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class InvarianceSettings:
+    """Sizes of one reproduction (everything else is the recipe's and the paper's).
+
+    Attributes:
+        batch_size: images per step (two views each); the paper's 256.
+        width: hidden and output width of every head; the paper's 2048.
+        epochs: guillotine pretraining epochs (the paper's 50).
+        depth_epochs: epochs of each head-depth run.
+        whitening_epochs: epochs of the metric-linear run (one checkpoint per epoch).
+        limit_batches: batches per epoch (None: the whole training set).
+        seeds: draws of orbit images and curvature sweeps (the paper's 3).
+        curvature_images: sweeps per draw (the paper's 200; 100 in its depth ablation).
+        mlp_epochs: epoch cap of the MLP probes (early-stopped on validation).
+        probe_images: CIFAR only: images exported per probe split (train, held-out).
+        num_workers: data-loading workers.
+    """
+
+    batch_size: int
+    width: int
+    epochs: int
+    depth_epochs: int
+    whitening_epochs: int
+    limit_batches: int | None
+    seeds: int
+    curvature_images: int
+    mlp_epochs: int
+    probe_images: tuple[int, int]
+    num_workers: int
+
+
+# The CPU scale: 858 SimCLR steps of 64 digits in all (15 + 3 x 6 + 6 epochs of 22 steps), then
+# probes, 3 x 200 sweeps and 3 orbit draws per model. Not yet timed on idle cores: time it with
+# benchmarks/bench_invariance.py --full (target: under 45 minutes on 2 cores).
+FULL = InvarianceSettings(
+    batch_size=64,
+    width=512,
+    epochs=15,
+    depth_epochs=6,
+    whitening_epochs=6,
+    limit_batches=None,
+    seeds=3,
+    curvature_images=200,
+    mlp_epochs=200,
+    probe_images=(10000, 2000),
+    num_workers=2,
+)
+# CI: a handful of steps per run, everything else at its smallest meaningful size.
+QUICK = InvarianceSettings(
+    batch_size=16,
+    width=64,
+    epochs=1,
+    depth_epochs=1,
+    whitening_epochs=2,
+    limit_batches=2,
+    seeds=2,
+    curvature_images=8,
+    mlp_epochs=5,
+    probe_images=(500, 200),
+    num_workers=0,
+)
+
+
+@dataclass(frozen=True)
+class _Data:
+    """Where pretraining and probes read their images."""
+
+    dataset: str  # the recipe's data.dataset
+    train_path: Path
+    splits: Splits
+
+
+def _stage(text: str) -> float:
+    print(f"[reproduce invariance] {text}", flush=True)
+    return time.perf_counter()
+
+
+def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]) -> list[str]:
+    """Hydra overrides turning the recipe into one run of this reproduction."""
+    limit = [] if s.limit_batches is None else [f"++limit_train_batches={s.limit_batches}"]
+    return [
+        f"data.dataset={data.dataset}",
+        f"data.train_path={data.train_path.resolve()}",
+        f"data.val_path={data.splits.test.resolve()}",
+        f"data.num_workers={s.num_workers}",
+        f"max_epochs={epochs}",
+        f"optimizer.batch_size={s.batch_size}",
+        f"optimizer.lr={PAPER_LR * 256 / s.batch_size}",
+        f"method_kwargs.proj_hidden_dim={s.width}",
+        f"method_kwargs.proj_output_dim={s.width}",
+        "++log_every_n_steps=1",
+        *limit,
+        *extra,
+    ]
+
+
+def _geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[str]:
+    """Geometry on for a swapped head: statistics only, no budget, no end-of-fit probes."""
+    off = ["geometry.measure.hessian=false", "geometry.measure.augment=false"] if stats_only else []
+    return [
+        "+geometry=on",
+        *head,
+        f"geometry.every_n_steps={every}",
+        "geometry.budget=null",
+        "geometry.probes.enabled=false",
+        "geometry.stats.queue=4",
+        *off,
+    ]
+
+
+def _pretrain(out: Path, data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]) -> Path:
+    lightly_host = require("solo_geometry.hosts.lightly", extra="lightly")
+    run: Path = lightly_host.launch(
+        RECIPE, _overrides(data, s, epochs, extra), runs_root=out / "runs"
+    )
+    return run
+
+
+def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
+    run = _pretrain(out, data, s, s.epochs, [])  # the recipe's own ReLU + BN projector
+    model = load_model(run)
+    probes = probe_rows(
+        model,
+        data.splits,
+        run,
+        targets=("class", "rotation"),
+        probes=("linear", "mlp"),
+        mlp_epochs=s.mlp_epochs,
+    )
+    return {
+        "run": str(run),
+        "head": "relu_bn",
+        "probes": probes,
+        "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits"),
+        "curvature": curvature_seeds(
+            model, data.splits, out, s.seeds, s.curvature_images, "sweeps"
+        ),
+    }
+
+
+def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[str, Any]:
+    head = [
+        "geometry.head.name=smooth_mlp",
+        "geometry.head.activation=swish",
+        "geometry.head.norm=bn",
+        f"geometry.head.depth={depth}",
+    ]
+    run = _pretrain(out, data, s, s.depth_epochs, _geometry_on(head, every=10**6))
+    model = load_model(run)
+    probes = probe_rows(
+        model, data.splits, run, targets=("rotation",), probes=("linear",), mlp_epochs=s.mlp_epochs
+    )
+    orbits = orbit_seeds(model, data.splits, out, s.seeds, f"orbits_depth{depth}")
+    curv = curvature_seeds(
+        model, data.splits, out, s.seeds, s.curvature_images, f"sweeps_depth{depth}"
+    )
+    over = orbits["over_seeds"]
+    return {
+        "depth": depth,
+        "run": str(run),
+        "rotation_linear": probes[0],
+        "compression": over["compression"],
+        "separation_z": over["z"]["separation"],
+        "separation_h": over["h"]["separation"],
+        "curvature_ratio": curv["ratio"],
+        "orbits": orbits,
+        "curvature": curv,
+    }
+
+
+def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
+    per_epoch = train_size(data.dataset, data.train_path) // s.batch_size  # last batch dropped
+    steps = s.whitening_epochs * min(per_epoch, s.limit_batches or per_epoch)
+    every = max(1, steps // 8)  # about 8 measurements over training, and the final one
+    extra = _geometry_on(["geometry.head.name=metric_linear"], every=every)
+    run = _pretrain(out, data, s, s.whitening_epochs, [*extra, "++checkpoint.keep_prev=true"])
+    folder = RunFolder(run)
+    keys = (
+        "whitening/score",
+        "whitening/cond_z",
+        "whitening/cond_h",
+        "metric/min",
+        "metric/max",
+        "metric/cond",
+        "metric/effective_rank",
+        "z/cond",
+        "h/cond",
+        "z/effective_rank",
+        "h/effective_rank",
+    )
+    series: dict[str, list[Any]] = {"step": []} | {k: [] for k in keys}
+    for record in folder.records(ok_only=True):
+        series["step"].append(record.step)
+        for k in keys:
+            series[k].append(record.value(k))
+    ckpts = sorted(folder.checkpoints.glob("epoch=*.ckpt"), key=lambda p: int(p.stem[6:]))
+    epochs = [{"epoch": int(p.stem[6:]), **spectra_of(load_model(p), data.splits)} for p in ckpts]
+    return {"run": str(run), "series": series, "epochs": epochs}
+
+
+def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSettings) -> _Data:
+    if dataset == "digits":
+        root = make_digits(out / "data" / "digits")
+        train, test, name, pretrain = root / "train", root / "val", "custom", root / "train"
+    else:
+        assert data_root is not None  # checked before anything was written
+        train, test = export_cifar(dataset, data_root, out / "data" / dataset, s.probe_images)
+        name, pretrain = dataset, data_root
+    test_x, test_y, _ = load_image_folder(test)
+    return _Data(name, pretrain, Splits(train, test, test_x, test_y))
+
+
+def run_invariance_experiment(
+    out: str | Path,
+    settings: InvarianceSettings = FULL,
+    *,
+    dataset: str = "digits",
+    data_root: str | Path | None = None,
+) -> dict[str, Any]:
+    """Run the five experiments and write ``invariance.json`` and ``invariance.html``.
+
+    Args:
+        out: output folder (created).
+        settings: sizes (``FULL`` or ``QUICK``, or a variant).
+        dataset: ``digits`` (embedded), ``cifar10`` or ``cifar100`` (read from ``data_root``).
+        data_root: folder holding torchvision's CIFAR files (never downloaded).
+
+    Returns:
+        The content of ``invariance.json``.
+
+    Raises:
+        ValueError: on an unknown dataset or fewer than one seed.
+        FileNotFoundError: CIFAR asked for and its files are not under ``data_root``.
+    """
+    if settings.seeds < 1:
+        raise ValueError(f"seeds must be at least 1; got {settings.seeds}")
+    root = check_data_root(dataset, data_root)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    start = _stage(f"data: {dataset}")
+    data = _prepare(dataset, out, root, settings)
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "dataset": dataset,
+        "host": "lightly",
+        "settings": asdict(settings),
+        "recipe": str(RECIPE),
+    }
+    steps: list[tuple[str, str, Callable[[], Any]]] = [
+        (
+            "guillotine",
+            "guillotine: SimCLR (ReLU + BN head), probes, orbits, curvature",
+            lambda: _guillotine(out, data, settings),
+        ),
+        (
+            "depth",
+            "head depth 1, 2, 3 (Swish + BN heads)",
+            lambda: [_depth(out, data, settings, d) for d in (1, 2, 3)],
+        ),
+        ("whitening", "whitening: metric-linear head", lambda: _whitening(out, data, settings)),
+    ]
+    for key, text, step in steps:
+        t0 = _stage(text)
+        result[key] = step()
+        seconds[key] = time.perf_counter() - t0
+    result["claims"] = claims(result)
+    seconds["total"] = time.perf_counter() - start
+    result["seconds"] = seconds
+    (out / "invariance.json").write_text(json.dumps(_finite(result), indent=1))
+    page = write_invariance_page(out, result)
+    _stage(f"wrote {out / 'invariance.json'} and {page} in {seconds['total']:.0f} s")
+    return result
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: non-finite floats become null, recursively."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def run_invariance(args: argparse.Namespace) -> int:
+    """Entry of ``solo-geometry reproduce invariance``; bad input: one line, status 2."""
+    settings = QUICK if args.quick else FULL
+    if args.seeds is not None:
+        settings = replace(settings, seeds=args.seeds)
+    try:
+        result = run_invariance_experiment(
+            args.out, settings, dataset=args.dataset, data_root=args.data_root
+        )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"solo-geometry reproduce invariance: error: {err}", file=sys.stderr)
+        return 2
+    print(format_claims(result["claims"]))
+    return 0
+
+
+def format_claims(claims: list[dict[str, Any]]) -> str:
+    """The verdicts as text: per claim, the verdict and claim, then this run's and the paper's."""
+    lines = []
+    for claim in claims:
+        verdict = {True: "held", False: "did not hold", None: "n/a"}[claim["held"]]
+        lines.append(f"{verdict:>12s}  {claim['text']}")
+        lines.append(f"{'':14s}this run: {claim['measured']}; paper: {claim['published']}")
+    return "\n".join(lines)
+
+
+def add_invariance_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``invariance`` under ``solo-geometry reproduce`` (sets ``func``).
+
+    Args:
+        subparsers: the ``reproduce`` command's ``add_subparsers()`` object.
+
+    Returns:
+        The sub-parser; ``args.func(args)`` returns 0, or 2 on bad input.
+    """
+    parser = subparsers.add_parser(
+        "invariance",
+        help="the paper's invariance findings: guillotine probes, orbits, curvature, depth, "
+        "whitening",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    add_run_arguments(parser)
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default="digits",
+        help="digits (embedded, default) or CIFAR from --data-root",
+    )
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="folder holding torchvision's CIFAR files (never downloaded)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="draws of orbit images and sweeps (default: 3, quick 2)",
+    )
+    parser.set_defaults(func=run_invariance)
+    return parser
+
+
+def invariance_experiment(out: Path, quick: bool) -> tuple[str, str]:
+    """Run the reproduction into ``out`` and return its page section (for ``reproduce all``)."""
+    result = run_invariance_experiment(out, QUICK if quick else FULL)
+    return invariance_section(out, result)

@@ -1,0 +1,103 @@
+"""Data of the invariance reproduction: the embedded digits, or CIFAR already on disk.
+
+CIFAR is read from torchvision's files under ``--data-root`` (``cifar-10-batches-py`` or
+``cifar-100-python``) and never downloaded: absent files are a one-line error before anything
+is written. The probes read image folders, so a seeded, class-stratified subset of the train
+and test splits is exported once as PNGs (``<out>/data/<name>/{train,test}/<class>/``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from torchvision import datasets
+
+from solo_geometry.datasets import stratified_split
+
+__all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
+
+DATASETS = ("digits", "cifar10", "cifar100")
+_CIFAR = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}
+
+
+def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
+    """Check the dataset choice; for CIFAR, that torchvision's files are under ``data_root``.
+
+    Args:
+        dataset: one of ``DATASETS``.
+        data_root: the folder torchvision's CIFAR class reads (``root``).
+
+    Returns:
+        The data root (None for digits).
+
+    Raises:
+        ValueError: on an unknown dataset.
+        FileNotFoundError: CIFAR without ``data_root`` or without its files there.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}")
+    if dataset == "digits":
+        return None
+    if data_root is None:
+        raise FileNotFoundError(f"--dataset {dataset} needs --data-root (torchvision's files)")
+    root = Path(data_root)
+    try:
+        for train in (True, False):
+            _CIFAR[dataset](str(root), train=train, download=False)
+    except RuntimeError:
+        raise FileNotFoundError(
+            f"--data-root {str(root)!r} holds no torchvision {dataset} files; this command "
+            "never downloads (fetch them with torchvision first)"
+        ) from None
+    return root
+
+
+def train_size(dataset: str, train_path: Path) -> int:
+    """Number of pretraining images: CIFAR's train split, or the image folder's files."""
+    if dataset in _CIFAR:
+        return len(_CIFAR[dataset](str(train_path), train=True, download=False))
+    return len(datasets.ImageFolder(str(train_path)).samples)
+
+
+def _export(base: datasets.VisionDataset, out: Path, n: int, seed: int) -> Path:
+    labels = torch.tensor(base.targets)
+    keep = labels.numel()
+    if n < keep:
+        keep_idx = stratified_split(labels, n / keep, torch.Generator().manual_seed(seed))[1]
+    else:
+        keep_idx = torch.arange(keep)
+    for i in keep_idx.tolist():
+        image, label = base[i]
+        folder = out / f"{label:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        image.save(folder / f"{i:05d}.png")
+    return out
+
+
+def export_cifar(
+    dataset: str, data_root: Path, out: Path, sizes: tuple[int, int], seed: int = 0
+) -> tuple[Path, Path]:
+    """Export stratified subsets of CIFAR's train and test splits as class folders (once).
+
+    Args:
+        dataset: ``cifar10`` or ``cifar100``.
+        data_root: torchvision's root holding the files.
+        out: ``<out>/train`` and ``<out>/test`` are written unless already there.
+        sizes: images kept from train and from test.
+        seed: fixes the subsets.
+
+    Returns:
+        The train and test folders.
+    """
+    folders = []
+    for split, n in zip(("train", "test"), sizes, strict=True):
+        target = out / split
+        if not target.is_dir():  # written beside, then renamed: never a half-written folder
+            base = _CIFAR[dataset](str(data_root), train=split == "train", download=False)
+            partial = out / f".{split}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            _export(base, partial, n, seed).rename(target)
+        folders.append(target)
+    return folders[0], folders[1]

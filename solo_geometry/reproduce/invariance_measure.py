@@ -1,0 +1,262 @@
+"""The measurements of the paper's invariance experiments on one pretrained backbone and head.
+
+Each follows the paper's reference code (experiments.py, head_depth_ablations.py) through this
+package's own pieces:
+
+* probes: :func:`solo_geometry.evaluation.evaluate` fits linear and MLP probes on Z and on H
+  for the class and the 4-way rotation target (DESIGN.md section 3, "Probes");
+* orbits: the paper's protocol (5 classes x 3 images x 12 rotations, the head fed unit z) and
+  its statistics, once per sampling seed; the arrays are saved in the paper's layout
+  (``orbits_z``, ``orbits_h``, ``orbit_ids``, ``orbit_labels``, ``orbit_angles``), so
+  ``solo-geometry orbits FILE`` re-analyses them;
+* curvature: 0 to 45 degree sweeps of held-out images drawn per seed (the paper draws 200 per
+  seed, 3 seeds), kappa(Z), kappa(H) and their ratio per seed, then mean and std over seeds
+  (population std, as the paper's ``np.std``);
+* whitening: covariance spectra of Z and H on held-out images, the whitening score and the
+  metric spectrum of a metric-linear head, per checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from solo_geometry.checkpoint import LoadedModel
+from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.evaluation import evaluate
+from solo_geometry.features import extract_features
+from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
+from solo_geometry.geometry.orbits import (
+    mean_std,
+    orbit_comparison,
+    orbit_images,
+    orbit_representations,
+)
+from solo_geometry.geometry.stats import metric_spectrum, normalise_rows, whitening_score
+from solo_geometry.heads import MetricLinearHead
+from solo_geometry.run_folder import RunFolder
+
+__all__ = [
+    "Splits",
+    "covariance_spectrum",
+    "curvature_seeds",
+    "orbit_seeds",
+    "probe_rows",
+    "spectra_of",
+]
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Probe-train and held-out image folders and the held-out images in memory.
+
+    Attributes:
+        train: probe-train class folders.
+        test: held-out class folders.
+        test_x: held-out images (N, 3, H, W) in [0, 1].
+        test_y: their classes (N,).
+    """
+
+    train: Path
+    test: Path
+    test_x: Tensor
+    test_y: Tensor
+
+
+def probe_rows(
+    model: LoadedModel,
+    splits: Splits,
+    run: Path,
+    *,
+    targets: Sequence[str],
+    probes: Sequence[str],
+    mlp_epochs: int,
+) -> list[dict[str, Any]]:
+    """Backbone-vs-head probes of a run (the run's ``probes.json`` and ``features.pt``).
+
+    Args:
+        model: the run's backbone and head.
+        splits: probe-train and held-out folders.
+        run: the run folder (probes and feature cache written there).
+        targets: ``class`` and/or ``rotation``.
+        probes: ``linear`` and/or ``mlp``.
+        mlp_epochs: epoch cap of the MLP probe.
+
+    Returns:
+        One dict per (target, probe): ``target``, ``probe``, ``z``, ``h``, ``gap`` (z - h),
+        ``chance``.
+    """
+    cfg = ProbesConfig(
+        targets=list(targets),
+        probes=list(probes),
+        mlp=MlpProbeConfig(max_epochs=mlp_epochs),
+        orbits=OrbitsConfig(families=[]),  # the paper's orbits are measured per seed below
+    )
+    table = evaluate(
+        model.backbone,
+        model.head,
+        (splits.train, splits.test),
+        RunFolder(run),
+        cfg,
+        mean_std=model.mean_std,
+        tag=run.name,
+        progress=False,
+    )
+    chance = {r.target: r.chance for r in table.rows}
+    out = []
+    for target in targets:
+        for probe in probes:
+            z, h = table.accuracy("z", probe, target), table.accuracy("h", probe, target)
+            assert z is not None and h is not None  # evaluate fits every pair asked for
+            out.append(
+                {
+                    "target": target,
+                    "probe": probe,
+                    "z": z,
+                    "h": h,
+                    "gap": z - h,
+                    "chance": chance[target],
+                }
+            )
+    return out
+
+
+def orbit_seeds(
+    model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str
+) -> dict[str, Any]:
+    """The paper's orbit table once per image draw, arrays saved in the paper's layout.
+
+    Args:
+        model: backbone and head.
+        splits: held-out images to draw the orbits from.
+        folder: where ``<stem>_seed<s>.npz`` are written.
+        seeds: number of draws (seeds 0 .. seeds - 1).
+        stem: file name stem.
+
+    Returns:
+        ``per_seed`` (each the paper's table: ``z``, ``h`` with (mean, std) pairs, and
+        ``compression``, plus ``file``) and ``over_seeds``: mean and std over seeds of each
+        statistic's mean.
+    """
+    per_seed: list[dict[str, Any]] = []
+    for seed in range(seeds):
+        orb = orbit_images(splits.test_x, splits.test_y, protocol="paper", seed=seed)
+        Z, H = orbit_representations(
+            model.backbone, model.head, orb.images, protocol="paper", normalize=model.mean_std
+        )
+        path = folder / f"{stem}_seed{seed}.npz"
+        np.savez(
+            path,
+            orbits_z=Z.numpy(),
+            orbits_h=H.numpy(),
+            orbit_ids=orb.orbit_ids.numpy(),
+            orbit_labels=orb.labels.numpy(),
+            orbit_angles=orb.params.numpy(),
+        )
+        table = orbit_comparison(Z, H, orb.orbit_ids, orb.labels).paper_table()
+        per_seed.append({**table, "file": path.name})
+    over: dict[str, Any] = {"z": {}, "h": {}}
+    for space in ("z", "h"):
+        for key in ("spread", "d_intra", "d_inter", "separation"):
+            means = torch.tensor([row[space][key][0] for row in per_seed], dtype=torch.float64)
+            over[space][key] = list(mean_std(means))
+    over["compression"] = list(mean_std(torch.tensor([r["compression"] for r in per_seed])))
+    return {"per_seed": per_seed, "over_seeds": over}
+
+
+def curvature_seeds(
+    model: LoadedModel, splits: Splits, folder: Path, seeds: int, images: int, stem: str
+) -> dict[str, Any]:
+    """Curvature of 0-45 degree rotation sweeps, Z vs H, per seed and over seeds.
+
+    Args:
+        model: backbone and head.
+        splits: held-out images.
+        folder: where ``<stem>_seed<s>.npz`` (``sweeps_z`` (S, 10, d), ``sweeps_h``) go.
+        seeds: number of image draws.
+        images: sweeps per draw (the paper's 200).
+        stem: file name stem.
+
+    Returns:
+        ``per_seed`` (``kappa_z``, ``kappa_h``: mean over sweeps; ``ratio``; ``file``) and
+        ``kappa_z``, ``kappa_h``, ``ratio``: (mean, std) over seeds, as the paper reports.
+    """
+    per_seed = []
+    for seed in range(seeds):
+        gen = torch.Generator().manual_seed(seed)
+        pick = torch.randperm(len(splits.test_y), generator=gen)[:images]
+        Rz, Rh = sweep_representations(
+            model.backbone, model.head, splits.test_x[pick], normalize=model.mean_std
+        )
+        path = folder / f"{stem}_seed{seed}.npz"
+        np.savez(path, sweeps_z=Rz.numpy(), sweeps_h=Rh.numpy())
+        c = curvature_comparison(Rz, Rh)
+        per_seed.append(
+            {
+                "kappa_z": c.kappa_z[0],
+                "kappa_h": c.kappa_h[0],
+                "ratio": c.ratio,
+                "n_sweeps": c.n_sweeps,
+                "file": path.name,
+            }
+        )
+    out: dict[str, Any] = {"per_seed": per_seed}
+    for key in ("kappa_z", "kappa_h", "ratio"):
+        out[key] = list(mean_std(torch.tensor([r[key] for r in per_seed], dtype=torch.float64)))
+    return out
+
+
+def covariance_spectrum(X: Tensor) -> Tensor:
+    """Eigenvalues (descending, float64) of the covariance of the L2-normalised rows of X (N, d)."""
+    Xn = normalise_rows(X.double())  # (N, d)
+    Xc = Xn - Xn.mean(dim=0)  # (N, d)
+    cov = Xc.T @ Xc / (Xn.shape[0] - 1)  # (d, d)
+    return torch.linalg.eigvalsh(cov).flip(0).clamp_min(0.0)
+
+
+def spectra_of(model: LoadedModel, splits: Splits) -> dict[str, Any]:
+    """Covariance spectra of Z and H on held-out images, whitening score, metric spectrum.
+
+    Args:
+        model: backbone and head (a metric-linear head adds its metric's spectrum).
+        splits: held-out images.
+
+    Returns:
+        ``cov_z``, ``cov_h`` (eigenvalues, descending), ``whitening`` (score, rank, cond_z,
+        cond_h), and for a metric-linear head ``metric`` (min, max, cond, rank, effective
+        rank) and ``metric_eigenvalues`` (descending).
+    """
+    feats = extract_features(
+        model.backbone,
+        model.head,
+        (splits.test_x, splits.test_y),
+        mean_std=model.mean_std,
+        progress=False,
+    )
+    score = whitening_score(feats.z, feats.h)
+    out: dict[str, Any] = {
+        "cov_z": covariance_spectrum(feats.z).tolist(),
+        "cov_h": covariance_spectrum(feats.h).tolist(),
+        "whitening": {
+            "score": score.score,
+            "rank": score.rank,
+            "cond_z": score.cond_z,
+            "cond_h": score.cond_h,
+        },
+        "n_samples": int(feats.z.shape[0]),
+    }
+    if isinstance(model.head, MetricLinearHead):
+        with torch.no_grad():
+            eig = model.head.metric_spectrum().double()  # (d,) ascending
+        spec = metric_spectrum(eig)
+        out["metric"] = {
+            k: float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank")
+        }
+        out["metric_eigenvalues"] = eig.flip(0).tolist()
+    return out

@@ -1,0 +1,214 @@
+"""``solo-geometry reproduce invariance`` end to end, checked against independent recomputations.
+
+One reduced run (the quick form, smaller still) trains the five SimCLR runs on the lightly host
+and the embedded digits; then every checked number of ``invariance.json`` is recomputed from the
+files the run saved: the orbit statistics with the paper's own formula on NumPy/SciPy
+(``_calculate_geometric_metrics``), the curvature of the saved sweeps with NumPy, and the
+rotation probe with scikit-learn's logistic regression on the saved features.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+
+from solo_geometry.orbits_cli import add_orbits_parser
+from solo_geometry.reproduce.invariance import (
+    QUICK,
+    add_invariance_parser,
+    run_invariance_experiment,
+)
+from solo_geometry.run_folder import RunFolder
+from tests.test_orbits_cli import paper_metrics
+
+TINY = replace(QUICK, seeds=2, curvature_images=4, mlp_epochs=3, limit_batches=2)
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="solo-geometry reproduce")
+    add_invariance_parser(parser.add_subparsers(dest="action"))
+    args = parser.parse_args(["invariance", *argv])
+    return int(args.func(args))
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("invariance")
+    run_invariance_experiment(out, TINY)
+    return out, json.loads((out / "invariance.json").read_text())
+
+
+def _orbit_sets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [result["guillotine"]["orbits"], *(d["orbits"] for d in result["depth"])]
+
+
+def _curvature_sets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [result["guillotine"]["curvature"], *(d["curvature"] for d in result["depth"])]
+
+
+@pytest.mark.slow
+class TestInvarianceRun:
+    def test_orbit_statistics_are_the_papers_formula_on_the_saved_arrays(
+        self, reproduced: tuple[Path, dict[str, Any]]
+    ) -> None:
+        out, result = reproduced
+        for orbits in _orbit_sets(result):
+            assert len(orbits["per_seed"]) == TINY.seeds
+            means: dict[str, list[float]] = {}
+            for row in orbits["per_seed"]:
+                data = np.load(out / row["file"])
+                assert data["orbits_z"].shape[0] == 5 * 3 * 12  # the paper's protocol
+                for space in ("z", "h"):
+                    X = data[f"orbits_{space}"].astype(np.float64)
+                    ref = paper_metrics(X, data["orbit_ids"], data["orbit_labels"])
+                    for key, pair in ref.items():
+                        np.testing.assert_allclose(row[space][key], pair, rtol=1e-5, atol=1e-9)
+                        means.setdefault(f"{space}/{key}", []).append(pair[0])
+                spread_z = paper_metrics(
+                    data["orbits_z"].astype(np.float64), data["orbit_ids"], data["orbit_labels"]
+                )["spread"][0]
+                spread_h = paper_metrics(
+                    data["orbits_h"].astype(np.float64), data["orbit_ids"], data["orbit_labels"]
+                )["spread"][0]
+                np.testing.assert_allclose(
+                    row["compression"], spread_z / (spread_h + 1e-10), rtol=1e-5
+                )
+            for name, values in means.items():
+                space, key = name.split("/")
+                expect = [np.mean(values), np.std(values)]
+                np.testing.assert_allclose(
+                    orbits["over_seeds"][space][key], expect, rtol=1e-5, atol=1e-12
+                )
+
+    def test_curvature_is_the_papers_finite_difference_on_the_saved_sweeps(
+        self, reproduced: tuple[Path, dict[str, Any]]
+    ) -> None:
+        out, result = reproduced
+        for curv in _curvature_sets(result):
+            ratios = []
+            for row in curv["per_seed"]:
+                data = np.load(out / row["file"])
+                kappa = {}
+                for space in ("z", "h"):
+                    sweeps = data[f"sweeps_{space}"].astype(np.float64)  # (S, 10, d)
+                    assert sweeps.shape[:2] == (TINY.curvature_images, 10)
+                    per = [
+                        np.mean(
+                            [
+                                np.linalg.norm(s[i + 1] - 2 * s[i] + s[i - 1])
+                                for i in range(1, len(s) - 1)
+                            ]
+                        )
+                        for s in sweeps
+                    ]
+                    kappa[space] = np.mean(per)
+                np.testing.assert_allclose(row["kappa_z"], kappa["z"], rtol=1e-5)
+                np.testing.assert_allclose(row["kappa_h"], kappa["h"], rtol=1e-5)
+                ratios.append(kappa["h"] / (kappa["z"] + 1e-8))
+            np.testing.assert_allclose(
+                curv["ratio"], [np.mean(ratios), np.std(ratios)], rtol=1e-5, atol=1e-12
+            )
+
+    def test_rotation_probe_agrees_with_scikit_learn_on_the_saved_features(
+        self, reproduced: tuple[Path, dict[str, Any]]
+    ) -> None:
+        _, result = reproduced
+        run = RunFolder(Path(result["guillotine"]["run"]))
+        cache = torch.load(run.features, weights_only=True)["sets"]
+        table = run.read_probes()
+        assert table is not None
+        row = next(
+            r
+            for r in result["guillotine"]["probes"]
+            if (r["target"], r["probe"]) == ("rotation", "linear")
+        )
+        for space in ("z", "h"):
+            tr, te = cache["train/rotation"], cache["test/rotation"]
+            x_tr, x_te = tr[space].double().numpy(), te[space].double().numpy()
+            mean, std = x_tr.mean(0), x_tr.std(0)
+            std[std <= 1e-8 * (1 + np.abs(mean))] = np.inf
+            x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+            lam = next(
+                r.details["l2"]
+                for r in table.rows
+                if (r.features, r.probe, r.target) == (space, "linear", "rotation")
+            )
+            clf = LogisticRegression(C=1.0 / (lam * len(x_tr)), max_iter=5000, tol=1e-8)
+            acc = clf.fit(x_tr, tr["labels"].numpy()).score(x_te, te["labels"].numpy())
+            assert abs(row[space] - acc) <= 0.03, (space, row[space], acc)
+        assert row["gap"] == pytest.approx(row["z"] - row["h"])
+
+    def test_verdicts_follow_the_numbers(self, reproduced: tuple[Path, dict[str, Any]]) -> None:
+        out, result = reproduced
+        held = {c["id"]: c["held"] for c in result["claims"]}
+        acc = {(r["target"], r["probe"]): r for r in result["guillotine"]["probes"]}
+        for probe in ("linear", "mlp"):
+            r = acc[("rotation", probe)]
+            assert held[f"rotation_{probe}"] == (r["z"] > r["h"])
+        assert held["curvature"] == (result["guillotine"]["curvature"]["ratio"][0] > 1)
+        comps = [d["compression"][0] for d in result["depth"]]
+        assert held["depth_compression"] == (comps[0] < comps[1] < comps[2])
+        score = result["whitening"]["epochs"][-1]["whitening"]["score"]
+        assert held["whitening"] == (score < 1)
+        page = (out / "invariance.html").read_text()
+        for claim in result["claims"]:
+            assert claim["measured"].replace("+-", "+-") in page.replace("&#x27;", "'")
+        for name in ("orbits", "depth", "whitening"):
+            assert (out / "figures" / f"{name}.png").stat().st_size > 0
+
+    def test_whitening_spectra_per_epoch(self, reproduced: tuple[Path, dict[str, Any]]) -> None:
+        _, result = reproduced
+        wh = result["whitening"]
+        assert [e["epoch"] for e in wh["epochs"]] == list(range(TINY.whitening_epochs))
+        assert wh["series"]["step"], "geometry.jsonl holds the metric spectrum over training"
+        for e in wh["epochs"]:
+            eig = np.array(e["metric_eigenvalues"])
+            assert np.all(np.diff(eig) <= 0)
+            np.testing.assert_allclose(e["metric"]["max"], eig[0], rtol=1e-12)
+            cov_z = np.array(e["cov_z"])
+            assert cov_z.shape == (512,) and np.all(np.diff(cov_z) <= 1e-15)
+
+    def test_orbits_command_reanalyses_the_saved_arrays(
+        self, reproduced: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        out, result = reproduced
+        row = result["guillotine"]["orbits"]["per_seed"][0]
+        parser = argparse.ArgumentParser()
+        add_orbits_parser(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(["orbits", str(out / row["file"]), "--json"])
+        assert args.func(args) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert printed["compression"] == pytest.approx(row["compression"])
+
+
+class TestInvarianceInput:
+    def test_cifar_without_files_is_one_line_and_writes_nothing(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        out = tmp_path / "out"
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        code = cli("--quick", "--out", str(out), "--dataset", "cifar10", "--data-root", str(empty))
+        err = capsys.readouterr().err.strip()
+        assert code == 2
+        assert len(err.splitlines()) == 1 and "cifar10" in err and "never downloads" in err
+        assert not out.exists()
+
+    def test_cifar_without_data_root(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+        assert cli("--quick", "--out", str(tmp_path / "o"), "--dataset", "cifar100") == 2
+        assert "--data-root" in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
+
+    def test_unknown_dataset_names_the_choices(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as exc:
+            cli("--dataset", "mnist")
+        assert exc.value.code == 2
+        assert "digits" in capsys.readouterr().err

@@ -1,0 +1,55 @@
+"""The invariance recipe: the paper's augmentations, read by the lightly host."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+from torchvision import transforms as T
+
+from solo_geometry.datasets import IMAGENET_MEAN_STD
+from solo_geometry.hosts.lightly.data import ROTATION_DEGREES, build_pipeline
+from solo_geometry.hosts.lightly.nodes import AugmentationNode, AugmentationProbs
+from solo_geometry.hosts.lightly.recipe import parse_recipe
+from solo_geometry.recipe import load_recipe
+from solo_geometry.reproduce.invariance import RECIPE
+
+
+def _steps(pipeline: T.Compose) -> list[object]:
+    out = []
+    for step in pipeline.transforms:
+        out += list(step.transforms) if isinstance(step, T.RandomApply) else [step]
+    return out
+
+
+class TestInvarianceRecipe:
+    def test_the_papers_augmentations(self) -> None:
+        recipe = parse_recipe(load_recipe(RECIPE, ["data.train_path=/tmp/x"]))
+        (aug,) = recipe.augmentations
+        assert aug.num_crops == 2 and aug.rrc and aug.scale == (0.08, 1.0)
+        assert aug.jitter == (0.4, 0.4, 0.4, 0.1)
+        assert (aug.probs.color_jitter, aug.probs.rotation, aug.probs.horizontal_flip) == (
+            0.8,
+            1.0,
+            0.5,
+        )
+        assert recipe.method_kwargs.temperature == 0.1  # type: ignore[attr-defined]
+        assert recipe.optimizer.name == "adamw" and recipe.optimizer.weight_decay == 0.0
+        assert recipe.optimizer.lr == pytest.approx(1e-3)  # after solo-learn's batch / 256
+        rotations = [
+            s for s in _steps(build_pipeline("custom", aug)) if isinstance(s, T.RandomRotation)
+        ]
+        assert len(rotations) == 1 and list(rotations[0].degrees) == [-45.0, 45.0]
+        assert ROTATION_DEGREES == 45.0
+
+    @pytest.mark.parametrize("prob", [0.0, 1.0])
+    def test_rotation_turns_the_image(self, prob: float) -> None:
+        """A white image keeps its corners white without rotation; rotated, they are zero-filled."""
+        aug = AugmentationNode(crop_size=32, num_crops=2, probs=AugmentationProbs(rotation=prob))
+        pipeline = build_pipeline("custom", aug)
+        white = Image.new("RGB", (32, 32), (255, 255, 255))
+        black = (0.0 - IMAGENET_MEAN_STD[0][0]) / IMAGENET_MEAN_STD[1][0]
+        torch.manual_seed(0)
+        corners = [float(pipeline(white)[0, 0, 0]) for _ in range(20)]
+        filled = sum(abs(c - black) < 1e-5 for c in corners)
+        assert filled == (0 if prob == 0 else pytest.approx(20, abs=2))
