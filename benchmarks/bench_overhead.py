@@ -7,42 +7,41 @@ Barlow Twins 3-layer 2048-wide, ...) run on the CPU with the overrides a new use
 ``accelerator=cpu "devices=[0]" strategy=auto precision=32 sync_batchnorm=False``, batch 32; and
 this project's digits BYOL recipe (``digits/byol``).
 
-Per recipe, geometry off and on at the default settings (``every_n_steps=50``,
-``budget=0.02``) are paired in one invocation: fresh processes, same seed, alternating order per
-repeat (off, on, then on, off). Per mode:
+Per recipe, geometry off and on are paired in one invocation: fresh processes, same seed, same
+batches, alternating order per repeat (off, on, then on, off). The 'on' runs measure at a short
+cadence (``--every``, default 10) with the budget off, so a short run holds several mid-run
+measurements; their cost is what the default settings pay per measurement. Every training step
+is timed in wall and in CPU time of the process (``time.process_time``: what the step computed,
+which another job on a shared machine slows far less than the wall clock), and paired with the
+same step of the 'off' run: a measured step's cost is its time minus the 'off' run's same step.
+The first record (step 0, with the SLQ density) and the final one (after the last step, with the
+density) are costed the same way.
 
-* the median wall time per training step (time between consecutive batch ends);
-* the amortised time per step: the whole fit (first batch end to the end of fit, the final
-  measurement included) divided by the number of steps;
-* peak memory: the process's peak RSS and, on a GPU, ``torch.cuda.max_memory_allocated``.
+The table gives, per recipe:
 
-Two fresh processes differ by several percent in speed on a shared 2-core machine, more than the
-monitor costs, so the table also measures the monitor's cost inside the 'on' runs:
-
-* ``cost/meas``: the extra wall time of a measured step over the run's median step (everything
-  the monitor adds at that step: capture, measurement, writing, logging);
-* ``steady``: the monitor's cost per unit of training time away from the one-off first and final
-  records: the cadence's cost ``cost/meas / (50 x step)`` when that is within the budget, else
-  the budget (the monitor spaces measurements to keep it);
-* ``run``: the measured overhead of the whole 'on' run: every measured step's extra time (first
-  and final included) over the 'off' run's training time (its median step x steps);
-* ``1 epoch`` and ``10k steps``: the same, projected for a CIFAR epoch at batch 32 (1,563 steps)
-  and a 10,000-step run, from the measured per-measurement costs and the budget's spacing.
+* ``step``: the 'off' run's median step (CPU s and wall s);
+* ``first``, ``mid``, ``final``: the measurements' costs (CPU s; median over repeats and steps);
+* ``cadence 50``: the overhead if every measurement at the default cadence ran, ``mid / (50 x
+  step)``;
+* ``epoch``, ``10k steps``: the overhead at the default settings (``every_n_steps=50``,
+  ``budget=0.02``) of a CIFAR-10 epoch at batch 32 (1,563 steps) and of a 10,000-step run,
+  computed from these costs by the monitor's own budget rule (:func:`projected`);
+* ``run``: the measured overhead of the whole 'on' run (CPU), at the bench's cadence;
+* peak RSS, the 'on' run's over the 'off' run's.
 
 Probes (run once after fit) are switched off: they are not a per-step cost.
 
 Usage::
 
     PYTHONPATH=. python benchmarks/bench_overhead.py                   # 4 cifar recipes + digits
-    PYTHONPATH=. python benchmarks/bench_overhead.py --recipes cifar/vicreg --steps 101
-    PYTHONPATH=. python benchmarks/bench_overhead.py --quick           # 61 steps, 1 pair
+    PYTHONPATH=. python benchmarks/bench_overhead.py --recipes cifar/vicreg --steps 31
+    PYTHONPATH=. python benchmarks/bench_overhead.py --quick           # 11 steps, every 5
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import resource
 import statistics
 import subprocess
@@ -112,13 +111,14 @@ def overrides(recipe: str, mode: str, args: argparse.Namespace, out_dir: str) ->
                  "wandb.enabled=False", *CPU]  # fmt: skip
     geometry = (["+geometry=off"] if mode == "off" else
                 ["+geometry=on", "geometry.probes.enabled=false", f"geometry.out_dir={out_dir}",
+                 f"geometry.every_n_steps={args.every}", "geometry.budget=null",
                  *args.geometry])  # fmt: skip
     return [*data, f"optimizer.batch_size={args.batch_size}", f"data.num_workers={args.workers}",
             "checkpoint.enabled=False", f"++seed={args.seed}", *geometry]  # fmt: skip
 
 
 def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One training run in this process; returns its timings and peak memory."""
+    """One training run in this process; returns its step times and peak memory."""
     import lightning.pytorch as pl
     import torch
     from solo.args.pretrain import parse_cfg
@@ -133,11 +133,17 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     cfg = parse_cfg(load_recipe(path, overrides(recipe, mode, args, out_dir)))
     pl.seed_everything(cfg.seed, verbose=False)
     model = METHODS[cfg.method](cfg)
-    ends: list[float] = []
+    marks: list[tuple[float, float]] = []  # (wall, cpu) at the start and after every batch
+
+    def mark() -> None:
+        marks.append((time.perf_counter(), time.process_time()))
 
     class Timer(pl.Callback):
+        def on_train_start(self, *_: Any) -> None:
+            mark()
+
         def on_train_batch_end(self, *_: Any) -> None:
-            ends.append(time.perf_counter())
+            mark()
 
     cuda = torch.cuda.is_available()
     trainer = pl.Trainer(
@@ -146,23 +152,16 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         callbacks=[Timer()], precision=32,
     )  # fmt: skip
     trainer.fit(model, _loader(cfg))
-    done = time.perf_counter()
-    steps = [b - a for a, b in zip(ends[:-1], ends[1:], strict=True)]  # steps[k - 1]: batch k
-    median = statistics.median(steps[1:])  # the first interval includes warm-up
-    records = _measurements(Path(out_dir) / "geometry.jsonl")
-    # a record of step k was taken inside batch k (after its backward): its time is in
-    # steps[k - 1]; step 0's falls before the first batch end and the final one after the last
-    extra = {r["step"]: steps[r["step"] - 1] - median for r in records if 0 < r["step"] < len(ends)}
+    mark()  # the end of fit: the interval after the last step holds the final record
     return {
         "recipe": recipe,
         "mode": mode,
-        "steps": len(ends),
-        "median_step_s": median,
-        "extra_at_measured_s": extra,
-        "amortised_step_s": (done - ends[0]) / (len(ends) - 1),
+        # interval k < steps: batch k (with the record of step k, if any); the last: the end
+        "wall": [b[0] - a[0] for a, b in zip(marks[:-1], marks[1:], strict=True)],
+        "cpu": [b[1] - a[1] for a, b in zip(marks[:-1], marks[1:], strict=True)],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-        "measurements": records,
+        "measurements": _measurements(Path(out_dir) / "geometry.jsonl"),
     }
 
 
@@ -203,55 +202,49 @@ def projected(n: int, step: float, cost: float, one_off: float, budget: float | 
     return (spent + one_off) / (n * step)
 
 
-def summarise(recipe: str, results: list[dict[str, Any]], budget: float | None) -> dict[str, Any]:
-    """One row of the table from the off/on runs of one recipe."""
-    off = [r for r in results if r["mode"] == "off"]
-    on = [r for r in results if r["mode"] == "on"]
-    step = statistics.median(r["median_step_s"] for r in off)
-    amo_off = statistics.median(r["amortised_step_s"] for r in off)
-    amo_on = statistics.median(r["amortised_step_s"] for r in on)
-    extras = [e for r in on for e in r["extra_at_measured_s"].values()]
-    records = [m for r in on for m in r["measurements"]]
-    plain = [m["seconds"] for m in records if not m["density"]]
-    dens = [m["seconds"] for m in records if m["density"]]
-    # a mid-run measurement's wall cost: in-step extra time where one was taken mid-run, else
-    # its own recorded seconds (the extra time includes capture, writing and logging too)
-    cost = statistics.median(extras) if extras else statistics.median(plain or dens)
-    one_off = statistics.median(dens) if dens else cost
-    # the whole 'on' run: in-step extra time of every mid-run record plus the step-0 and final
-    # records' own seconds (outside any timed step), over the 'off' run's training time
-    spent = statistics.median(
-        sum(r["extra_at_measured_s"].values())
-        + sum(m["seconds"] for m in r["measurements"] if str(m["step"]) not in
-              r["extra_at_measured_s"] or m["final"])
-        for r in on
-    )  # fmt: skip
-    steps = statistics.median(r["steps"] for r in on)
+def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of the table from the paired off/on runs of one recipe."""
+    pairs = list(zip([r for r in results if r["mode"] == "off"],
+                     [r for r in results if r["mode"] == "on"], strict=True))  # fmt: skip
+    first, mid, final, run, step_cpu, step_wall, mid_wall = [], [], [], [], [], [], []
+    for off, on in pairs:
+        extra = [b - a for a, b in zip(off["cpu"], on["cpu"], strict=True)]
+        steps = {m["step"] for m in on["measurements"] if not m["final"]}
+        first.append(extra[0])
+        final.append(extra[-1])
+        mid += [extra[k] for k in sorted(steps - {0})]
+        mid_wall += [on["wall"][k] - off["wall"][k] for k in sorted(steps - {0})]
+        run.append(sum(on["cpu"]) / sum(off["cpu"]) - 1)
+        step_cpu.append(statistics.median(off["cpu"][1:-1]))
+        step_wall.append(statistics.median(off["wall"][1:-1]))
+    step, cost = statistics.median(step_cpu), statistics.median(mid)
+    one_off = statistics.median(first + final)
     return {
         "recipe": recipe,
-        "off_step_s": step,
-        "wall": amo_on / amo_off - 1,
-        "cost_s": cost,
-        "one_off_s": one_off,
-        "records": statistics.median(len(r["measurements"]) for r in on),
-        "steady": min(cost / (EVERY * step), budget if budget is not None else math.inf),
-        "run": spent / (steps * step),
-        "epoch": projected(EPOCH, step, cost, one_off, budget),
-        "10k": projected(10_000, step, cost, one_off, budget),
-        "rss_mb": max(r["peak_rss_mb"] for r in on) - max(r["peak_rss_mb"] for r in off),
+        "step_cpu": step,
+        "step_wall": statistics.median(step_wall),
+        "first": statistics.median(first),
+        "mid": cost,
+        "mid_wall": statistics.median(mid_wall),
+        "final": statistics.median(final),
+        "cadence": cost / (EVERY * step),
+        "epoch": projected(EPOCH, step, cost, one_off, BUDGET),
+        "10k": projected(10_000, step, cost, one_off, BUDGET),
+        "run": statistics.median(run),
+        "rss_mb": max(r["peak_rss_mb"] for _, r in pairs) - max(r["peak_rss_mb"] for r, _ in pairs),
     }
 
 
-def table(rows: list[dict[str, Any]], steps: int) -> str:
-    head = (f"| recipe | off s/step | cost/meas s | first/final s | records in {steps} steps | "
-            "steady | run | 1 epoch | 10k steps | wall (2 processes) | RSS MB |")  # fmt: skip
-    lines = [head, "|" + "---|" * 11]
+def table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table of the summarised rows."""
+    lines = ["| recipe | step CPU s (wall) | first | mid (wall) | final | cadence 50 | epoch | "
+             "10k steps | run | RSS MB |", "|" + "---|" * 10]  # fmt: skip
     for r in rows:
         lines.append(
-            f"| {r['recipe']} | {r['off_step_s']:.3f} | {r['cost_s']:.3f} | {r['one_off_s']:.3f} | "
-            f"{r['records']:g} | {100 * r['steady']:.2f}% | {100 * r['run']:.2f}% | "
-            f"{100 * r['epoch']:.2f}% | {100 * r['10k']:.2f}% | {100 * r['wall']:+.2f}% | "
-            f"{r['rss_mb']:+.0f} |"
+            f"| {r['recipe']} | {r['step_cpu']:.3f} ({r['step_wall']:.3f}) | {r['first']:.2f} | "
+            f"{r['mid']:.2f} ({r['mid_wall']:.2f}) | {r['final']:.2f} | "
+            f"{100 * r['cadence']:.1f}% | {100 * r['epoch']:.2f}% | {100 * r['10k']:.2f}% | "
+            f"{100 * r['run']:+.1f}% | {r['rss_mb']:+.0f} |"
         )
     return "\n".join(lines)
 
@@ -259,20 +252,21 @@ def table(rows: list[dict[str, Any]], steps: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", default=list(DEFAULT_RECIPES))
-    parser.add_argument("--steps", type=int, default=201, help="optimiser steps per run")
+    parser.add_argument("--steps", type=int, default=31, help="optimiser steps per run")
     parser.add_argument("--repeats", type=int, default=1, help="off/on pairs per recipe")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--data", type=Path, default=None, help="digits folder (made if absent)")
     parser.add_argument("--solo-root", type=Path, default=None, help="solo-learn checkout")
-    parser.add_argument("--quick", action="store_true", help="61 steps, one pair")
+    parser.add_argument("--every", type=int, default=10, help="the 'on' runs' cadence")
+    parser.add_argument("--quick", action="store_true", help="11 steps, every 5, one pair")
     parser.add_argument("--geometry", nargs="*", default=[],
                         help="extra geometry overrides for the 'on' runs")  # fmt: skip
     parser.add_argument("--single", nargs=2, metavar=("RECIPE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.repeats = 61, 1
+        args.steps, args.every, args.repeats = 11, 5, 1
     if args.data is None:
         from solo_geometry.datasets import make_digits
 
@@ -282,15 +276,11 @@ def main() -> None:
         return
     for recipe in args.recipes:  # fail fast on a bad name
         recipe_path(recipe, args.solo_root)
-    argv = [f"--steps={args.steps}", f"--batch-size={args.batch_size}", f"--seed={args.seed}",
+    argv = [f"--steps={args.steps}", f"--every={args.every}", f"--batch-size={args.batch_size}",
+            f"--seed={args.seed}",
             f"--workers={args.workers}", f"--data={args.data}",
             *([f"--solo-root={args.solo_root}"] if args.solo_root else []),
             *(["--geometry", *args.geometry] if args.geometry else [])]  # fmt: skip
-    budget = BUDGET
-    for g in args.geometry:
-        if g.startswith("geometry.budget="):
-            value = g.split("=", 1)[1]
-            budget = None if value in ("null", "None") else float(value)
     rows = []
     for recipe in args.recipes:
         results = []
@@ -300,9 +290,12 @@ def main() -> None:
                 results.append(_spawn(recipe, mode, argv))
                 print(f"{recipe} {mode}: {time.perf_counter() - t0:.0f} s, "
                       f"{json.dumps(results[-1])}", flush=True)  # fmt: skip
-        rows.append(summarise(recipe, results, budget))
-        print(table(rows, args.steps), flush=True)
-    print(f"\nbatch {args.batch_size}, {args.steps} steps, every {EVERY} steps, budget {budget}")
+        rows.append(summarise(recipe, results))
+        print(table(rows), flush=True)
+    print(
+        f"\nbatch {args.batch_size}, {args.steps} steps, 'on' runs measured every {args.every} "
+        f"steps; projections at every {EVERY} steps, budget {BUDGET}; costs in CPU seconds"
+    )
 
 
 if __name__ == "__main__":
