@@ -21,48 +21,23 @@ ressl, swav, wmse.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
-from solo_geometry.linalg.operators import frozen_module
+from solo_geometry.hosts.solo.queues import QUEUE_METHODS
+from solo_geometry.hosts.solo.spec import (
+    Context,
+    Kept,
+    LossSpec,
+    frozen,
+    momentum_outputs,
+    no_context,
+)
 
 __all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss"]
-
-Context = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class LossSpec:
-    """How to rebuild one method's SSL loss.
-
-    Attributes:
-        context: (model, images per crop, batch, momentum-backbone features of the large
-            crops kept from the training step (its whole batch) or None) -> detached
-            quantities the loss needs.
-        loss: (model, context, H (V, N, p)) -> scalar SSL loss.
-        momentum: the method has a momentum projector to keep in sync with the projector.
-    """
-
-    context: Callable[[Any, list[Tensor], Any, list[Tensor] | None], Context]
-    loss: Callable[[Any, Context, Tensor], Tensor]
-    momentum: bool = False
-
-
-def _frozen(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)`` on detached copies of its state in x's dtype (module left untouched)."""
-    return frozen_module(module, x.dtype, x.device)(x)
-
-
-Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
-
-
-def _no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {}
 
 
 def _index_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
@@ -74,15 +49,7 @@ def _label_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> C
 
 
 def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    from solo.methods.base import BaseMomentumMethod
-
-    with torch.no_grad():
-        if kept is None:
-            large = crops[: model.num_large_crops]
-            kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
-        # the whole batch, as the training step projected it (its BatchNorm statistics)
-        targets = [model.momentum_projector(f).detach() for f in kept]
-    return {"targets": targets}
+    return {"targets": momentum_outputs(model, crops, kept)}
 
 
 def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
@@ -96,7 +63,7 @@ def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.byol import byol_loss_func
 
-    P = [_frozen(model.predictor, H[v]) for v in range(H.shape[0])]
+    P = [frozen(model.predictor, H[v]) for v in range(H.shape[0])]
     loss = H.new_zeros(())
     for v1 in range(model.num_large_crops):
         for v2 in range(H.shape[0]):
@@ -108,7 +75,7 @@ def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.mocov3 import mocov3_loss_func
 
-    Q = [_frozen(model.predictor, H[v]) for v in range(2)]
+    Q = [frozen(model.predictor, H[v]) for v in range(2)]
     K = [k.to(H) for k in ctx["targets"]]
     t = model.temperature
     return mocov3_loss_func(Q[0], K[1], temperature=t) + mocov3_loss_func(Q[1], K[0], temperature=t)
@@ -117,7 +84,7 @@ def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _simsiam(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.simsiam import simsiam_loss_func
 
-    P = [_frozen(model.predictor, H[v]) for v in range(2)]
+    P = [frozen(model.predictor, H[v]) for v in range(2)]
     return simsiam_loss_func(P[0], H[1]) / 2 + simsiam_loss_func(P[1], H[0]) / 2
 
 
@@ -186,22 +153,19 @@ SUPPORTED: dict[str, LossSpec] = {
     "supcon": LossSpec(_label_context, _contrastive),
     "byol": LossSpec(_momentum_context, _byol, momentum=True),
     "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True),
-    "simsiam": LossSpec(_no_context, _simsiam),
-    "vicreg": LossSpec(_no_context, _vicreg),
-    "vibcreg": LossSpec(_no_context, _vibcreg),
-    "barlow_twins": LossSpec(_no_context, _barlow),
+    "simsiam": LossSpec(no_context, _simsiam),
+    "vicreg": LossSpec(no_context, _vicreg),
+    "vibcreg": LossSpec(no_context, _vibcreg),
+    "barlow_twins": LossSpec(no_context, _barlow),
+    **QUEUE_METHODS,
 }
 
-UNSUPPORTED = (
-    "all4one",
-    "deepclusterv2",
-    "dino",
-    "mae",
-    "mocov2plus",
-    "nnbyol",
-    "nnclr",
-    "nnsiam",
-    "ressl",
-    "swav",
-    "wmse",
-)
+UNSUPPORTED: dict[str, str] = {
+    "all4one": "not yet",
+    "deepclusterv2": "not yet",
+    "dino": "not yet",
+    "mae": "not yet",
+    "swav": "not yet",
+    "wmse": "not yet",
+}
+"""Methods geometry refuses, with the reason the error gives."""
