@@ -13,10 +13,10 @@ builds a float32 BatchNorm inside (which refuses float64 input), is evaluated by
 :func:`barlow_loss`, solo-learn's formula in H's dtype, tested equal to ``barlow_loss_func``.
 
 Supported methods (``SUPPORTED``): simclr, supcon, byol, mocov3, simsiam, vicreg, vibcreg,
-barlow_twins. Not supported, because their loss depends on state the adapter cannot rebuild
-from ``solo.losses`` alone (queues, prototypes, Sinkhorn, centering, nearest-neighbour support
-sets or a decoder): all4one, deepclusterv2, dino, mae, mocov2plus, nnbyol, nnclr, nnsiam,
-ressl, swav, wmse.
+barlow_twins here; the queue methods (mocov2plus, ressl, nnclr, nnbyol, nnsiam) in
+:mod:`.queues`, the prototype and centring methods (dino, swav, deepclusterv2) in
+:mod:`.prototypes`, all4one in :mod:`.all4one`. Each spec says what it holds fixed
+(:func:`methods_table`, README's table). Refused, with the reason (``UNSUPPORTED``): mae, wmse.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from solo_geometry.hosts.solo.all4one import ALL4ONE
+from solo_geometry.hosts.solo.prototypes import PROTOTYPE_METHODS
 from solo_geometry.hosts.solo.queues import QUEUE_METHODS
 from solo_geometry.hosts.solo.spec import (
     Context,
@@ -37,7 +39,7 @@ from solo_geometry.hosts.solo.spec import (
     no_context,
 )
 
-__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss"]
+__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss", "methods_table"]
 
 
 def _index_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
@@ -148,24 +150,50 @@ def _barlow(model: Any, ctx: Context, H: Tensor) -> Tensor:
     return barlow_loss(H[0], H[1], lamb=model.lamb, scale_loss=model.scale_loss)
 
 
+_OWN = "nothing: a function of this batch's outputs only"
+
 SUPPORTED: dict[str, LossSpec] = {
-    "simclr": LossSpec(_index_context, _contrastive),
-    "supcon": LossSpec(_label_context, _contrastive),
-    "byol": LossSpec(_momentum_context, _byol, momentum=True),
-    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True),
-    "simsiam": LossSpec(no_context, _simsiam),
-    "vicreg": LossSpec(no_context, _vicreg),
-    "vibcreg": LossSpec(no_context, _vibcreg),
-    "barlow_twins": LossSpec(no_context, _barlow),
+    "simclr": LossSpec(_index_context, _contrastive,
+                       held="nothing: the batch's other samples are its negatives"),
+    "supcon": LossSpec(_label_context, _contrastive,
+                       held="the labels (they say which samples are positives)"),
+    "byol": LossSpec(_momentum_context, _byol, momentum=True,
+                     held="the predictor; the momentum branch's targets (another network)"),
+    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True,
+                       held="the predictor; the momentum branch's keys (another network)"),
+    "simsiam": LossSpec(no_context, _simsiam,
+                        held="the predictor; the targets are H under stop-gradient, as in the "
+                        "step"),
+    "vicreg": LossSpec(no_context, _vicreg, held=_OWN),
+    "vibcreg": LossSpec(no_context, _vibcreg, held=_OWN),
+    "barlow_twins": LossSpec(no_context, _barlow, held=_OWN),
     **QUEUE_METHODS,
-}
+    **PROTOTYPE_METHODS,
+    "all4one": ALL4ONE,
+}  # fmt: skip
 
 UNSUPPORTED: dict[str, str] = {
-    "all4one": "not yet",
-    "deepclusterv2": "not yet",
-    "dino": "not yet",
-    "mae": "not yet",
-    "swav": "not yet",
-    "wmse": "not yet",
+    "mae": "a masked autoencoder: its loss reconstructs masked patches through a decoder, "
+    "there is no projection head whose outputs it is a function of",
+    "wmse": "its loss whitens random sub-batches of whitening_size samples drawn by "
+    "torch.randperm inside training_step, a grouping the step does not keep, so the loss of "
+    "the measured batch cannot be rebuilt",
 }
 """Methods geometry refuses, with the reason the error gives."""
+
+
+def methods_table() -> str:
+    """README's table of solo-learn methods: supported or refused, what each holds fixed.
+
+    Returns:
+        A Markdown table, one row per method (supported first, each group sorted by name).
+    """
+    rows = [
+        "| method | geometry | measured head | held fixed at its training-step value (why) |",
+        "|---|---|---|---|",
+    ]
+    rows += [
+        f"| {n} | on | `{SUPPORTED[n].head}` | {SUPPORTED[n].held} |" for n in sorted(SUPPORTED)
+    ]
+    rows += [f"| {n} | refused | - | {UNSUPPORTED[n]} |" for n in sorted(UNSUPPORTED)]
+    return "\n".join(rows)

@@ -101,6 +101,8 @@ class GeometryMethod(GeometryHost):
         self.geometry_run_dir = run_dir_of(gcfg)
         self._swap_head(cfg, gcfg)
         self._apply_init(gcfg)
+        if self._spec.setup is not None:
+            self._spec.setup(self)
 
     @property
     def _spec(self) -> LossSpec:

@@ -16,22 +16,22 @@ read-only: the queue is never written by the monitor.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from solo_geometry.hosts.solo.spec import Context, Kept, LossSpec, frozen, momentum_outputs
+from solo_geometry.hosts.solo.spec import (
+    Context,
+    Kept,
+    LossSpec,
+    frozen,
+    momentum_outputs,
+    snapshot,
+)
 
-__all__ = ["QUEUE_METHODS", "neighbours", "snapshot"]
-
-
-def snapshot(model: Any, path: str) -> Tensor:
-    """The tensor at ``path`` as the training step read it (its clone), else as it is now."""
-    kept = model.captured(path, 1)
-    return (kept[0] if kept is not None else attrgetter(path)(model)).detach().clone()
+__all__ = ["QUEUE_METHODS", "keys", "neighbours"]
 
 
 def neighbours(model: Any, queries: list[Tensor]) -> list[Tensor]:
@@ -58,12 +58,13 @@ def _online(model: Any, crops: list[Tensor]) -> list[Tensor]:
         return [model.projector(f) for f in model.geometry_features(crops)]
 
 
-def _keys(model: Any, crops: list[Tensor], kept: Kept) -> list[Tensor]:
+def keys(model: Any, crops: list[Tensor], kept: Kept) -> list[Tensor]:
+    """The momentum branch's normalised keys (N, p) of the large crops, as the step had them."""
     return [F.normalize(t, dim=-1) for t in momentum_outputs(model, crops, kept)]
 
 
 def _queue_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {"keys": _keys(model, crops, kept), "queue": snapshot(model, "queue")}
+    return {"keys": keys(model, crops, kept), "queue": snapshot(model, "queue")}
 
 
 def _mocov2plus(model: Any, ctx: Context, H: Tensor) -> Tensor:
@@ -93,7 +94,7 @@ def _online_nn_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) 
 
 
 def _momentum_nn_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {"nn": neighbours(model, _keys(model, crops, kept))}
+    return {"nn": neighbours(model, keys(model, crops, kept))}
 
 
 def _predictions(model: Any, H: Tensor) -> list[Tensor]:
@@ -134,10 +135,25 @@ def _nn_of(out: Any) -> list[Tensor]:
 
 _FIND_NN = {"find_nn": _nn_of}
 
+_QUEUE = (
+    "the momentum keys (another network); the queue as the step read it (cloned as the step "
+    "starts: the step then enqueues this batch's keys)"
+)
+_NN = (
+    "the predictor; the nearest neighbours the step chose from the queue of {of}: queue "
+    "entries, constant in Z, chosen by an argmax, piecewise constant in Z"
+)
+
 QUEUE_METHODS: dict[str, LossSpec] = {
-    "mocov2plus": LossSpec(_queue_context, _mocov2plus, momentum=True, snapshots=("queue",)),
-    "ressl": LossSpec(_queue_context, _ressl, momentum=True, snapshots=("queue",)),
-    "nnclr": LossSpec(_online_nn_context, _nnclr, keeps=_FIND_NN),
-    "nnbyol": LossSpec(_momentum_nn_context, _nnbyol, momentum=True, keeps=_FIND_NN),
-    "nnsiam": LossSpec(_online_nn_context, _nnsiam, keeps=_FIND_NN),
-}
+    "mocov2plus": LossSpec(_queue_context, _mocov2plus, momentum=True, snapshots=("queue",),
+                           held=_QUEUE),
+    "ressl": LossSpec(_queue_context, _ressl, momentum=True, snapshots=("queue",),
+                      held=_QUEUE + "; only view 1's query enters the loss (view 2's rows of "
+                      "H_eff are zero)"),
+    "nnclr": LossSpec(_online_nn_context, _nnclr, keeps=_FIND_NN,
+                      held=_NN.format(of="the projections")),
+    "nnbyol": LossSpec(_momentum_nn_context, _nnbyol, momentum=True, keeps=_FIND_NN,
+                       held=_NN.format(of="the momentum keys")),
+    "nnsiam": LossSpec(_online_nn_context, _nnsiam, keeps=_FIND_NN,
+                       held=_NN.format(of="the projections")),
+}  # fmt: skip

@@ -28,7 +28,15 @@ from torch import Tensor, nn
 
 from solo_geometry.linalg.operators import frozen_module
 
-__all__ = ["Context", "Kept", "LossSpec", "frozen", "momentum_outputs", "no_context"]
+__all__ = [
+    "Context",
+    "Kept",
+    "LossSpec",
+    "frozen",
+    "momentum_outputs",
+    "no_context",
+    "snapshot",
+]
 
 Context = dict[str, Any]
 Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
@@ -49,6 +57,9 @@ class LossSpec:
             scales (the head itself, or its MLP when the head also holds prototypes).
         keeps: solo-learn method name -> the tensors of its result to keep, per call.
         snapshots: attribute paths of tensors cloned at the start of a captured training step.
+        setup: called with the module once it is built (e.g. to register hooks that keep what
+            the step computes inside a submodule), or None.
+        held: what the closure holds fixed besides the parameters, and why (README's table).
     """
 
     context: Callable[[Any, list[Tensor], Any, Kept], Context]
@@ -58,6 +69,8 @@ class LossSpec:
     projector: str = "projector"
     keeps: Mapping[str, Callable[[Any], list[Tensor]]] = field(default_factory=dict)
     snapshots: tuple[str, ...] = ()
+    setup: Callable[[Any], None] | None = None
+    held: str = ""
 
 
 def frozen(module: nn.Module, x: Tensor) -> Tensor:
@@ -86,3 +99,9 @@ def momentum_outputs(
             kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
         module = attrgetter(head)(model)
         return [module(f).detach() for f in kept]
+
+
+def snapshot(model: Any, path: str) -> Tensor:
+    """The tensor at ``path`` as the training step read it (its clone), else as it is now."""
+    kept = model.captured(path, 1)
+    return (kept[0] if kept is not None else attrgetter(path)(model)).detach().clone()
