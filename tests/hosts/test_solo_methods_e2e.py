@@ -64,4 +64,4 @@ def test_cifar_recipe_geometry_on(method: str, folder: Path, tmp_path: Path) -> 
         assert r.meta is None or r.meta["method"] == method
         values = [v for k, v in r.metrics.items() if not k.endswith("/cond") and v is not None]
         assert values and all(math.isfinite(v) for v in values if isinstance(v, float))
-        assert math.isfinite(r.metrics["heff/lambda_max"])
+        assert math.isfinite(r.metrics["z/normalized_std"])  # an unconverged extreme is null
