@@ -14,7 +14,8 @@ The base owns the rest: capture of the training step's own features (``geometry_
 (:func:`solo_geometry.state.preserved_state`), and the :class:`GeometryView` of the whole batch.
 The view never cuts the batch: the loss is the training step's loss (same features, BatchNorm
 statistics, negatives); restricting the operators to a sub-block is the measurement's business.
-The module must call its backbone ``backbone`` and its head ``projector``, as solo-learn does.
+The module must call its backbone ``backbone`` and its head ``projector``, as solo-learn does,
+or say which module is its head in ``geometry_head()``.
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ class GeometryHost:
         """The method's loss of the head outputs H (V, N, p) of the whole batch."""
         raise NotImplementedError
 
+    def geometry_head(self) -> torch.nn.Module:
+        """The measured head (its outputs are H): the module's ``projector``."""
+        module: Any = self
+        return module.projector
+
     def geometry_normalization(self) -> MeanStd | None:
         """The recipe's input ``(mean, std)`` (pixel-space tangents); None: images are pixels."""
         return None
@@ -131,5 +137,5 @@ class GeometryHost:
                 feats = self.geometry_forward(crops)
             loss_of_outputs = self.geometry_loss(batch, crops)
         Z = torch.stack([f.detach() for f in feats])  # (views, batch, d)
-        return assemble_view(Z, module.projector, loss_of_outputs, module.backbone, crops[0],
+        return assemble_view(Z, self.geometry_head(), loss_of_outputs, module.backbone, crops[0],
                              self.geometry_normalization())  # fmt: skip

@@ -200,7 +200,7 @@ class TestLauncher:
             (["+geometry=on", "geometry.head.name=nope"], "geometry.head.name"),
             (["+geometry=on", "geometry.head.name=smooth_mlp", "geometry.head.activation=sine"],
              "geometry.head.activation"),
-            (["+geometry=on", "method=swav"], "not supported for method 'swav'"),
+            (["+geometry=on", "method=wmse"], "not supported for method 'wmse'"),
             (["+geometry=on", "geometry.head.nme=x"], "geometry.head.nme"),
             (["+geometry=on", "stray"], "not a Hydra override"),
         ],

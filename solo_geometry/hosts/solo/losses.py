@@ -16,57 +16,34 @@ matrices when N < D (:mod:`solo_geometry.geometry.decorrelation`): the same func
 solo-learn's to round-off, and several times cheaper to differentiate twice at D = 2048.
 
 Supported methods (``SUPPORTED``): simclr, supcon, byol, mocov3, simsiam, vicreg, vibcreg,
-barlow_twins. Not supported, because their loss depends on state the adapter cannot rebuild
-from ``solo.losses`` alone (queues, prototypes, Sinkhorn, centering, nearest-neighbour support
-sets or a decoder): all4one, deepclusterv2, dino, mae, mocov2plus, nnbyol, nnclr, nnsiam,
-ressl, swav, wmse.
+barlow_twins here; the queue methods (mocov2plus, ressl, nnclr, nnbyol, nnsiam) in
+:mod:`.queues`, the prototype and centring methods (dino, swav, deepclusterv2) in
+:mod:`.prototypes`, all4one in :mod:`.all4one`. Each spec says what it holds fixed
+(:func:`methods_table`, README's table). Refused, with the reason (``UNSUPPORTED``): mae, wmse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
 from solo_geometry.geometry.decorrelation import barlow_twins_loss, vibcreg_loss, vicreg_loss
-from solo_geometry.linalg.operators import frozen_module
+from solo_geometry.hosts.solo.all4one import ALL4ONE
+from solo_geometry.hosts.solo.prototypes import PROTOTYPE_METHODS
+from solo_geometry.hosts.solo.queues import QUEUE_METHODS
+from solo_geometry.hosts.solo.spec import (
+    Context,
+    Kept,
+    LossSpec,
+    frozen,
+    momentum_outputs,
+    no_context,
+)
 
-__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss"]
-
-Context = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class LossSpec:
-    """How to rebuild one method's SSL loss.
-
-    Attributes:
-        context: (model, images per crop, batch, momentum-backbone features of the large
-            crops kept from the training step (its whole batch) or None) -> detached
-            quantities the loss needs.
-        loss: (model, context, H (V, N, p)) -> scalar SSL loss.
-        momentum: the method has a momentum projector to keep in sync with the projector.
-    """
-
-    context: Callable[[Any, list[Tensor], Any, list[Tensor] | None], Context]
-    loss: Callable[[Any, Context, Tensor], Tensor]
-    momentum: bool = False
-
-
-def _frozen(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)`` on detached copies of its state in x's dtype (module left untouched)."""
-    return frozen_module(module, x.dtype, x.device)(x)
-
-
-Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
-
-
-def _no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {}
+__all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss", "methods_table"]
 
 
 def _index_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
@@ -78,15 +55,7 @@ def _label_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> C
 
 
 def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    from solo.methods.base import BaseMomentumMethod
-
-    with torch.no_grad():
-        if kept is None:
-            large = crops[: model.num_large_crops]
-            kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
-        # the whole batch, as the training step projected it (its BatchNorm statistics)
-        targets = [model.momentum_projector(f).detach() for f in kept]
-    return {"targets": targets}
+    return {"targets": momentum_outputs(model, crops, kept)}
 
 
 def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
@@ -100,7 +69,7 @@ def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.byol import byol_loss_func
 
-    P = [_frozen(model.predictor, H[v]) for v in range(H.shape[0])]
+    P = [frozen(model.predictor, H[v]) for v in range(H.shape[0])]
     loss = H.new_zeros(())
     for v1 in range(model.num_large_crops):
         for v2 in range(H.shape[0]):
@@ -112,7 +81,7 @@ def _byol(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.mocov3 import mocov3_loss_func
 
-    Q = [_frozen(model.predictor, H[v]) for v in range(2)]
+    Q = [frozen(model.predictor, H[v]) for v in range(2)]
     K = [k.to(H) for k in ctx["targets"]]
     t = model.temperature
     return mocov3_loss_func(Q[0], K[1], temperature=t) + mocov3_loss_func(Q[1], K[0], temperature=t)
@@ -121,7 +90,7 @@ def _mocov3(model: Any, ctx: Context, H: Tensor) -> Tensor:
 def _simsiam(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.simsiam import simsiam_loss_func
 
-    P = [_frozen(model.predictor, H[v]) for v in range(2)]
+    P = [frozen(model.predictor, H[v]) for v in range(2)]
     return simsiam_loss_func(P[0], H[1]) / 2 + simsiam_loss_func(P[1], H[0]) / 2
 
 
@@ -177,27 +146,50 @@ def _barlow(model: Any, ctx: Context, H: Tensor) -> Tensor:
     return barlow_loss(H[0], H[1], lamb=model.lamb, scale_loss=model.scale_loss)
 
 
-SUPPORTED: dict[str, LossSpec] = {
-    "simclr": LossSpec(_index_context, _contrastive),
-    "supcon": LossSpec(_label_context, _contrastive),
-    "byol": LossSpec(_momentum_context, _byol, momentum=True),
-    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True),
-    "simsiam": LossSpec(_no_context, _simsiam),
-    "vicreg": LossSpec(_no_context, _vicreg),
-    "vibcreg": LossSpec(_no_context, _vibcreg),
-    "barlow_twins": LossSpec(_no_context, _barlow),
-}
+_OWN = "nothing: a function of this batch's outputs only"
 
-UNSUPPORTED = (
-    "all4one",
-    "deepclusterv2",
-    "dino",
-    "mae",
-    "mocov2plus",
-    "nnbyol",
-    "nnclr",
-    "nnsiam",
-    "ressl",
-    "swav",
-    "wmse",
-)
+SUPPORTED: dict[str, LossSpec] = {
+    "simclr": LossSpec(_index_context, _contrastive,
+                       held="nothing: the batch's other samples are its negatives"),
+    "supcon": LossSpec(_label_context, _contrastive,
+                       held="the labels (they say which samples are positives)"),
+    "byol": LossSpec(_momentum_context, _byol, momentum=True,
+                     held="the predictor; the momentum branch's targets (another network)"),
+    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True,
+                       held="the predictor; the momentum branch's keys (another network)"),
+    "simsiam": LossSpec(no_context, _simsiam,
+                        held="the predictor; the targets are H under stop-gradient, as in the "
+                        "step"),
+    "vicreg": LossSpec(no_context, _vicreg, held=_OWN),
+    "vibcreg": LossSpec(no_context, _vibcreg, held=_OWN),
+    "barlow_twins": LossSpec(no_context, _barlow, held=_OWN),
+    **QUEUE_METHODS,
+    **PROTOTYPE_METHODS,
+    "all4one": ALL4ONE,
+}  # fmt: skip
+
+UNSUPPORTED: dict[str, str] = {
+    "mae": "a masked autoencoder: its loss reconstructs masked patches through a decoder, "
+    "there is no projection head whose outputs it is a function of",
+    "wmse": "its loss whitens random sub-batches of whitening_size samples drawn by "
+    "torch.randperm inside training_step, a grouping the step does not keep, so the loss of "
+    "the measured batch cannot be rebuilt",
+}
+"""Methods geometry refuses, with the reason the error gives."""
+
+
+def methods_table() -> str:
+    """README's table of solo-learn methods: supported or refused, what each holds fixed.
+
+    Returns:
+        A Markdown table, one row per method (supported first, each group sorted by name).
+    """
+    rows = [
+        "| method | geometry | measured head | held fixed at its training-step value (why) |",
+        "|---|---|---|---|",
+    ]
+    rows += [
+        f"| {n} | on | `{SUPPORTED[n].head}` | {SUPPORTED[n].held} |" for n in sorted(SUPPORTED)
+    ]
+    rows += [f"| {n} | refused | - | {UNSUPPORTED[n]} |" for n in sorted(UNSUPPORTED)]
+    return "\n".join(rows)

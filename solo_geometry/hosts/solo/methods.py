@@ -19,13 +19,16 @@ once solo-learn has used it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from torch import Tensor
+from torch import Tensor, nn
 
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
@@ -74,6 +77,7 @@ class GeometryMethod(GeometryHost):
     _solo_base: type
     _solo_name: str
     _loss_spec: LossSpec | None
+    _geometry_fresh: list[Tensor] | None = None  # a fresh view's features, for the loss context
 
     def __new__(cls, cfg: Any = None, *args: Any, **kwargs: Any) -> Any:
         """solo-learn's own class when geometry is off or absent, else this subclass."""
@@ -82,9 +86,10 @@ class GeometryMethod(GeometryHost):
         if gcfg is None:
             return cls._solo_base(cfg, *args, **kwargs)
         if cls._loss_spec is None:
+            why = UNSUPPORTED.get(cls._solo_name, "its loss cannot be rebuilt from solo.losses")
             raise ValueError(
-                f"geometry is not supported for method {cls._solo_name!r} (its loss cannot be "
-                f"rebuilt from solo.losses); choose from {sorted(SUPPORTED)} or use +geometry=off"
+                f"geometry is not supported for method {cls._solo_name!r} ({why}); "
+                f"choose from {sorted(SUPPORTED)} or use +geometry=off"
             )
         return super().__new__(cls)
 
@@ -96,8 +101,16 @@ class GeometryMethod(GeometryHost):
         self.geometry_run_dir = run_dir_of(gcfg)
         self._swap_head(cfg, gcfg)
         self._apply_init(gcfg)
+        if self._spec.setup is not None:
+            self._spec.setup(self)
+
+    @property
+    def _spec(self) -> LossSpec:
+        assert self._loss_spec is not None  # __new__ refused methods without one
+        return self._loss_spec
 
     def _swap_head(self, cfg: DictConfig, gcfg: GeometryConfig) -> None:
+        """Replace the projector MLP (and its momentum copy) by the configured head."""
         model: Any = self
         if gcfg.predictor.name != "predictor" and hasattr(model, "predictor"):
             pred_hidden = OmegaConf.select(cfg, "method_kwargs.pred_hidden_dim", default=None)
@@ -109,31 +122,48 @@ class GeometryMethod(GeometryHost):
             return
         hidden = OmegaConf.select(cfg, "method_kwargs.proj_hidden_dim", default=None)
         out_dim = int(cfg.method_kwargs.proj_output_dim)
-        model.projector = build_configured_head(gcfg.head, model.features_dim, out_dim, hidden)
-        if hasattr(model, "momentum_projector"):
-            model.momentum_projector = build_configured_head(
-                gcfg.head, model.features_dim, out_dim, hidden
-            )
+        for path in (self._spec.projector, f"momentum_{self._spec.projector}"):
+            parent, _, name = path.rpartition(".")
+            owner = attrgetter(parent)(model) if parent else model
+            if hasattr(owner, name):
+                setattr(owner, name, build_configured_head(gcfg.head, model.features_dim,
+                                                           out_dim, hidden))  # fmt: skip
         self._sync_momentum()
 
     def _apply_init(self, gcfg: GeometryConfig) -> None:
         if not gcfg.init.pseudo_collapse:
             return
         model: Any = self
-        pseudo_collapse_(model.projector, alpha=gcfg.init.alpha)
+        pseudo_collapse_(attrgetter(self._spec.projector)(model), alpha=gcfg.init.alpha)
         if gcfg.init.backbone:
             pseudo_collapse_backbone_(model.backbone, alpha=gcfg.init.alpha)
         self._sync_momentum()
 
     def _sync_momentum(self) -> None:
-        """Copy the online projector (and backbone) into the momentum branch."""
+        """Copy the online head (and backbone) into the momentum branch."""
         from solo.utils.momentum import initialize_momentum_params
 
         model: Any = self
-        if hasattr(model, "momentum_projector"):
-            initialize_momentum_params(model.projector, model.momentum_projector)
+        head = self._spec.head
+        if hasattr(model, f"momentum_{head}"):
+            initialize_momentum_params(getattr(model, head), getattr(model, f"momentum_{head}"))
         if hasattr(model, "momentum_backbone"):
             initialize_momentum_params(model.backbone, model.momentum_backbone)
+
+    def geometry_head(self) -> nn.Module:
+        """The measured head: the projector, or the module holding it and the prototypes."""
+        return attrgetter(self._spec.head)(self)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """solo-learn's ``training_step``, the state it updates in place kept first.
+
+        While capture is on, what the step reads and then updates in place (queues, DINO's
+        centre: ``LossSpec.snapshots``) is cloned aside before it runs.
+        """
+        if self._geometry_kept is not None and getattr(self, "training", False):
+            for path in self._spec.snapshots:
+                self.keep(path, attrgetter(path)(self).clone())
+        return super().training_step(batch, batch_idx)  # type: ignore[misc]
 
     def forward(self, X: Tensor, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """solo-learn's ``forward``, its backbone features kept while capture is on."""
@@ -155,7 +185,16 @@ class GeometryMethod(GeometryHost):
         """solo-learn's backbone forward of each crop (``BaseMethod.multicrop_forward``)."""
         from solo.methods.base import BaseMethod
 
-        return [BaseMethod.multicrop_forward(self, x)["feats"] for x in crops]
+        self._geometry_fresh = [BaseMethod.multicrop_forward(self, x)["feats"] for x in crops]
+        return self._geometry_fresh
+
+    def geometry_features(self, crops: list[Tensor]) -> list[Tensor]:
+        """The backbone features (N, d) of each crop the view is built on (for loss contexts)."""
+        feats = self.captured("feats", len(crops)) or self._geometry_fresh
+        if feats is None or len(feats) != len(crops):
+            with torch.no_grad():
+                feats = self.geometry_forward(crops)
+        return feats
 
     def geometry_normalization(self) -> MeanStd:
         """The recipe's normalisation, as solo-learn's pretrain pipelines pick it."""
@@ -168,10 +207,12 @@ class GeometryMethod(GeometryHost):
     def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
         """The method's SSL loss rebuilt from ``solo.losses`` (:mod:`.losses`)."""
         model: Any = self
-        spec = self._loss_spec
-        assert spec is not None  # __new__ refused methods without one
+        spec = self._spec
         momentum = self.captured("momentum_feats", model.num_large_crops)
-        ctx = spec.context(model, crops, batch, momentum)
+        try:
+            ctx = spec.context(model, crops, batch, momentum)
+        finally:
+            self._geometry_fresh = None
         return lambda H: spec.loss(model, ctx, H)
 
     def configure_callbacks(self) -> list[Callback]:
@@ -207,7 +248,27 @@ def wrap(name: str, base: type) -> type:
     }
     if hasattr(base, "momentum_forward"):
         attrs["momentum_forward"] = _momentum_forward
+    spec = SUPPORTED.get(name)
+    for method, select in (spec.keeps if spec else {}).items():
+        attrs[method] = _keeping(getattr(base, method), method, select)
     return type(f"Geometry{base.__name__}", (GeometryMethod, base), attrs)
+
+
+def _keeping(
+    solo_method: Callable[..., Any], key: str, select: Callable[[Any], list[Tensor]]
+) -> Callable[..., Any]:
+    """``solo_method`` whose result's selected tensors are kept under ``key`` while capturing."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = solo_method(self, *args, **kwargs)
+        if self._geometry_kept is not None:
+            for t in select(out):
+                self.keep(key, t)
+        return out
+
+    method.__name__ = solo_method.__name__
+    method.__doc__ = f"solo-learn's ``{key}``, its result kept while capture is on."
+    return method
 
 
 def _momentum_forward(self: Any, X: Tensor) -> dict[str, Any]:

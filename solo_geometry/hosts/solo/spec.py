@@ -1,0 +1,107 @@
+"""What a solo-learn method's loss closure is built from: :class:`LossSpec` and its helpers.
+
+A spec says how to rebuild one method's SSL loss as a function of its head's outputs H (V, N, p)
+of one batch, every other quantity held fixed at its value in the training step:
+
+* ``context`` gathers those fixed quantities (detached) once per measured batch: momentum-branch
+  targets, a queue, the chosen nearest neighbours, Sinkhorn codes, cluster assignments, DINO's
+  teacher probabilities. From the training step's own values when the monitor captured the step
+  (``model.captured(...)``), else computed now from the module's current state, read-only;
+* ``loss`` is the method's loss of H given that context;
+* ``keeps`` names solo-learn methods (``find_nn``, ``get_assignments``) whose results the
+  training step computes and the wrapped module keeps while capture is on, and ``snapshots``
+  the state (queues, DINO's centre) the step reads and then updates in place: it is cloned as the
+  step starts, so the closure sees the values the step's loss saw, never the updated ones.
+
+Neither changes the step: kept values are detached references or clones taken aside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from solo_geometry.linalg.operators import frozen_module
+
+__all__ = [
+    "Context",
+    "Kept",
+    "LossSpec",
+    "frozen",
+    "momentum_outputs",
+    "no_context",
+    "snapshot",
+]
+
+Context = dict[str, Any]
+Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """How to rebuild one method's SSL loss.
+
+    Attributes:
+        context: (model, images per crop, batch, momentum-backbone features of the large
+            crops kept from the training step (its whole batch) or None) -> detached
+            quantities the loss needs.
+        loss: (model, context, H (V, N, p)) -> scalar SSL loss.
+        momentum: the method has a momentum copy of the head to keep in sync with it.
+        head: attribute path of the measured head (its outputs are H).
+        projector: attribute path of the MLP that ``geometry.head`` swaps and pseudo-collapse
+            scales (the head itself, or its MLP when the head also holds prototypes).
+        keeps: solo-learn method name -> the tensors of its result to keep, per call.
+        snapshots: attribute paths of tensors cloned at the start of a captured training step.
+        setup: called with the module once it is built (e.g. to register hooks that keep what
+            the step computes inside a submodule), or None.
+        held: what the closure holds fixed besides the parameters, and why (README's table).
+    """
+
+    context: Callable[[Any, list[Tensor], Any, Kept], Context]
+    loss: Callable[[Any, Context, Tensor], Tensor]
+    momentum: bool = False
+    head: str = "projector"
+    projector: str = "projector"
+    keeps: Mapping[str, Callable[[Any], list[Tensor]]] = field(default_factory=dict)
+    snapshots: tuple[str, ...] = ()
+    setup: Callable[[Any], None] | None = None
+    held: str = ""
+
+
+def frozen(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` on detached copies of its state in x's dtype (module left untouched)."""
+    return frozen_module(module, x.dtype, x.device)(x)
+
+
+def no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+    """No fixed quantity besides the model's parameters."""
+    return {}
+
+
+def momentum_outputs(
+    model: Any, crops: list[Tensor], kept: Kept, head: str = "momentum_projector"
+) -> list[Tensor]:
+    """The momentum head's outputs (B, p) of each large crop, as the training step computed them.
+
+    From the momentum-backbone features the step kept (its whole batch, so the momentum head's
+    BatchNorm sees the step's batch statistics), else from a fresh momentum forward.
+    """
+    from solo.methods.base import BaseMomentumMethod
+
+    with torch.no_grad():
+        if kept is None:
+            large = crops[: model.num_large_crops]
+            kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
+        module = attrgetter(head)(model)
+        return [module(f).detach() for f in kept]
+
+
+def snapshot(model: Any, path: str) -> Tensor:
+    """The tensor at ``path`` as the training step read it (its clone), else as it is now."""
+    kept = model.captured(path, 1)
+    return (kept[0] if kept is not None else attrgetter(path)(model)).detach().clone()
