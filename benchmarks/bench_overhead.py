@@ -5,7 +5,8 @@ solo-learn checkout, each at its own head widths: SimCLR 2048-256, BYOL 4096-256
 Barlow Twins 3-layer 2048-wide, ...) run on the CPU with the overrides a new user would pass:
 ``data.dataset=custom`` on an image folder (the digits at 32 x 32, CIFAR's size),
 ``accelerator=cpu "devices=[0]" strategy=auto precision=32 sync_batchnorm=False``, batch 32; and
-this project's digits BYOL recipe (``digits/byol``).
+this project's digits BYOL recipe (``digits/byol``). MoCo v2+ (a queue method) and DINO (a
+centre and a teacher) are in the default set too.
 
 Per recipe, geometry off and on are paired in one invocation: fresh processes, same seed, same
 batches, alternating order per repeat (off, on, then on, off). The 'on' runs measure at a short
@@ -29,11 +30,11 @@ The table gives, per recipe:
 * ``run``: the measured overhead of the whole 'on' run (CPU), at the bench's cadence;
 * peak RSS, the 'on' run's over the 'off' run's.
 
-Probes (run once after fit) are switched off: they are not a per-step cost.
+Probes and the report (each run once after fit) are switched off: they are not a per-step cost.
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/bench_overhead.py                   # 4 cifar recipes + digits
+    PYTHONPATH=. python benchmarks/bench_overhead.py                   # 6 cifar recipes + digits
     PYTHONPATH=. python benchmarks/bench_overhead.py --recipes cifar/vicreg --steps 31
     PYTHONPATH=. python benchmarks/bench_overhead.py --quick           # 11 steps, every 5
 """
@@ -57,7 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EVERY = 50  # the default cadence, GeometryConfig.every_n_steps
 BUDGET = 0.02  # the default budget, GeometryConfig.budget
 EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32
-DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "digits/byol")
+DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "cifar/mocov2plus",
+                   "cifar/dino", "digits/byol")  # fmt: skip
 CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]
 
 
@@ -110,7 +112,8 @@ def overrides(recipe: str, mode: str, args: argparse.Namespace, out_dir: str) ->
         data += ["data.dataset=custom", "data.format=image_folder", "auto_resume.enabled=False",
                  "wandb.enabled=False", *CPU]  # fmt: skip
     geometry = (["+geometry=off"] if mode == "off" else
-                ["+geometry=on", "geometry.probes.enabled=false", f"geometry.out_dir={out_dir}",
+                ["+geometry=on", "geometry.probes.enabled=false", "geometry.report=false",
+                 f"geometry.out_dir={out_dir}",
                  f"geometry.every_n_steps={args.every}", "geometry.budget=null",
                  *args.geometry])  # fmt: skip
     return [*data, f"optimizer.batch_size={args.batch_size}", f"data.num_workers={args.workers}",
@@ -187,19 +190,19 @@ def _spawn(recipe: str, mode: str, argv: list[str]) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def projected(n: int, step: float, cost: float, one_off: float, budget: float | None) -> float:
+def projected(n: int, step: float, cost: float, first: float, final: float, budget: float) -> float:
     """Overhead of an ``n``-step run, projected from measured costs by the monitor's own rule.
 
-    The first record (``one_off`` s, with its density) runs at step 0; a measurement due every
-    ``EVERY`` steps (``cost`` s) runs once the time spent plus its cost plus the final record's
-    (``one_off``) is within ``budget`` of the training time so far; the final record runs at
-    the end.
+    The first record (``first`` s, with its density) runs at step 0; a measurement due every
+    ``EVERY`` steps (``cost`` s) runs once the time spent plus its cost plus the first record's
+    (the monitor's estimate of the final one) is within ``budget`` of the training time so far;
+    the final record (``final`` s) runs at the end.
     """
-    spent = one_off
+    spent = first
     for due in range(EVERY, n, EVERY):
-        if budget is None or spent + cost + one_off <= budget * due * step:
+        if spent + cost + first <= budget * due * step:
             spent += cost
-    return (spent + one_off) / (n * step)
+    return (spent + final) / (n * step)
 
 
 def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -218,7 +221,7 @@ def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         step_cpu.append(statistics.median(off["cpu"][1:-1]))
         step_wall.append(statistics.median(off["wall"][1:-1]))
     step, cost = statistics.median(step_cpu), statistics.median(mid)
-    one_off = statistics.median(first + final)
+    costs = (cost, statistics.median(first), statistics.median(final))
     return {
         "recipe": recipe,
         "step_cpu": step,
@@ -228,8 +231,8 @@ def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         "mid_wall": statistics.median(mid_wall),
         "final": statistics.median(final),
         "cadence": cost / (EVERY * step),
-        "epoch": projected(EPOCH, step, cost, one_off, BUDGET),
-        "10k": projected(10_000, step, cost, one_off, BUDGET),
+        "epoch": projected(EPOCH, step, *costs, BUDGET),
+        "10k": projected(10_000, step, *costs, BUDGET),
         "run": statistics.median(run),
         "rss_mb": max(r["peak_rss_mb"] for _, r in pairs) - max(r["peak_rss_mb"] for r, _ in pairs),
     }
@@ -264,6 +267,7 @@ def main() -> None:
     parser.add_argument("--geometry", nargs="*", default=[],
                         help="extra geometry overrides for the 'on' runs")  # fmt: skip
     parser.add_argument("--single", nargs=2, metavar=("RECIPE", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--from-log", type=Path, help="re-summarise the runs printed in a log")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.every, args.repeats = 11, 5, 1
@@ -273,6 +277,13 @@ def main() -> None:
         args.data = make_digits(Path(tempfile.gettempdir()) / "solo-geometry-bench-digits")
     if args.single:
         print(json.dumps(single(*args.single, args)))
+        return
+    if args.from_log:
+        lines = args.from_log.read_text().splitlines()
+        runs = [json.loads(line[line.index("{") :]) for line in lines
+                if line.startswith(("cifar/", "digits/")) and " s, {" in line]  # fmt: skip
+        names = list(dict.fromkeys(r["recipe"] for r in runs))
+        print(table([summarise(n, [r for r in runs if r["recipe"] == n]) for n in names]))
         return
     for recipe in args.recipes:  # fail fast on a bad name
         recipe_path(recipe, args.solo_root)
