@@ -7,6 +7,8 @@ Subcommands:
     report RUN [RUN ...]    plots and index.html of one run, or several overlaid
     orbits FILE [--json]    the paper's orbit table of saved orbit arrays (.npz / .npy)
     demo                    the end-to-end main job on the embedded data
+    zoo ACTION              model zoo: build, card RUN --out DIR, verify DIR, list
+    analyse CKPT --data DIR geometry of solo-learn, lightly, VICReg, Barlow Twins, DINO checkpoints
 
 Bad input exits with status 2 and a message naming the value and the choices (set
 ``SOLO_GEOMETRY_DEBUG=1`` for the traceback).
@@ -30,11 +32,19 @@ from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.pretrain import add_pretrain_parser
 from solo_geometry.report import add_report_parser
 from solo_geometry.run_folder import RunFolder
+from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
 __all__ = ["build_parser", "main"]
 
 # Functions adding a subparser: each module owns its subcommand.
-_SUBCOMMANDS = (add_pretrain_parser, add_report_parser, add_demo_parser, add_orbits_parser)
+_SUBCOMMANDS = (
+    add_pretrain_parser,
+    add_report_parser,
+    add_demo_parser,
+    add_orbits_parser,
+    add_zoo_parser,
+    add_analyse_parser,
+)
 
 
 class UsageError(Exception):
