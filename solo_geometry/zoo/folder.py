@@ -8,6 +8,7 @@ error unless it is empty.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -24,7 +25,7 @@ from solo_geometry.checkpoint import (
     load_prefixed,
     read_checkpoint,
 )
-from solo_geometry.datasets import make_digits
+from solo_geometry.datasets import DIGITS_MARKER, make_digits
 from solo_geometry.run_folder import RunFolder
 from solo_geometry.zoo.card import (
     CARD_FILES,
@@ -56,8 +57,10 @@ def digits_data(root: Path, size: int) -> Path:
 def _data_record(data: Path) -> dict[str, Any]:
     """How the data was made: the embedded digits (regenerable) or a folder, with its hash."""
     digest = tree_sha256(data)
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in (32,):  # the zoo's size; another folder is recorded as a plain folder
+    marker = data / DIGITS_MARKER
+    if marker.is_file():  # written by make_digits: regenerate at its size and compare
+        size = int(json.loads(marker.read_text()).get("size", 32))
+        with tempfile.TemporaryDirectory() as tmp:
             if tree_sha256(digits_data(Path(tmp), size)) == digest:
                 return {"kind": "digits", "size": size, "sha256": digest}
     return {"kind": "folder", "path": str(data.resolve()), "sha256": digest}
