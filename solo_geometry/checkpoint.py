@@ -2,18 +2,29 @@
 
 Keys are loaded by prefix (``backbone.*``, ``projector.*``) with ``strict=True``; a mismatch is an
 error listing the missing and unexpected keys, never a silent partial load (STYLE.md rule 9).
+
+Files are read by :func:`read_checkpoint`: ``.safetensors`` through safetensors, anything else
+through ``torch.load(weights_only=True)`` (plain containers and tensors, plus the few plain data
+classes checkpoints carry: omegaconf containers, ``argparse.Namespace``). A pickle that needs more
+is refused with an error saying so, unless the caller passes ``trust_pickle=True`` for a file it
+trusts (a full pickle can run code stored in the file).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import base as omegaconf_base
+from omegaconf import nodes as omegaconf_nodes
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from solo_geometry.backbones import CIFAR_DATASETS, build_backbone
@@ -22,7 +33,14 @@ from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.heads import build_configured_head, solo_projector
 from solo_geometry.run_folder import RunFolder
 
-__all__ = ["LoadedModel", "load_model"]
+__all__ = [
+    "SAFE_GLOBALS",
+    "LoadedModel",
+    "build_from_config",
+    "load_model",
+    "load_prefixed",
+    "read_checkpoint",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,53 @@ class LoadedModel:
     run_dir: Path
     mean_std: MeanStd
     notes: list[str]
+
+
+# What ``torch.load(weights_only=True)`` may rebuild besides tensors and plain containers:
+# plain data classes whose rebuilding runs no code from the file.
+SAFE_GLOBALS: tuple[Any, ...] = (argparse.Namespace, DictConfig, ListConfig,
+                                 omegaconf_base.ContainerMetadata, omegaconf_base.Metadata,
+                                 omegaconf_nodes.AnyNode, Any, dict, list, int, float, str,
+                                 bool)  # fmt: skip
+
+
+def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
+    """Read a checkpoint file without running code stored in it.
+
+    Args:
+        path: a ``.safetensors`` file, or a ``torch.save`` file (``.ckpt``, ``.pth``, ``.pt``).
+        trust_pickle: read a ``torch.save`` file with a full pickle (``weights_only=False``);
+            only for files you trust.
+
+    Returns:
+        The file's content: a flat ``{key: tensor}`` for safetensors, else what was saved.
+
+    Raises:
+        ValueError: for a missing or unreadable file, or a pickle that needs more than a
+            weights-only load (the message names ``trust_pickle``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    if path.suffix == ".safetensors":
+        try:
+            return load_file(str(path), device="cpu")
+        except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+            raise ValueError(f"cannot read checkpoint {str(path)!r}: {err}") from err
+    try:
+        if trust_pickle:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"cannot read checkpoint {str(path)!r} with a weights-only load ({first}); if you "
+            f"trust the file, pass --trust-pickle (trust_pickle=True): a full pickle can run "
+            f"code stored in it"
+        ) from err
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+        raise ValueError(f"cannot read checkpoint {str(path)!r}: {err}") from err
 
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
@@ -102,11 +167,44 @@ def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
     return solo_projector(method, d, int(hidden), int(out)), f"{method} projector"
 
 
-def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
+def build_from_config(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module, MeanStd, list[str]]:
+    """Backbone and head a recipe config describes (untrained), and its input normalisation.
+
+    Args:
+        cfg: the resolved recipe (``backbone.name``, ``method``, ``method_kwargs``, ``data``,
+            optionally ``geometry.head``).
+
+    Returns:
+        ``(backbone, head, mean_std, notes)``; the head's keys are those of ``projector.*``.
+
+    Raises:
+        ValueError: an unknown backbone or method, or missing projector widths.
+    """
+    dataset = str((cfg.get("data") or {}).get("dataset", ""))
+    cifar = dataset in CIFAR_DATASETS
+    name = str((cfg.get("backbone") or {}).get("name"))
+    backbone, d = build_backbone(name, cifar=cifar)
+    head, kind = _build_head(cfg, d)
+    notes = [f"backbone {name} (cifar stem: {cifar})", kind]
+    return backbone, head, mean_std_of(dataset), notes  # as the recipe's dataset trained it
+
+
+def load_prefixed(backbone: nn.Module, head: nn.Module, state: dict[str, Tensor]) -> None:
+    """Load ``backbone.*`` and ``projector.*`` keys strictly (a mismatch names the keys).
+
+    Raises:
+        ValueError: if the keys under either prefix do not match the module.
+    """
+    _load_prefix(backbone, state, "backbone")
+    _load_prefix(head, state, "projector")
+
+
+def load_model(run_or_checkpoint: str | Path, *, trust_pickle: bool = False) -> LoadedModel:
     """Rebuild backbone and head from a run folder or checkpoint, without solo-learn.
 
     Args:
         run_or_checkpoint: a run folder (newest ``checkpoints/**/*.ckpt``) or a ``.ckpt`` file.
+        trust_pickle: read the checkpoint with a full pickle (see :func:`read_checkpoint`).
 
     Returns:
         The loaded model, in eval mode on CPU.
@@ -116,26 +214,13 @@ def load_model(run_or_checkpoint: str | Path) -> LoadedModel:
             backbone or method, or checkpoint keys that do not match.
     """
     ckpt_path, run_dir = _find_checkpoint(Path(run_or_checkpoint))
-    try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
-        raise ValueError(f"cannot read checkpoint {str(ckpt_path)!r}: {err}") from err
+    ckpt = read_checkpoint(ckpt_path, trust_pickle=trust_pickle)
     if not isinstance(ckpt, dict):
         raise ValueError(f"checkpoint {str(ckpt_path)!r} is not a dictionary")
     state = ckpt.get("state_dict", ckpt)
     cfg = _read_config(ckpt, ckpt_path, run_dir)
-    dataset = str((cfg.get("data") or {}).get("dataset", ""))
-    cifar = dataset in CIFAR_DATASETS
-    backbone, d = build_backbone(str((cfg.get("backbone") or {}).get("name")), cifar=cifar)
-    _load_prefix(backbone, state, "backbone")
-    head, kind = _build_head(cfg, d)
-    _load_prefix(head, state, "projector")
+    backbone, head, mean_std, notes = build_from_config(cfg)
+    load_prefixed(backbone, head, state)
     ignored = sorted({k.split(".")[0] for k in state} - {"backbone", "projector"})
-    notes = [
-        f"checkpoint {ckpt_path}",
-        f"backbone {cfg['backbone']['name']} (cifar stem: {cifar})",
-        kind,
-        f"ignored key prefixes: {ignored}",
-    ]
-    mean_std = mean_std_of(dataset)  # as the recipe's dataset trained it
+    notes = [f"checkpoint {ckpt_path}", *notes, f"ignored key prefixes: {ignored}"]
     return LoadedModel(backbone.eval(), head.eval(), ckpt_path, run_dir, mean_std, notes)

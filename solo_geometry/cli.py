@@ -11,6 +11,8 @@ Subcommands:
     reproduce invariance    the paper's invariance findings (guillotine, orbits, curvature,
                             head depth, whitening); ``reproduce all``: both, one page
     upstream export         the patch series contributing the heads to solo-learn
+    zoo ACTION              model zoo: build, card RUN --out DIR, verify DIR, list
+    analyse CKPT --data DIR geometry of solo-learn, lightly, VICReg, Barlow Twins, DINO checkpoints
 
 Bad input exits with status 2 and a message naming the value and the choices (set
 ``SOLO_GEOMETRY_DEBUG=1`` for the traceback).
@@ -36,6 +38,7 @@ from solo_geometry.report import add_report_parser
 from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
+from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -47,6 +50,8 @@ _SUBCOMMANDS = (
     add_orbits_parser,
     add_reproduce_parser,
     add_upstream_parser,
+    add_zoo_parser,
+    add_analyse_parser,
 )
 
 

@@ -1,0 +1,208 @@
+"""The geometry of a trained backbone + head on a labelled image folder, from the weights alone.
+
+What ``solo-geometry analyse`` prints and what a zoo card records (and ``zoo verify``
+recomputes), each following DESIGN.md section 3:
+
+* ``probes``: the backbone-vs-head probe table and orbit table of
+  :func:`solo_geometry.evaluation.evaluate` (linear and MLP probes on Z and H per target);
+* ``stats``: representation statistics of Z and of H (rows L2-normalised) over the first
+  ``stats_images`` held-out images, and the whitening score cond_k(H) / cond_k(Z);
+* ``rho``: metric singularity rho_aug of the head along each colour family's tangent, on the
+  first ``rho_images`` held-out images, the backbone on running statistics (eval mode).
+
+:func:`flatten` turns the result into ``name -> number`` fields, the unit of ``zoo verify``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from solo_geometry.config import (
+    LinearProbeConfig,
+    MlpProbeConfig,
+    OrbitsConfig,
+    ProbesConfig,
+)
+from solo_geometry.datasets import MeanStd, probe_splits
+from solo_geometry.evaluation import evaluate
+from solo_geometry.features import extract_features
+from solo_geometry.geometry import (
+    COLOUR_FAMILIES,
+    augmentation_tangents,
+    metric_singularity,
+    stats_record,
+    whitening_score,
+)
+from solo_geometry.run_folder import RunFolder
+from solo_geometry.state import preserved_state
+
+__all__ = ["MeasureSettings", "flatten", "measure", "probes_config"]
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """Everything that defines the numbers of :func:`measure` (recorded with them).
+
+    Attributes:
+        probes: the probe and orbit-table options (``geometry.probes``) as a plain dict.
+        stats_images: held-out images for the representation statistics.
+        rho_families: colour families for rho_aug.
+        rho_images: held-out images for rho_aug.
+        rho_probes: random directions per sample for rho_aug's denominator.
+    """
+
+    probes: dict[str, Any] = field(default_factory=lambda: dataclasses.asdict(ProbesConfig()))
+    stats_images: int = 256
+    rho_families: tuple[str, ...] = ("brightness", "contrast")
+    rho_images: int = 32
+    rho_probes: int = 8
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rho_families", tuple(self.rho_families))
+        bad = [f for f in self.rho_families if f not in COLOUR_FAMILIES]
+        if bad:
+            raise ValueError(f"rho_families {bad}: choose from {sorted(COLOUR_FAMILIES)}")
+        for name in ("stats_images", "rho_images", "rho_probes"):
+            if int(getattr(self, name)) < 2:
+                raise ValueError(f"{name} must be >= 2; got {getattr(self, name)}")
+        probes_config(self.probes)  # validated where it enters
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values."""
+        out = dataclasses.asdict(self)
+        out["rho_families"] = list(self.rho_families)
+        return out
+
+
+def probes_config(data: dict[str, Any]) -> ProbesConfig:
+    """The :class:`ProbesConfig` a plain dict (``dataclasses.asdict`` of one) describes.
+
+    Raises:
+        ValueError: on an unknown or invalid option (named by the config's own checks).
+    """
+    plain: dict[str, Any] = dict(data)
+    try:
+        nested: dict[str, Any] = {
+            "linear": LinearProbeConfig(**plain.pop("linear", {})),
+            "mlp": MlpProbeConfig(**plain.pop("mlp", {})),
+            "orbits": OrbitsConfig(**plain.pop("orbits", {})),
+        }
+        return ProbesConfig(**plain, **nested)
+    except TypeError as err:
+        raise ValueError(f"probe settings: {err}") from err
+
+
+def _held_out(data: Path, seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = probe_splits(data, seed)["test"]
+    return x[:n], y[:n]  # (n, C, H, W), (n,)
+
+
+def _stats(
+    backbone: nn.Module, head: nn.Module, data: Path, s: MeasureSettings, mean_std: MeanStd,
+    seed: int,
+) -> dict[str, float]:  # fmt: skip
+    x, y = _held_out(data, seed, s.stats_images)
+    feats = extract_features(backbone, head, (x, y), mean_std=mean_std, progress=False)
+    out = stats_record("z", feats.z) | stats_record("h", feats.h)
+    return out | whitening_score(feats.z, feats.h).as_record("whitening")
+
+
+def _rho(
+    backbone: nn.Module, head: nn.Module, data: Path, s: MeasureSettings, mean_std: MeanStd,
+    seed: int,
+) -> dict[str, float]:  # fmt: skip
+    x, _ = _held_out(data, seed, s.rho_images)
+    out = {}
+    with preserved_state(backbone, head):
+        backbone.eval()
+        head.eval()
+        z = backbone((x - _t(mean_std[0])) / _t(mean_std[1])).flatten(1).detach()  # (n, d)
+        for family in s.rho_families:
+            v = augmentation_tangents(backbone, x, family, normalize=mean_std,
+                                      images_normalized=False, bn_training=False)  # fmt: skip
+            gen = torch.Generator().manual_seed(seed)
+            out[family] = metric_singularity(head, z, v, generator=gen, probes=s.rho_probes)
+    return out
+
+
+def _t(values: Any) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=torch.float32).view(1, -1, 1, 1)
+
+
+def measure(
+    backbone: nn.Module,
+    head: nn.Module,
+    data: str | Path,
+    settings: MeasureSettings,
+    *,
+    mean_std: MeanStd,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Probes, orbit table, representation statistics and rho_aug of a model on a data folder.
+
+    Args:
+        backbone: images (N, 3, H, W) -> Z (N, d); modes restored afterwards.
+        head: Z (N, d) -> H (N, p).
+        data: labelled image folder (``train/`` + ``val/`` class folders, or one split 50/50).
+        settings: what defines the numbers.
+        mean_std: the input normalisation the model was trained with.
+        out_dir: folder for ``probes.json`` and ``features.pt``; None: a temporary folder.
+        progress: progress bars on stderr.
+
+    Returns:
+        ``{"probes": ProbeTable dict, "stats": {...}, "rho": {family: value}}``.
+
+    Raises:
+        ValueError: on a missing or empty data folder, or invalid settings.
+    """
+    data = Path(data)
+    cfg = probes_config(settings.probes)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = RunFolder(Path(out_dir) if out_dir is not None else Path(tmp))
+        run.path.mkdir(parents=True, exist_ok=True)
+        table = evaluate(backbone, head, data, run, cfg, mean_std=mean_std, device="cpu",
+                         tag=None, progress=progress)  # fmt: skip
+    return {
+        "probes": table.to_dict(),
+        "stats": _stats(backbone, head, data, settings, mean_std, cfg.seed),
+        "rho": _rho(backbone, head, data, settings, mean_std, cfg.seed),
+    }
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def flatten(result: dict[str, Any]) -> dict[str, float | None]:
+    """``name -> number`` fields of a :func:`measure` result (NaN and null kept as None).
+
+    Names: ``stats/<key>``, ``rho/<family>``, ``probe/<z|h>/<probe>/<target>``,
+    ``orbit/<family>/<z|h>/<metric>`` (the mean of each metric) and
+    ``orbit/<family>/compression``.
+    """
+    out: dict[str, float | None] = {}
+    for key, value in result["stats"].items():
+        out[f"stats/{key}"] = _number(value)
+    for key, value in result["rho"].items():
+        out[f"rho/{key}"] = _number(value)
+    for row in result["probes"]["rows"]:
+        out[f"probe/{row['features']}/{row['probe']}/{row['target']}"] = _number(row["accuracy"])
+    for row in result["probes"]["orbits"]:
+        fam = row["family"]
+        for space in ("z", "h"):
+            for metric, value in row[space].items():
+                mean = value[0] if isinstance(value, list) else value
+                out[f"orbit/{fam}/{space}/{metric}"] = _number(mean)
+        out[f"orbit/{fam}/compression"] = _number(row["compression"])
+    return {k: (v if v is None or math.isfinite(v) else None) for k, v in out.items()}
