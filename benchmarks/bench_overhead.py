@@ -12,22 +12,23 @@ Per recipe, geometry off and on are paired in one invocation: fresh processes, s
 batches, alternating order per repeat (off, on, then on, off). The 'on' runs measure at a short
 cadence (``--every``, default 10) with the budget off, so a short run holds several mid-run
 measurements; their cost is what the default settings pay per measurement. Every training step
-is timed in wall and in CPU time of the process (``time.process_time``: what the step computed,
-which another job on a shared machine slows far less than the wall clock), and paired with the
-same step of the 'off' run: a measured step's cost is its time minus the 'off' run's same step.
-The first record (step 0, with the SLQ density) and the final one (after the last step, with the
-density) are costed the same way.
+is timed in wall and in CPU time of the process (``time.process_time``).
+
+On a shared machine the speed of a step changes by a factor of several over minutes, in both
+processes, so costs are taken locally: a measured step's CPU time minus the median of the
+unmeasured steps around it (within 3 steps of the same run), in units of that median, i.e. in
+training steps. The first record (step 0, with the SLQ density) and the final one (after the last
+step, with the density) are costed the same way.
 
 The table gives, per recipe:
 
-* ``step``: the 'off' run's median step (CPU s and wall s);
-* ``first``, ``mid``, ``final``: the measurements' costs (CPU s; median over repeats and steps);
-* ``cadence 50``: the overhead if every measurement at the default cadence ran, ``mid / (50 x
-  step)``;
+* ``step``: the median CPU time of an unmeasured step, 'on' run (and 'off' run);
+* ``first``, ``mid``, ``final``: the measurements' costs, in training steps;
+* ``cadence 50``: the overhead if every measurement at the default cadence ran, ``mid / 50``;
 * ``epoch``, ``10k steps``: the overhead at the default settings (``every_n_steps=50``,
   ``budget=0.02``) of a CIFAR-10 epoch at batch 32 (1,563 steps) and of a 10,000-step run,
   computed from these costs by the monitor's own budget rule (:func:`projected`);
-* ``run``: the measured overhead of the whole 'on' run (CPU), at the bench's cadence;
+* ``run``: the whole 'on' run's CPU time over the 'off' run's, at the bench's cadence (noisy);
 * peak RSS, the 'on' run's over the 'off' run's.
 
 Probes and the report (each run once after fit) are switched off: they are not a per-step cost.
@@ -205,49 +206,63 @@ def projected(n: int, step: float, cost: float, first: float, final: float, budg
     return (spent + final) / (n * step)
 
 
+def _local_costs(on: dict[str, Any]) -> tuple[list[float], list[float], list[float], float]:
+    """Costs of the 'on' run's records in units of its own neighbouring training steps.
+
+    A measured step's CPU time minus the median of the unmeasured steps within 3 of it, over
+    that median: the load of a shared machine changes over minutes, not over a few steps. The
+    first record's baseline is the run's first unmeasured steps; the final one (after the last
+    step) is all measurement.
+    """
+    cpu, measured = on["cpu"], {m["step"] for m in on["measurements"] if not m["final"]}
+    plain = [j for j in range(1, len(cpu) - 1) if j not in measured]
+
+    def base(k: int) -> float:
+        near = sorted(plain, key=lambda j: (abs(j - k), j))[:4]
+        return statistics.median(cpu[j] for j in near)
+
+    last = len(cpu) - 2
+    mid = [(cpu[k] - base(k)) / base(k) for k in sorted(measured - {0})]
+    return [(cpu[0] - base(0)) / base(0)], mid, [cpu[-1] / base(last)], base(last)
+
+
 def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row of the table from the paired off/on runs of one recipe."""
-    pairs = list(zip([r for r in results if r["mode"] == "off"],
-                     [r for r in results if r["mode"] == "on"], strict=True))  # fmt: skip
-    first, mid, final, run, step_cpu, step_wall, mid_wall = [], [], [], [], [], [], []
-    for off, on in pairs:
-        extra = [b - a for a, b in zip(off["cpu"], on["cpu"], strict=True)]
-        steps = {m["step"] for m in on["measurements"] if not m["final"]}
-        first.append(extra[0])
-        final.append(extra[-1])
-        mid += [extra[k] for k in sorted(steps - {0})]
-        mid_wall += [on["wall"][k] - off["wall"][k] for k in sorted(steps - {0})]
-        run.append(sum(on["cpu"]) / sum(off["cpu"]) - 1)
-        step_cpu.append(statistics.median(off["cpu"][1:-1]))
-        step_wall.append(statistics.median(off["wall"][1:-1]))
-    step, cost = statistics.median(step_cpu), statistics.median(mid)
-    costs = (cost, statistics.median(first), statistics.median(final))
+    """One row of the table from the paired off/on runs of one recipe (costs in steps)."""
+    on_runs = [r for r in results if r["mode"] == "on"]
+    off_runs = [r for r in results if r["mode"] == "off"]
+    first, mid, final, steps = [], [], [], []
+    for on in on_runs:
+        f, m, z, step = _local_costs(on)
+        first, mid, final, steps = first + f, mid + m, final + z, [*steps, step]
+    cost, costs = statistics.median(mid), (statistics.median(first), statistics.median(final))
+    off_step = statistics.median(statistics.median(r["cpu"][1:-1]) for r in off_runs)
     return {
         "recipe": recipe,
-        "step_cpu": step,
-        "step_wall": statistics.median(step_wall),
-        "first": statistics.median(first),
+        "step_cpu": statistics.median(steps),
+        "off_step_cpu": off_step,
+        "first": costs[0],
         "mid": cost,
-        "mid_wall": statistics.median(mid_wall),
-        "final": statistics.median(final),
-        "cadence": cost / (EVERY * step),
-        "epoch": projected(EPOCH, step, *costs, BUDGET),
-        "10k": projected(10_000, step, *costs, BUDGET),
-        "run": statistics.median(run),
-        "rss_mb": max(r["peak_rss_mb"] for _, r in pairs) - max(r["peak_rss_mb"] for r, _ in pairs),
+        "final": costs[1],
+        "cadence": cost / EVERY,
+        "epoch": projected(EPOCH, 1.0, cost, *costs, BUDGET),
+        "10k": projected(10_000, 1.0, cost, *costs, BUDGET),
+        "run": statistics.median(sum(on["cpu"]) for on in on_runs)
+        / statistics.median(sum(off["cpu"]) for off in off_runs)
+        - 1,
+        "rss_mb": max(r["peak_rss_mb"] for r in on_runs) - max(r["peak_rss_mb"] for r in off_runs),
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the summarised rows."""
-    lines = ["| recipe | step CPU s (wall) | first | mid (wall) | final | cadence 50 | epoch | "
+    lines = ["| recipe | step CPU s: on (off) | first | mid | final | cadence 50 | epoch | "
              "10k steps | run | RSS MB |", "|" + "---|" * 10]  # fmt: skip
     for r in rows:
         lines.append(
-            f"| {r['recipe']} | {r['step_cpu']:.3f} ({r['step_wall']:.3f}) | {r['first']:.2f} | "
-            f"{r['mid']:.2f} ({r['mid_wall']:.2f}) | {r['final']:.2f} | "
+            f"| {r['recipe']} | {r['step_cpu']:.2f} ({r['off_step_cpu']:.2f}) | "
+            f"{r['first']:.1f} | {r['mid']:.1f} | {r['final']:.1f} | "
             f"{100 * r['cadence']:.1f}% | {100 * r['epoch']:.2f}% | {100 * r['10k']:.2f}% | "
-            f"{100 * r['run']:+.1f}% | {r['rss_mb']:+.0f} |"
+            f"{100 * r['run']:+.0f}% | {r['rss_mb']:+.0f} |"
         )
     return "\n".join(lines)
 
