@@ -297,7 +297,8 @@ def main() -> None:
         lines = args.from_log.read_text().splitlines()
         runs = [json.loads(line[line.index("{") :]) for line in lines
                 if line.startswith(("cifar/", "digits/")) and " s, {" in line]  # fmt: skip
-        names = list(dict.fromkeys(r["recipe"] for r in runs))
+        names = [n for n in dict.fromkeys(r["recipe"] for r in runs)  # recipes with both modes
+                 if {r["mode"] for r in runs if r["recipe"] == n} == {"off", "on"}]  # fmt: skip
         print(table([summarise(n, [r for r in runs if r["recipe"] == n]) for n in names]))
         return
     for recipe in args.recipes:  # fail fast on a bad name
