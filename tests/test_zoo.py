@@ -79,6 +79,7 @@ class TestCardFolder:
             assert key in record.provenance
         assert record.provenance["seed"] == 5
         assert record.settings["stats_images"] == 12
+        assert record.settings["threads"] == torch.get_num_threads()  # verify measures alike
 
     def test_weights_are_the_checkpoints(self, built: tuple[Path, Path, Path]) -> None:
         run, _, card = built

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from safetensors.torch import save_file
 
@@ -118,6 +119,8 @@ def write_card(
     model = load_model(run.path)
     cfg = yaml.safe_load(run.config.read_text()) if run.config.is_file() else {}
     settings = settings or MeasureSettings()
+    if settings.threads is None:  # recorded: verification measures with the same count
+        settings = dataclasses.replace(settings, threads=torch.get_num_threads())
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -57,6 +57,9 @@ class MeasureSettings:
         rho_families: colour families for rho_aug.
         rho_images: held-out images for rho_aug.
         rho_probes: random directions per sample for rho_aug's denominator.
+        threads: torch's intra-op threads during the measurement (None: as found). The probes'
+            L-BFGS path depends on it (reduction order can flip the chosen L2 strength), so a
+            card records the count it was measured with and verification uses the same.
     """
 
     probes: dict[str, Any] = field(default_factory=lambda: dataclasses.asdict(ProbesConfig()))
@@ -64,6 +67,7 @@ class MeasureSettings:
     rho_families: tuple[str, ...] = ("brightness", "contrast")
     rho_images: int = 32
     rho_probes: int = 8
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rho_families", tuple(self.rho_families))
@@ -166,6 +170,19 @@ def measure(
     """
     data = Path(data)
     cfg = probes_config(settings.probes)
+    found = torch.get_num_threads()
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    try:
+        return _measure(backbone, head, data, settings, cfg, mean_std, out_dir, progress)
+    finally:
+        torch.set_num_threads(found)
+
+
+def _measure(
+    backbone: nn.Module, head: nn.Module, data: Path, settings: MeasureSettings,
+    cfg: ProbesConfig, mean_std: MeanStd, out_dir: str | Path | None, progress: bool,
+) -> dict[str, Any]:  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         run = RunFolder(Path(out_dir) if out_dir is not None else Path(tmp))
         run.path.mkdir(parents=True, exist_ok=True)
