@@ -107,6 +107,21 @@ def _identity(t: Tensor) -> Tensor:
     return t
 
 
+def _eigh(a: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.eigh``, retried in float64 when the solver does not converge in float32.
+
+    Raises:
+        ValueError: if ``a`` holds non-finite values (features that diverged).
+    """
+    if not bool(torch.isfinite(a).all()):
+        raise ValueError("features hold non-finite values (NaN or inf): the model diverged")
+    try:
+        return torch.linalg.eigh(a)
+    except torch.linalg.LinAlgError:  # ill-conditioned float32 input
+        evals, evecs = torch.linalg.eigh(a.double())
+        return evals.to(a.dtype), evecs.to(a.dtype)
+
+
 def eigenbasis(x: Tensor, max_rows: int, gen: torch.Generator) -> tuple[Tensor, Precond, Basis]:
     """Features to fit on (N, r), the preconditioner, and the basis they are expressed in.
 
@@ -119,7 +134,7 @@ def eigenbasis(x: Tensor, max_rows: int, gen: torch.Generator) -> tuple[Tensor, 
     """
     floor = _rank_floor(x.dtype)
     if x.shape[0] < x.shape[1] and x.shape[0] <= max_rows:
-        s2, u = torch.linalg.eigh(x @ x.T)  # X X^T = U S^2 U^T, (N,), (N, N)
+        s2, u = _eigh(x @ x.T)  # X X^T = U S^2 U^T, (N,), (N, N)
         if float(s2.max()) > 0:
             keep = s2 > floor * float(s2.max())
             s2, u = s2[keep], u[:, keep]  # (r,), (N, r)
@@ -130,7 +145,7 @@ def eigenbasis(x: Tensor, max_rows: int, gen: torch.Generator) -> tuple[Tensor, 
             return u * s2.sqrt(), (s2 / x.shape[0], None, None), basis  # X V = U S: (N, r)
     if x.shape[0] > max_rows:
         return x, _preconditioner(x, max_rows, gen), Basis(_identity, _identity)
-    evals, evecs = torch.linalg.eigh(x.T @ x / x.shape[0])  # (d,), (d, d)
+    evals, evecs = _eigh(x.T @ x / x.shape[0])  # (d,), (d, d)
     evals = evals.clamp_min(0.0)
     keep = evals > floor * float(evals.max()) if float(evals.max()) > 0 else evals >= 0
     v = evecs[:, keep]  # (d, r)

@@ -75,6 +75,13 @@ class TestEigenbasis:
         cov = torch.linalg.eigvalsh(x.T @ x / n).flip(0)[: evals.shape[0]]
         torch.testing.assert_close(evals.sort(descending=True).values, cov)
 
+    @pytest.mark.parametrize(("n", "d"), [(60, 200), (300, 40)], ids=["gram", "covariance"])
+    def test_non_finite_features_are_a_clear_error(self, n: int, d: int) -> None:
+        x, _ = _problem(n, d)
+        x[3, 5] = float("nan")
+        with pytest.raises(ValueError, match="non-finite"):
+            eigenbasis(x, 4096, torch.Generator())
+
     def test_many_rows_keep_the_features_and_estimate_the_preconditioner(self) -> None:
         x, _ = _problem(500, 20)
         xfit, (evals, evecs, rest), basis = eigenbasis(x, 100, torch.Generator().manual_seed(0))
