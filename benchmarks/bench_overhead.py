@@ -58,6 +58,7 @@ from solo_geometry.records import read_records
 ROOT = Path(__file__).resolve().parents[1]
 EVERY = 50  # the default cadence, GeometryConfig.every_n_steps
 BUDGET = 0.02  # the default budget, GeometryConfig.budget
+DENSITY_RUNS = 3  # Lanczos runs per operator of a density record: 1 + MeasureConfig.density_probes
 EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32
 DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "cifar/mocov2plus",
                    "cifar/dino", "digits/byol")  # fmt: skip
@@ -195,14 +196,15 @@ def projected(n: int, step: float, cost: float, first: float, final: float, budg
     """Overhead of an ``n``-step run, projected from measured costs by the monitor's own rule.
 
     The first record (``first`` s, with its density) runs at step 0; a measurement due every
-    ``EVERY`` steps (``cost`` s) runs once the time spent plus its cost plus the first record's
-    (the monitor's estimate of the final one) is within ``budget`` of the training time so far;
-    the final record (``final`` s) runs at the end.
+    ``EVERY`` steps (``cost`` s) runs once the time spent plus its cost and the final record's,
+    both estimated from the costliest measurement so far per Lanczos run (a density record makes
+    ``DENSITY_RUNS`` runs per operator), is within ``budget`` of the training time so far; the
+    final record (``final`` s) runs at the end.
     """
-    spent = first
+    spent, per_run = first, first / DENSITY_RUNS
     for due in range(EVERY, n, EVERY):
-        if spent + cost + first <= budget * due * step:
-            spent += cost
+        if spent + (1 + DENSITY_RUNS) * per_run <= budget * due * step:
+            spent, per_run = spent + cost, max(per_run, cost)
     return (spent + final) / (n * step)
 
 

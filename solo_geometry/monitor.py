@@ -103,8 +103,7 @@ class GeometryMonitor(Callback):
         self._queuing: Any = None
         self._t0 = time.perf_counter()  # training time is counted from on_train_start
         self._spent = 0.0  # seconds measurements took in this process
-        self._cost = 0.0  # seconds the last measurement took: the next one's expected cost
-        self._final_cost = 0.0  # seconds the first took (with a density, as the final will)
+        self._cost = 0.0  # seconds of the costliest measurement, per Lanczos run of each operator
         self._clock = time.perf_counter
 
     @property
@@ -123,7 +122,7 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._t0, self._spent, self._cost, self._final_cost = self._clock(), 0.0, 0.0, 0.0
+        self._t0, self._spent, self._cost = self._clock(), 0.0, 0.0
         if not trainer.is_global_zero or self._run is None:
             return
         try:
@@ -206,11 +205,13 @@ class GeometryMonitor(Callback):
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
 
         A measurement due on the cadence is owed until it runs; it runs at the first step where
-        the time measurements took, plus the expected cost of this one (the last one's) and of
-        the final one (the first one's, which also computed a density), is within ``budget`` of
-        the training time so far. So the measurements of a run, the final one included, keep
-        the budget once the run is long enough for the first (which always runs) to fit in it.
-        Ranks agree: rank zero's decision is broadcast.
+        the time measurements took, plus the cost of this one and of the final one, is within
+        ``budget`` of the training time so far. Both are estimated from the costliest
+        measurement so far (their cost varies with the steps Lanczos needs), per Lanczos run:
+        the final one also runs ``density_probes`` more runs per operator for its density. So the
+        measurements of a run, the final one included, keep the budget once the run is long
+        enough for the first (which always runs) to fit in it. Ranks agree: rank zero's
+        decision is broadcast.
         """
         if step == self.last_step:
             return False
@@ -222,7 +223,8 @@ class GeometryMonitor(Callback):
         if budget is None or not self.n_records:
             return True
         train = self._clock() - self._t0 - self._spent
-        fits = self._spent + self._cost + self._final_cost <= budget * max(train, 0.0)
+        runs = 2 + self.config.measure.density_probes  # this measurement's, the final one's
+        fits = self._spent + runs * self._cost <= budget * max(train, 0.0)
         if trainer.world_size > 1:
             fits = bool(trainer.strategy.broadcast(fits, src=0))
         return fits
@@ -299,8 +301,8 @@ class GeometryMonitor(Callback):
                                                      deferred=deferred)  # fmt: skip
         self._owed = None
         seconds = self._clock() - start
-        self._spent, self._cost = self._spent + seconds, seconds
-        self._final_cost = self._final_cost or seconds
+        runs = 1 + self.config.measure.density_probes if fields.get("density") is not None else 1
+        self._spent, self._cost = self._spent + seconds, max(self._cost, seconds / runs)
         record = GeometryRecord(n_skipped=self.n_skipped, seconds=seconds, **fields)
         self._write(trainer, pl_module, record)
 

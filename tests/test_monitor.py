@@ -199,13 +199,13 @@ class TestMonitorConfig:
         assert records[0].settings.deferred == 0 and records[-1].final
 
     def test_budget_counts_the_expected_cost_of_the_next_measurement(self, tmp_path: Path) -> None:
-        # a 2 s first measurement (with density), then 1 s ones, under a 10% budget: the next
-        # one fits once spent + its cost + the final's (the first's) <= 0.1 x training time
+        # 1 s per Lanczos run, under a 10% budget, 3 s spent: the next measurement (1 s) and the
+        # final one (its density: 1 + density_probes = 2 runs, 2 s) fit once 3 + 3 <= 0.1 x train
         monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
+        assert monitor.config.measure.density_probes == 1
         now = [100.0]
         monitor._clock = lambda: now[0]
-        monitor._t0, monitor._spent, monitor.n_records = 0.0, 3.0, 2
-        monitor._cost, monitor._final_cost = 1.0, 2.0
+        monitor._t0, monitor._spent, monitor._cost, monitor.n_records = 0.0, 3.0, 1.0, 2
         trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
         decisions = []
         for train in (30.0, 50.0, 59.9, 60.0):
