@@ -232,7 +232,10 @@ def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     """One row of the table from the paired off/on runs of one recipe (costs in steps)."""
     on_runs = [r for r in results if r["mode"] == "on"]
     off_runs = [r for r in results if r["mode"] == "off"]
-    first, mid, final, steps = [], [], [], []
+    first: list[float] = []
+    mid: list[float] = []
+    final: list[float] = []
+    steps: list[float] = []
     for on in on_runs:
         f, m, z, step = _local_costs(on)
         first, mid, final, steps = first + f, mid + m, final + z, [*steps, step]
@@ -293,7 +296,8 @@ def main() -> None:
 
         args.data = make_digits(Path(tempfile.gettempdir()) / "solo-geometry-bench-digits")
     if args.single:
-        print(json.dumps(single(*args.single, args)))
+        recipe, mode = args.single
+        print(json.dumps(single(recipe, mode, args)))
         return
     if args.from_log:
         lines = args.from_log.read_text().splitlines()
