@@ -28,7 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["barlow_twins_loss", "off_diagonal_sq_sum", "vibcreg_loss", "vicreg_loss"]
+__all__ = [
+    "barlow_twins_loss",
+    "off_diagonal_sq_sum",
+    "standardised",
+    "vibcreg_loss",
+    "vicreg_loss",
+]
 
 
 def off_diagonal_sq_sum(a: Tensor, b: Tensor) -> Tensor:
@@ -127,6 +133,14 @@ def vibcreg_loss(
     )
 
 
+def standardised(z: Tensor) -> Tensor:
+    """Barlow Twins' per-feature standardisation of (N, D): batch mean, biased variance, eps 1e-5.
+
+    ``BatchNorm1d(affine=False)`` in training mode, as ``solo.losses.barlow`` applies it.
+    """
+    return (z - z.mean(0)) / torch.sqrt(z.var(0, unbiased=False) + 1e-5)  # (N, D)
+
+
 def barlow_twins_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tensor:
     """solo-learn's ``barlow_loss_func`` in one process, in the inputs' dtype, cheaper form.
 
@@ -145,6 +159,6 @@ def barlow_twins_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) ->
         The scalar loss.
     """
     n = z1.shape[0]
-    a, b = ((z - z.mean(0)) / torch.sqrt(z.var(0, unbiased=False) + 1e-5) for z in (z1, z2))
+    a, b = standardised(z1), standardised(z2)  # (N, D) each
     on_diagonal = ((a * b).sum(0) / n - 1).pow(2).sum()
     return scale_loss * (on_diagonal + lamb * off_diagonal_sq_sum(a, b) / n**2)

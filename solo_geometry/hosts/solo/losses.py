@@ -30,7 +30,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from solo_geometry.geometry.decorrelation import barlow_twins_loss, vibcreg_loss, vicreg_loss
+from solo_geometry.geometry.decorrelation import (
+    barlow_twins_loss,
+    standardised,
+    vibcreg_loss,
+    vicreg_loss,
+)
 from solo_geometry.hosts.solo.all4one import ALL4ONE
 from solo_geometry.hosts.solo.prototypes import PROTOTYPE_METHODS
 from solo_geometry.hosts.solo.queues import QUEUE_METHODS
@@ -127,15 +132,9 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
     """
     if not (dist.is_available() and dist.is_initialized()):
         return barlow_twins_loss(z1, z2, lamb, scale_loss)  # the same sum, N x N Gram form
-    n = z1.shape[0]
-
-    def standardised(z: Tensor) -> Tensor:
-        return (z - z.mean(0)) / torch.sqrt(z.var(0, unbiased=False) + 1e-5)  # (N, D)
-
-    corr = torch.einsum("bi, bj -> ij", standardised(z1), standardised(z2)) / n  # (D, D)
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(corr)
-        corr = corr / dist.get_world_size()
+    corr = standardised(z1).T @ standardised(z2) / z1.shape[0]  # (D, D)
+    dist.all_reduce(corr)  # solo-learn averages C over ranks
+    corr = corr / dist.get_world_size()
     eye = torch.eye(corr.shape[0], dtype=corr.dtype, device=corr.device)
     cdif = (corr - eye).pow(2)
     weights = torch.where(eye.bool(), torch.ones_like(eye), torch.full_like(eye, lamb))
