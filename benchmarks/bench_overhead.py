@@ -195,17 +195,37 @@ def _spawn(recipe: str, mode: str, argv: list[str]) -> dict[str, Any]:
 def projected(n: int, step: float, cost: float, first: float, final: float, budget: float) -> float:
     """Overhead of an ``n``-step run, projected from measured costs by the monitor's own rule.
 
-    The first record (``first`` s, with its density) runs at step 0; a measurement due every
-    ``EVERY`` steps (``cost`` s) runs once the time spent plus its cost and the final record's,
-    both estimated from the costliest measurement so far per Lanczos run (a density record makes
-    ``DENSITY_RUNS`` runs per operator), is within ``budget`` of the training time so far; the
-    final record (``final`` s) runs at the end.
+    The bench's 'on' runs (budget off) give the cost of a record with the SLQ density
+    (``first``, step 0), without it (``cost``, mid-run) and of the final one with it
+    (``final``). A density is ``DENSITY_RUNS - 1`` extra Lanczos runs per operator, each
+    ``(first - cost) / (DENSITY_RUNS - 1)``; so a final record without one costs ``final``
+    less those runs. Under the budget (:meth:`GeometryMonitor._due`, ``_wants_density``,
+    ``on_train_end``):
+
+    * the first record runs at step 0 without a density (``cost``);
+    * a measurement due every ``EVERY`` steps runs once the time spent plus its cost and the
+      final record's with a density, estimated from the costliest measurement so far per
+      Lanczos run, is within ``budget`` of the training time so far; the first of them that
+      fits with a density of its own too carries one (``first``);
+    * the final record runs with a density if that fits, else without if that fits, else not.
     """
-    spent, per_run = first, first / DENSITY_RUNS
+    extra = max(first - cost, 0.0) / (DENSITY_RUNS - 1)  # one more Lanczos run, in seconds
+    final_plain = max(final - (DENSITY_RUNS - 1) * extra, cost)
+    spent, per_run, densities = cost, cost, 0
     for due in range(EVERY, n, EVERY):
-        if spent + (1 + DENSITY_RUNS) * per_run <= budget * due * step:
+        room = budget * (due * step)
+        if spent + (1 + DENSITY_RUNS) * per_run > room:
+            continue
+        if not densities and spent + 2 * DENSITY_RUNS * per_run <= room:
+            spent, per_run, densities = spent + first, max(per_run, first / DENSITY_RUNS), 1
+        else:
             spent, per_run = spent + cost, max(per_run, cost)
-    return (spent + final) / (n * step)
+    room = budget * n * step
+    if spent + DENSITY_RUNS * per_run <= room:
+        spent += final
+    elif spent + per_run <= room:
+        spent += final_plain
+    return spent / (n * step)
 
 
 def _local_costs(on: dict[str, Any]) -> tuple[list[float], list[float], list[float], float]:

@@ -10,6 +10,7 @@ measures the other jobs).
 
     python benchmarks/bench_reproduce.py                 # --quick, timed; full grid projected
     python benchmarks/bench_reproduce.py --full          # the full grid, timed (about an hour)
+    python benchmarks/bench_reproduce.py --full --keep DIR  # keep DIR/{quick,full} and their output
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def _run(args: list[str], out: Path) -> tuple[float, float, dict]:
            *args]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (out.parent / f"{out.name}.stdout.txt").open("w") as log:  # the command's own output
+        subprocess.run(cmd, check=True, stdout=log)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -55,11 +58,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="time the full grid too")
     parser.add_argument("--host", default="lightly", help="host of the cells (default lightly)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep each form's sweep (and its printed output) in KEEP/<form>",
+    )
     args = parser.parse_args()
     print(f"cores available: {len(os.sched_getaffinity(0))}, load average before: "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        wall, cpu, summary = _run(["--quick", "--host", args.host], Path(tmp) / "quick")
+        root = Path(tmp) if args.keep is None else args.keep
+        wall, cpu, summary = _run(["--quick", "--host", args.host], root / "quick")
     load = os.getloadavg()[0]
     cells = summary["rows"]
     per_cell = [r["seconds"] for r in cells]
@@ -90,7 +100,8 @@ def main() -> None:
           f"full grid {full_idle / 60:.1f} min ({f_ok})")  # fmt: skip
     if args.full:
         with tempfile.TemporaryDirectory() as tmp:
-            wall, cpu, summary = _run(["--host", args.host], Path(tmp) / "full")
+            root = Path(tmp) if args.keep is None else args.keep
+            wall, cpu, summary = _run(["--host", args.host], root / "full")
         verdict = "met" if wall < FULL_BUDGET_S else "NOT met"
         print(f"full grid: {len(summary['rows'])} cells, wall {wall / 60:.1f} min, CPU "
               f"{cpu / 60:.1f} min; budget: {verdict}")  # fmt: skip

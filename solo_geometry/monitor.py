@@ -9,7 +9,8 @@ it measures the current batch (:func:`solo_geometry.measure.measure`, DESIGN.md 
   restricted to a principal sub-block of ``max_samples`` samples' rows;
 * normalised std, covariance condition number and effective rank of Z and of H (whole batch);
 * the metric singularity rho of the head along the tangents of colour augmentations;
-* in the first and the final record, the SLQ spectral density of H_eff.
+* in the first and the final record, the SLQ spectral density of H_eff (with a time budget:
+  in the first later record and the final one the budget holds it for).
 
 A module that also implements ``geometry_capture(enabled)`` (both hosts do) lets the monitor
 reuse the features its training step computes: at a measured step the monitor switches capture
@@ -104,6 +105,7 @@ class GeometryMonitor(Callback):
         self._t0 = time.perf_counter()  # training time is counted from on_train_start
         self._spent = 0.0  # seconds measurements took in this process
         self._cost = 0.0  # seconds of the costliest measurement, per Lanczos run of each operator
+        self._densities = 0  # measurements in this process that carried a density
         self._clock = time.perf_counter
 
     @property
@@ -205,13 +207,9 @@ class GeometryMonitor(Callback):
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
 
         A measurement due on the cadence is owed until it runs; it runs at the first step where
-        the time measurements took, plus the cost of this one and of the final one, is within
-        ``budget`` of the training time so far. Both are estimated from the costliest
-        measurement so far (their cost varies with the steps Lanczos needs), per Lanczos run:
-        the final one also runs ``density_probes`` more runs per operator for its density. So the
-        measurements of a run, the final one included, keep the budget once the run is long
-        enough for the first (which always runs) to fit in it. Ranks agree: rank zero's
-        decision is broadcast.
+        the time measurements took, plus the expected cost of this one and of the final one
+        (with its density), is within ``budget`` of the training time so far (:meth:`_fits`).
+        The first measurement always runs: it gives the cost the others are estimated from.
         """
         if step == self.last_step:
             return False
@@ -219,15 +217,46 @@ class GeometryMonitor(Callback):
             self._owed = step
         if self._owed is None:
             return False
+        if self.config.budget is None or not self.n_records:
+            return True
+        return self._fits(trainer, 1 + self._density_runs)
+
+    @property
+    def _density_runs(self) -> int:
+        """Lanczos runs per operator of a measurement with a density: its own and the probes'."""
+        return 1 + self.config.measure.density_probes
+
+    def _fits(self, trainer: pl.Trainer, runs: int) -> bool:
+        """Whether ``runs`` more Lanczos runs per operator keep the time budget.
+
+        True when the time measurements took, plus ``runs`` times the costliest measurement's
+        seconds per run, is within ``budget`` of the training time so far (wall time less the
+        measurements'). Ranks agree: rank zero's decision is broadcast.
+        """
         budget = self.config.budget
-        if budget is None or not self.n_records:
+        if budget is None:
             return True
         train = self._clock() - self._t0 - self._spent
-        runs = 2 + self.config.measure.density_probes  # this measurement's, the final one's
         fits = self._spent + runs * self._cost <= budget * max(train, 0.0)
         if trainer.world_size > 1:
             fits = bool(trainer.strategy.broadcast(fits, src=0))
         return fits
+
+    def _wants_density(self, trainer: pl.Trainer, final: bool) -> bool:
+        """Whether this measurement also computes H_eff's SLQ density.
+
+        Without a budget: the first and the final record. With one, a density costs
+        ``density_probes`` more Lanczos runs, so it is taken only where the budget holds it:
+        the first measurement carries none (its cost is unknown until it ran); the first later
+        one that fits a density and the final one's does; the final one does if it fits.
+        """
+        if self.config.budget is None:
+            return final or not self.n_records
+        if final:
+            return self._fits(trainer, self._density_runs)
+        if not self.n_records or self._densities:
+            return False
+        return self._fits(trainer, 2 * self._density_runs)
 
     def _set_capture(self, pl_module: pl.LightningModule, enabled: bool) -> bool:
         """Switch the module's feature capture; False (warned once) if that raised."""
@@ -247,9 +276,24 @@ class GeometryMonitor(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._batch is None or trainer.global_step == self.last_step:
             return
-        batch = move_data_to_device(self._batch, pl_module.device)
+        batch, self._batch = move_data_to_device(self._batch, pl_module.device), None
+        if self.config.budget is not None and not self._fits(trainer, 1):
+            self._over_budget(trainer, pl_module, step=trainer.global_step)
+            return
         self._record(trainer, pl_module, batch, step=trainer.global_step, final=True)
-        self._batch = None
+
+    def _over_budget(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
+        """Write the final record as skipped: measuring it would break the time budget."""
+        self.n_skipped += 1
+        train = max(self._clock() - self._t0 - self._spent, 0.0)
+        reason = (f"budget: the final measurement (about {self._cost:.3g} s) would take the "
+                  f"measurements' {self._spent:.3g} s over {self.config.budget:g} of the "
+                  f"{train:.3g} s of training")  # fmt: skip
+        fields: dict[str, Any] = {"step": step, "epoch": trainer.current_epoch, "final": True,
+                                  "head": self.config.head.name, "status": "skipped",
+                                  "reason": reason}  # fmt: skip
+        self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0,
+                                                       **fields))  # fmt: skip
 
     @override
     def on_save_checkpoint(
@@ -277,6 +321,7 @@ class GeometryMonitor(Callback):
         final: bool,
     ) -> None:  # fmt: skip
         """Measure, write and log one record (parameters before step ``step``); never raises."""
+        density = self._wants_density(trainer, final)
         start = self._clock()
         fields: dict[str, Any] = {"step": step, "epoch": trainer.current_epoch, "final": final,
                                   "head": self.config.head.name}  # fmt: skip
@@ -284,8 +329,7 @@ class GeometryMonitor(Callback):
             with preserved_state(pl_module):
                 view = pl_module.geometry_view(batch)  # type: ignore[operator]
                 history = list(self._queue) if self.config.stats.queue else []
-                result = measure(view, self.config, density=final or not self.n_records,
-                                 history=history)  # fmt: skip
+                result = measure(view, self.config, density=density, history=history)
             fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
                           density=result.density)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training
@@ -301,7 +345,8 @@ class GeometryMonitor(Callback):
                                                      deferred=deferred)  # fmt: skip
         self._owed = None
         seconds = self._clock() - start
-        runs = 1 + self.config.measure.density_probes if fields.get("density") is not None else 1
+        runs = self._density_runs if fields.get("density") is not None else 1
+        self._densities += fields.get("density") is not None
         self._spent, self._cost = self._spent + seconds, max(self._cost, seconds / runs)
         record = GeometryRecord(n_skipped=self.n_skipped, seconds=seconds, **fields)
         self._write(trainer, pl_module, record)

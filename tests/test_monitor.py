@@ -195,8 +195,37 @@ class TestMonitorConfig:
                                                 budget=1e-9))], steps=6)  # fmt: skip
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 6]
-        assert [r.settings.budget for r in records] == [1e-9, 1e-9]
-        assert records[0].settings.deferred == 0 and records[-1].final
+        first, final = records
+        assert first.ok and first.settings.budget == 1e-9 and first.settings.deferred == 0
+        assert first.density is None  # a density is taken only where the budget holds it
+        # the final measurement would break the budget too: on record as skipped, saying why
+        assert final.final and not final.ok and final.reason.startswith("budget: ")
+        assert final.n_skipped == 1
+
+    def test_budget_places_the_densities(self, tmp_path: Path) -> None:
+        # density_probes = 1: a measurement with a density is 2 Lanczos runs, 1 s each
+        monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
+        now = [0.0]
+        monitor._clock = lambda: now[0]
+        trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+
+        def wants(train: float, final: bool = False) -> bool:
+            now[0] = train + monitor._spent
+            return monitor._wants_density(trainer, final)
+
+        assert not wants(0.0)  # the first measurement: its cost is not known yet
+        monitor._t0, monitor._spent, monitor._cost, monitor.n_records = 0.0, 1.0, 1.0, 1
+        # a later one carries a density when it and the final one's fit: 1 + 2 x 2 <= 0.1 x train
+        assert [wants(t) for t in (49.9, 50.0)] == [False, True]
+        monitor._densities = 1
+        assert not wants(1e6)  # one density mid-run is enough
+        # the final one carries a density when it fits: 1 + 2 <= 0.1 x train
+        assert [wants(t, final=True) for t in (29.9, 30.0)] == [False, True]
+        monitor.config.budget = None  # without a budget: the first and the final record
+        monitor.n_records = 0
+        assert wants(0.0) and wants(0.0, final=True)
+        monitor.n_records = 3
+        assert not wants(0.0) and wants(0.0, final=True)
 
     def test_budget_counts_the_expected_cost_of_the_next_measurement(self, tmp_path: Path) -> None:
         # 1 s per Lanczos run, under a 10% budget, 3 s spent: the next measurement (1 s) and the
