@@ -109,15 +109,16 @@ class InvarianceSettings:
     num_workers: int
 
 
-# The CPU scale: 858 SimCLR steps of 64 digits in all (15 + 3 x 6 + 6 epochs of 22 steps), then
-# probes, 3 x 200 sweeps and 3 orbit draws per model. Not yet timed on idle cores: time it with
-# benchmarks/bench_invariance.py --full (target: under 45 minutes on 2 cores).
+# The CPU scale: 572 SimCLR steps of 64 digits in all (10 + 3 x 4 + 4 epochs of 22 steps), then
+# probes, 3 x 200 sweeps and 3 orbit draws per model; timed by benchmarks/bench_invariance.py
+# --full (target: under 45 minutes on 2 cores). 15 + 3 x 6 + 6 epochs took 25 minutes for the
+# guillotine run alone on 2 cores shared with other work (94 s per epoch), over the budget.
 FULL = InvarianceSettings(
     batch_size=64,
     width=512,
-    epochs=15,
-    depth_epochs=6,
-    whitening_epochs=6,
+    epochs=10,
+    depth_epochs=4,
+    whitening_epochs=4,
     limit_batches=None,
     seeds=3,
     curvature_images=200,
