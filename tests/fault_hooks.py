@@ -30,8 +30,8 @@ FAULTS = ("oom", "error", "nan_features", "nan_loss", "none")
 REASONS = {
     "oom": "OutOfMemoryError: injected",
     "error": "RuntimeError: injected",
-    "nan_features": "non-finite",
-    "nan_loss": "non-finite",
+    "nan_features": "FloatingPointError: non-finite backbone features",
+    "nan_loss": "FloatingPointError: non-finite loss",
 }
 
 
