@@ -114,10 +114,10 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """(checkpoint file, run folder) for a run folder or a checkpoint path."""
     if path.is_dir():
-        ckpts = sorted(RunFolder(path).checkpoints.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not ckpts:
+        latest = RunFolder(path).latest_checkpoint()
+        if latest is None:
             raise ValueError(f"run folder {str(path)!r} has no checkpoints/**/*.ckpt")
-        return ckpts[-1], path
+        return latest, path
     if not path.is_file():
         raise ValueError(f"{str(path)!r} is neither a run folder nor a checkpoint file")
     # the run folder holds checkpoints/ (lightly: checkpoints/x.ckpt; solo: checkpoints/<m>/<id>/)

@@ -158,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise
         action = f" {args.action}" if getattr(args, "action", None) else ""
-        print(f"solo-geometry {args.command}{action}: error: {err}", file=sys.stderr)
+        message = " ".join(str(err).split())  # one line, whatever the library's layout
+        print(f"solo-geometry {args.command}{action}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -185,6 +185,22 @@ def checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
     return out
 
 
+def _check_finite(view: GeometryView, Z: Tensor, loss: bool) -> None:
+    """Refuse non-finite features Z (V, N, d), or a non-finite loss when spectra are due.
+
+    Raises:
+        FloatingPointError: naming what is non-finite, so a skipped record says why.
+    """
+    bad = int((~torch.isfinite(Z)).sum())
+    if bad:
+        raise FloatingPointError(f"non-finite backbone features: {bad} of {Z.numel()} entries")
+    if loss:
+        with torch.no_grad():
+            value = view.loss_of_features(Z)
+        if not bool(torch.isfinite(value).all()):
+            raise FloatingPointError(f"non-finite loss at the measured batch: {value.tolist()}")
+
+
 def measure(
     view: GeometryView,
     cfg: GeometryConfig,
@@ -204,9 +220,13 @@ def measure(
     Returns:
         The metrics (not yet checked: see :func:`checked`), the settings that define them and
         the density (or None).
+
+    Raises:
+        FloatingPointError: for non-finite features, or a non-finite loss with spectra on.
     """
     gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
     Z = view.features.detach()  # (V, N, d)
+    _check_finite(view, Z, loss=cfg.measure.hessian)
     dtype = getattr(torch, cfg.dtype)
     metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
     spectral: dict[str, Scalar] = {}

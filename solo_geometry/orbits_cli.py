@@ -49,8 +49,11 @@ def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"no such file: {path}")
     if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as arrays:
-            return {key: arrays[key] for key in arrays.files}
+        try:
+            with np.load(path, allow_pickle=False) as arrays:
+                return {key: arrays[key] for key in arrays.files}
+        except (ValueError, OSError, EOFError) as err:
+            raise ValueError(f"{path}: not a readable .npz of orbit arrays ({err})") from err
     if path.suffix != ".npy":
         raise ValueError(f"{path}: expected a .npy holding a dict or an .npz; got {path.suffix!r}")
     held = np.load(path, allow_pickle=True)  # a pickled dict: trusted files only

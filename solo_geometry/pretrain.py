@@ -3,6 +3,7 @@
 ::
 
     solo-geometry pretrain --config zoo/recipes/digits/byol.yaml --host auto +geometry=on
+    solo-geometry pretrain --resume runs/byol-digits-20261130-101500   # after a kill
 
 ``--host auto`` (the default) uses solo-learn when it is importable and the lightly host
 otherwise; the command says which host it used and prints the run folder. Overrides use Hydra's
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from solo_geometry.extras import require
 from solo_geometry.hosts import solo as solo_host
+from solo_geometry.resume import resume_point
 
 __all__ = [
     "HOSTS",
@@ -70,44 +72,56 @@ def resolve_host(host: str) -> tuple[str, str]:
 
 
 def pretrain(
-    config: str | Path,
+    config: str | Path | None,
     overrides: Sequence[str] = (),
     *,
     host: str = "auto",
     runs_root: str | Path = DEFAULT_RUNS_ROOT,
     solo_root: str | Path | None = None,
+    resume: str | Path | None = None,
 ) -> tuple[str, Path]:
-    """Pretrain a recipe on the chosen host.
+    """Pretrain a recipe on the chosen host, or resume a killed run.
 
     Args:
-        config: the recipe YAML (solo-learn's schema).
+        config: the recipe YAML (solo-learn's schema); with ``resume`` None means the run's
+            own copy.
         overrides: Hydra overrides (``+geometry=on`` ...).
-        host: ``auto``, ``solo`` or ``lightly``.
+        host: ``auto``, ``solo`` or ``lightly``; with ``resume``, ``auto`` is the run's host.
         runs_root: folder under which the run folder is created.
         solo_root: solo-learn checkout for the solo host (None: found automatically).
+        resume: a run folder to continue from its newest checkpoint, in place.
 
     Returns:
         ``(host used, run folder)``.
 
     Raises:
-        ValueError: unknown host, bad recipe field or override.
+        ValueError: unknown host, bad recipe field or override, a run folder that cannot be
+            resumed (no checkpoint, a truncated one, another host's).
         FileNotFoundError: missing recipe or data folder.
         ModuleNotFoundError: ``--host solo`` without solo-learn.
     """
+    point = None if resume is None else resume_point(resume, config, host)
+    if point is not None:
+        config, host = point.recipe, point.host
+    if config is None:
+        raise ValueError("--config is required (or --resume RUN)")
     chosen, reason = resolve_host(host)
     print(f"solo-geometry pretrain: host {chosen} ({reason})", flush=True)
     if not Path(config).is_file():
         raise FileNotFoundError(f"recipe file {str(config)!r} not found")
+    if point is not None:
+        print(f"solo-geometry pretrain: resuming {point.run.path} from {point.checkpoint}")
     if chosen == "solo":
         run = solo_host.launch(
             Path(config),
             list(overrides),
             solo_root=None if solo_root is None else Path(solo_root),
             runs_root=Path(runs_root),
+            resume=point,
         )
     else:
         lightly_host = require("solo_geometry.hosts.lightly", extra="lightly")
-        run = lightly_host.launch(config, list(overrides), runs_root=runs_root)
+        run = lightly_host.launch(config, list(overrides), runs_root=runs_root, resume=point)
     print(f"solo-geometry pretrain: host {chosen}, run folder {run}", flush=True)
     return chosen, run
 
@@ -123,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         host=args.host,
         runs_root=args.runs_root,
         solo_root=args.solo_root,
+        resume=args.resume,
     )
     return 0
 
@@ -141,7 +156,16 @@ def add_pretrain_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         help="pretrain a solo-learn recipe (solo-learn or lightly host)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--config", type=Path, required=True, help="recipe YAML file")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="recipe YAML file (with --resume: the run's)"
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN",
+        help="continue a killed run folder from its newest checkpoint, in place",
+    )
     parser.add_argument(
         "--host",
         choices=HOSTS,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
@@ -109,7 +110,7 @@ def load_recipe(config: str | Path, overrides: Sequence[str] = ()) -> DictConfig
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.2"):
             cfg = compose(config_name=path.stem, overrides=_searchpath_override(overrides))
-    except (HydraException, OmegaConfBaseException) as err:
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as err:
         raise RecipeError(
             f"cannot compose recipe {str(path)!r} with overrides {list(overrides)}: {err}"
         ) from err

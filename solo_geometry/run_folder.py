@@ -128,11 +128,21 @@ class RunFolder:
         """``report/`` (PNG plots and ``index.html``)."""
         return self.path / self.REPORT
 
+    def latest_checkpoint(self) -> Path | None:
+        """The newest ``checkpoints/**/*.ckpt`` (by modification time), None when there is none."""
+        ckpts = self.checkpoints.rglob("*.ckpt") if self.checkpoints.is_dir() else iter(())
+        stamped = sorted((p.stat().st_mtime_ns, str(p)) for p in ckpts)
+        return Path(stamped[-1][1]) if stamped else None
+
     def has_results(self) -> bool:
         """Whether the folder holds anything worth keeping (checkpoints or geometry records)."""
         if any(self.path.rglob("*.ckpt")):
             return True
         return self.geometry.is_file() and self.geometry.stat().st_size > 0
+
+    def mark_incomplete(self, why: str) -> None:
+        """Put the ``.incomplete`` marker back (a resumed run), saying why."""
+        (self.path / self.INCOMPLETE).write_text(f"{why}\n")
 
     def finish(self, *, ok: bool) -> bool:
         """Drop the marker on success; on failure remove the folder unless it holds results.

@@ -213,9 +213,9 @@ class TestReportCommand:
         assert (tmp_path / "r" / "index.html").is_file()
         assert "index.html" in capsys.readouterr().out
 
-    def test_missing_run_exits_nonzero(self, tmp_path: Path) -> None:
-        with pytest.raises(SystemExit, match="does not exist"):
-            self._run(str(tmp_path / "nope"))
+    def test_missing_run_exits_nonzero(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        assert self._run(str(tmp_path / "nope")) == 2
+        assert "does not exist" in capsys.readouterr().err
         assert not (tmp_path / "nope").exists()
 
 

@@ -38,6 +38,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.datasets import make_digits
 from solo_geometry.pretrain import HOSTS, pretrain, resolve_host
@@ -291,6 +292,24 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
     return data, str(data_root)
 
 
+def check_cell_overrides(extra: Sequence[str]) -> None:
+    """Check overrides of the cell config (``epochs=2``) before the sweep writes anything.
+
+    Raises:
+        ValueError: naming an override that is not ``key=value`` for a key of
+            :class:`CellConfig` with a value of its type, and the keys there are.
+    """
+    cell = [o for o in extra if not o.lstrip("+~").startswith("hydra")]
+    keys = sorted(CellConfig.__dataclass_fields__)
+    bad = [o for o in cell if "=" not in o or o.split("=", 1)[0].lstrip("+") not in keys]
+    if bad:
+        raise ValueError(f"unknown cell option(s) {bad}; choose from {keys}")
+    try:
+        OmegaConf.merge(OmegaConf.structured(CellConfig), OmegaConf.from_dotlist(cell))
+    except OmegaConfBaseException as err:
+        raise ValueError(f"bad cell option in {cell}: {err.msg}") from err
+
+
 def reproduce_collapse(
     out: str | Path,
     *,
@@ -328,6 +347,7 @@ def reproduce_collapse(
         raise ValueError(f"--jobs and --threads must be >= 1, got jobs={jobs}, threads={threads}")
     if data not in DATA_CHOICES:
         raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
+    check_cell_overrides(extra)
     out = Path(out).resolve()
     protocol = protocol or (QUICK if quick else FULL)
     dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)

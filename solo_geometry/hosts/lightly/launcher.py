@@ -34,6 +34,7 @@ from solo_geometry.hosts.lightly.data import build_train_loader, check_image_fol
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.recipe import load_recipe
+from solo_geometry.resume import ResumePoint
 from solo_geometry.run_folder import RunFolder
 
 __all__ = ["HOST", "build_callbacks", "launch", "prepare", "run_recipe"]
@@ -135,12 +136,16 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def run_recipe(cfg: DictConfig, *, runs_root: str | Path) -> Path:
+def run_recipe(
+    cfg: DictConfig, *, runs_root: str | Path, resume: ResumePoint | None = None
+) -> Path:
     """Train a composed recipe and return its run folder.
 
     Args:
         cfg: the composed recipe (``solo_geometry.recipe.load_recipe``).
         runs_root: folder under which the run folder is created.
+        resume: continue this run folder from its checkpoint (Lightning's ``ckpt_path``)
+            instead of creating a new one; its ``config.yaml`` is kept as written.
 
     Returns:
         The run folder.
@@ -155,11 +160,16 @@ def run_recipe(cfg: DictConfig, *, runs_root: str | Path) -> Path:
     seed_everything(recipe.seed)
     loader = build_train_loader(recipe.data, recipe.augmentations, recipe.optimizer.batch_size)
     model = LightlyMethod(recipe, num_classes(recipe.data), geometry)
-    run = RunFolder.create(Path(runs_root), recipe.name)
+    if resume is None:
+        run = RunFolder.create(Path(runs_root), recipe.name)
+    else:
+        run = resume.run
+        run.mark_incomplete("resuming")
     try:
-        run.write_config(cfg)
+        if resume is None:
+            run.write_config(cfg)
         trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
-        trainer.fit(model, loader)
+        trainer.fit(model, loader, ckpt_path=None if resume is None else str(resume.checkpoint))
         run.checkpoints.mkdir(exist_ok=True)
         trainer.save_checkpoint(run.checkpoints / "last.ckpt")
     except BaseException:
@@ -169,13 +179,20 @@ def run_recipe(cfg: DictConfig, *, runs_root: str | Path) -> Path:
     return run.path
 
 
-def launch(config: str | Path, overrides: Sequence[str] = (), *, runs_root: str | Path) -> Path:
+def launch(
+    config: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    runs_root: str | Path,
+    resume: ResumePoint | None = None,
+) -> Path:
     """Run a recipe file on the lightly host.
 
     Args:
         config: the recipe YAML (solo-learn's schema).
         overrides: Hydra overrides, ``+geometry=on`` included.
         runs_root: folder under which the run folder is created.
+        resume: continue this run folder from its newest checkpoint instead.
 
     Returns:
         The run folder.
@@ -184,4 +201,4 @@ def launch(config: str | Path, overrides: Sequence[str] = (), *, runs_root: str 
         FileNotFoundError: if the recipe or a data folder is missing.
         ValueError: if the recipe cannot be composed or has an unsupported field.
     """
-    return run_recipe(load_recipe(config, list(overrides)), runs_root=runs_root)
+    return run_recipe(load_recipe(config, list(overrides)), runs_root=runs_root, resume=resume)

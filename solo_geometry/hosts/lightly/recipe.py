@@ -53,7 +53,7 @@ MOMENTUM_METHODS = ("byol",)
 TrainerKwargs = dict[str, Any]
 
 # Accepted and not used: solo-learn's logging (wandb, auto_umap), resumption (auto_resume:
-# every lightly run gets a fresh run folder, so there is nothing to resume), DALI settings
+# a lightly run resumes with `solo-geometry pretrain --resume RUN`), DALI settings
 # (only read when data.format is dali, which is rejected), memory-format tuning and debug prints.
 IRRELEVANT = frozenset(
     {"wandb", "auto_resume", "auto_umap", "dali", "performance", "debug_augmentations"}
@@ -279,7 +279,10 @@ def _check_switches(plain: Mapping[str, Any]) -> dict[str, Any]:
     if node_of(plain, "knn_eval", "").get("enabled"):
         raise ValueError("recipe field knn_eval.enabled=True not supported by the lightly host")
     if plain.get("resume_from_checkpoint") is not None:
-        raise ValueError("recipe field resume_from_checkpoint not supported by the lightly host")
+        raise ValueError(
+            "recipe field resume_from_checkpoint not supported by the lightly host; "
+            "resume a run with solo-geometry pretrain --resume RUN"
+        )
     backbone = node_of(plain, "backbone", "")
     reject_unknown(backbone, {"name", "kwargs"}, "backbone")
     if backbone.get("kwargs"):

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo_geometry.config import geometry_config
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
+from solo_geometry.resume import ResumePoint
 from solo_geometry.run_folder import RunFolder
 
 __all__ = ["ENTRY", "LaunchError", "check_recipe", "find_solo_root", "launch", "solo_command"]
@@ -123,7 +124,14 @@ def _environment(solo_root: Path) -> dict[str, str]:
     return env
 
 
-def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_root: Path) -> Path:
+def launch(
+    config: Path,
+    overrides: list[str],
+    *,
+    solo_root: Path | None,
+    runs_root: Path,
+    resume: ResumePoint | None = None,
+) -> Path:
     """Pretrain a recipe with solo-learn's ``main_pretrain.py`` in a new run folder.
 
     Args:
@@ -131,6 +139,8 @@ def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_r
         overrides: Hydra overrides, e.g. ``["+geometry=on", "geometry.every_n_steps=10"]``.
         solo_root: the solo-learn checkout (None: ``$SOLO_LEARN_ROOT`` or next to ``solo``).
         runs_root: folder under which the run folder is created.
+        resume: continue this run folder from its newest checkpoint instead (solo-learn's
+            ``resume_from_checkpoint``, Lightning's ``ckpt_path``).
 
     Returns:
         The run folder (config.yaml, geometry.jsonl, checkpoints/, ...).
@@ -145,7 +155,12 @@ def launch(config: Path, overrides: list[str], *, solo_root: Path | None, runs_r
     root = find_solo_root(solo_root)
     cfg = check_recipe(config, list(overrides))
     name = str(cfg.get("name") or config.stem)  # the recipe's name, as the lightly host names runs
-    folder = RunFolder.create(Path(runs_root).expanduser().resolve(), name)
+    if resume is None:
+        folder = RunFolder.create(Path(runs_root).expanduser().resolve(), name)
+    else:
+        folder = RunFolder(resume.run.path.resolve())
+        folder.mark_incomplete("resuming")
+        overrides = [*overrides, f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'"]
     run = folder.path
     print(f"solo-geometry: run folder {run}", flush=True)
     ok = False

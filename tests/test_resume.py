@@ -1,0 +1,181 @@
+"""Resume after a kill: real runs killed with SIGKILL inside the write of a record, then resumed.
+
+Each case trains the same tiny digits recipe three times, as subprocesses: once uninterrupted,
+once killed (the hook of ``fault_hooks`` writes half of the record of a step after the first
+checkpoint, flushes it and sleeps; the test then sends SIGKILL to the whole process group), and
+once resumed. The resumed ``geometry.jsonl`` must hold the uninterrupted run's steps, each
+once, in increasing order, every line whole: the torn record repaired, the records up to the
+checkpoint kept as written, those after it written again by the resumed run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "hosts"))
+from fault_hooks import hooked_env  # noqa: E402
+from test_lightly_support import write_recipe  # noqa: E402
+
+from solo_geometry.datasets import make_digits  # noqa: E402
+from solo_geometry.records import GeometryRecord, read_records  # noqa: E402
+from solo_geometry.run_folder import RunFolder  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+HAS_SOLO = importlib.util.find_spec("solo") is not None
+SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', see README.md)"
+# Cheap records (statistics only) at every step; 2 epochs of 2 steps, a checkpoint per epoch:
+# records at steps 0, 1, 2, 3 and the final one at 4; the checkpoint of epoch 0 holds step 2.
+CHEAP = [
+    "+geometry=on", "geometry.every_n_steps=1", "geometry.budget=null",
+    "geometry.measure.hessian=false", "geometry.measure.augment=false",
+    "geometry.probes.enabled=false", "geometry.report=false", "optimizer.batch_size=8",
+]  # fmt: skip
+STEPS = [0, 1, 2, 3, 4]
+TEAR_AT = 3  # after the checkpoint of epoch 0 (global step 2)
+CLI = "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
+HOSTS = [
+    "lightly",
+    pytest.param("solo", marks=pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)),
+]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)
+
+
+def _recipe(folder: Path, digits: Path) -> Path:
+    checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
+    return write_recipe(folder, "simclr", digits, checkpoint=checkpoint, max_epochs=2)
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A process in its own session (so the kill reaches solo-learn's child too)."""
+    with log.open("wb") as out:
+        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+
+
+def _finish(args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    proc = _start(args, env or _env(), log)
+    assert proc.wait(timeout=900) == 0, log.read_text()[-4000:]
+
+
+def _kill_inside_record(args: list[str], tmp: Path) -> None:
+    """Run ``args`` until it is half-way through the record of TEAR_AT, then SIGKILL it."""
+    mark = tmp / "torn.mark"
+    env = hooked_env(tmp / "hooks", SG_TEAR_AT=str(TEAR_AT), SG_TEAR_MARK=str(mark))
+    log = tmp / "killed.log"
+    proc = _start(args, env, log)
+    deadline = time.monotonic() + 900
+    while not mark.exists():
+        assert proc.poll() is None, f"exited before the tear: {log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, "no tear within 15 minutes"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+
+
+def _whole_records(run: Path) -> list[GeometryRecord]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn line left over would warn
+        records = read_records(run)
+    assert RunFolder(run).geometry.read_text().endswith("\n")
+    return records
+
+
+def _only_run(root: Path) -> Path:
+    runs = [p for p in root.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _checkpoint_step(run: Path) -> int:
+    latest = RunFolder(run).latest_checkpoint()
+    assert latest is not None, sorted(run.rglob("*"))
+    ckpt = torch.load(latest, map_location="cpu", weights_only=False)
+    return int(ckpt["geometry"]["summary"]["last_step"])
+
+
+def _check_resumed(run: Path, before: dict[int, float], kept_through: int) -> None:
+    records = _whole_records(run)
+    steps = [r.step for r in records]
+    assert steps == STEPS  # the uninterrupted run's steps: none missing, none twice
+    assert all(a < b for a, b in zip(steps, steps[1:], strict=False))
+    assert records[-1].final and all(r.ok for r in records), [r.reason for r in records]
+    # kept as written up to the checkpoint's last record; measured again after it
+    assert all(r.seconds == before[r.step] for r in records if r.step <= kept_through)
+    assert all(r.seconds != before.get(r.step) for r in records if r.step > kept_through)
+
+
+@pytest.mark.slow
+class TestResumeAfterKill:
+    @pytest.mark.parametrize("host", HOSTS)
+    def test_pretrain_resume(self, host: str, digits: Path, tmp_path: Path) -> None:
+        """``solo-geometry pretrain --resume RUN`` after a SIGKILL inside a record."""
+        recipe = _recipe(tmp_path / "recipes", digits)
+        base = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host", host]
+        _finish([*base, "--runs-root", str(tmp_path / "whole"), *CHEAP], tmp_path / "whole.log")
+        assert [r.step for r in _whole_records(_only_run(tmp_path / "whole"))] == STEPS
+
+        _kill_inside_record([*base, "--runs-root", str(tmp_path / "runs"), *CHEAP], tmp_path)
+        run = _only_run(tmp_path / "runs")
+        text = RunFolder(run).geometry.read_text()
+        assert not text.endswith("\n")  # the kill landed inside the record of TEAR_AT
+        kept_through = _checkpoint_step(run)
+        assert kept_through < TEAR_AT
+        with pytest.warns(UserWarning, match="torn last record"):
+            before = {r.step: r.seconds for r in read_records(run)}
+        assert sorted(before) == list(range(TEAR_AT))
+
+        _finish([sys.executable, "-c", CLI, "pretrain", "--resume", str(run)],
+                tmp_path / "resumed.log")  # fmt: skip
+        assert "resuming" in (tmp_path / "resumed.log").read_text()
+        _check_resumed(run, before, kept_through)
+        assert not (run / RunFolder.INCOMPLETE).exists()
+        assert [p.name for p in (tmp_path / "runs").iterdir()] == [run.name]  # resumed in place
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)
+class TestSoloAutoResume:
+    def test_main_pretrain_auto_resume(self, digits: Path, tmp_path: Path) -> None:
+        """solo-learn's own main_pretrain.py with ``auto_resume``, run again after the kill."""
+        import solo
+
+        root = Path(solo.__file__).resolve().parents[1]
+        recipe = _recipe(tmp_path / "recipes", digits)
+        run = tmp_path / "run"
+        run.mkdir()
+        args = [sys.executable, str(root / "main_pretrain.py"), "--config-path",
+                str(recipe.parent), "--config-name", recipe.stem, f"hydra.run.dir={run}",
+                f"checkpoint.dir={tmp_path / 'ckpt'}", "auto_resume.enabled=True",
+                "++default_root_dir=" + str(run), *CHEAP]  # fmt: skip
+        _kill_inside_record(args, tmp_path)
+        assert not RunFolder(run).geometry.read_text().endswith("\n")
+        ckpt = next((tmp_path / "ckpt").rglob("*.ckpt"))
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        kept_through = int(state["geometry"]["summary"]["last_step"])
+        with pytest.warns(UserWarning, match="torn last record"):
+            before = {r.step: r.seconds for r in read_records(run)}
+        _finish(args, tmp_path / "resumed.log")  # the same command: auto_resume finds the ckpt
+        assert "Resuming from previous checkpoint" in (tmp_path / "resumed.log").read_text()
+        _check_resumed(run, before, kept_through)
