@@ -61,6 +61,7 @@ class DemoSettings:
     lanczos_max_steps: int
     augment_samples: int
     num_workers: int
+    budget: float | None = 0.02  # geometry.budget; None: every due measurement and the final one
 
 
 # 6 epochs of 45 BYOL steps of 32 images (the whole train split each epoch), a measurement
@@ -85,6 +86,7 @@ QUICK = DemoSettings(
     lanczos_max_steps=60,
     augment_samples=4,
     num_workers=0,
+    budget=None,  # the tiny run is shorter than one measurement: measure every step regardless
 )
 
 
@@ -105,6 +107,7 @@ def demo_overrides(data_dir: Path, settings: DemoSettings) -> list[str]:
         f"geometry.max_samples={s.max_samples}",
         f"geometry.lanczos_max_steps={s.lanczos_max_steps}",
         f"geometry.measure.augment_samples={s.augment_samples}",
+        f"geometry.budget={'null' if s.budget is None else s.budget}",
     ]
 
 

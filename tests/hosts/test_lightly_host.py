@@ -31,6 +31,7 @@ GEOMETRY = [
     "geometry.lanczos_max_steps=60",
     "geometry.measure.augment_samples=4",
     "geometry.measure.density_probes=1",
+    "geometry.budget=null",  # every step and the final one: these tests read the records
 ]
 # Blocks `import solo` in a child process, as on a machine without solo-learn.
 BLOCK_SOLO = textwrap.dedent(
