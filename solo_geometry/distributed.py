@@ -278,7 +278,7 @@ def measure_across_ranks(
 ) -> T:
     """``run`` on the view of the whole global batch, deadlock-free (module docstring).
 
-    Single-process: ``run(module.geometry_view(batch))``. Under DDP the module must be
+    Single-process: ``run(module.geometry_view(batch))`` (collectives off). Under DDP the module must be
     :class:`DistributedAware`; rank zero runs ``run`` and every rank returns its result.
 
     Args:
@@ -295,14 +295,17 @@ def measure_across_ranks(
         MeasurementSkipped: on every rank, if the measurement failed on any (every reason).
     """
     rank, size = world()
-    if size == 1:
-        return run(module.geometry_view(batch))
+    if size == 1:  # one process (a one-rank group too: its gathers are identities, skip them)
+        with collectives_off():
+            return run(module.geometry_view(batch))
     payload, reason = b"", ""
     try:  # 1. rank-local
         if not isinstance(module, DistributedAware):
             raise TypeError(f"{type(module).__name__} has no geometry_parts/geometry_global_view")
         with collectives_off():
             parts = module.geometry_parts(batch)
+            if not bool(torch.isfinite(parts.features).all()):
+                raise FloatingPointError("non-finite backbone features")
             payload = _dumps(_to_cpu(parts))
     except Exception as err:  # noqa: BLE001 - becomes the agreed skip below
         reason = f"rank {rank}: {_why(err)}"
