@@ -153,7 +153,7 @@ def collectives_off() -> Iterator[None]:
         if not _saved:
             _saved["is_initialized"] = dist.is_initialized
             original = dist.is_initialized
-            dist.is_initialized = lambda: False if _off() else original()  # type: ignore[assignment]
+            dist.is_initialized = lambda: False if _off() else original()
             for name in _COLLECTIVES:
                 if hasattr(dist, name):
                     _saved[name] = getattr(dist, name)
@@ -278,8 +278,8 @@ def measure_across_ranks(
 ) -> T:
     """``run`` on the view of the whole global batch, deadlock-free (module docstring).
 
-    Single-process: ``run(module.geometry_view(batch))`` (collectives off). Under DDP the module must be
-    :class:`DistributedAware`; rank zero runs ``run`` and every rank returns its result.
+    Single-process: ``run(module.geometry_view(batch))`` (collectives off). Under DDP the module
+    must be :class:`DistributedAware`; rank zero runs ``run`` and every rank returns its result.
 
     Args:
         module: the LightningModule (``geometry_view``; ``geometry_parts`` and

@@ -135,8 +135,9 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
     ranks = rank_chunks()
     if ranks == 1:
         return barlow_twins_loss(z1, z2, lamb, scale_loss)  # the same sum, N x N Gram form
-    corr = sum(standardised(a).T @ standardised(b) / a.shape[0]
-               for a, b in zip(z1.chunk(ranks), z2.chunk(ranks), strict=True)) / ranks  # fmt: skip
+    pairs = zip(z1.chunk(ranks), z2.chunk(ranks), strict=True)
+    corr = torch.stack([standardised(a).T @ standardised(b) / a.shape[0] for a, b in pairs])
+    corr = corr.mean(0)  # (D, D): each rank's cross-correlation, averaged as solo all-reduces
     eye = torch.eye(corr.shape[0], dtype=corr.dtype, device=corr.device)  # (D, D)
     cdif = (corr - eye).pow(2)
     weights = torch.where(eye.bool(), torch.ones_like(eye), torch.full_like(eye, lamb))

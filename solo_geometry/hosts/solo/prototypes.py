@@ -22,6 +22,7 @@ current state, read-only: the monitor never writes the centre, a queue or a memo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -70,7 +71,7 @@ def _dino_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Co
     return {"teacher": F.softmax((logits - centre) / temp, dim=-1).detach()}
 
 
-def _dino_merge(contexts: list[Context]) -> Context:
+def _dino_merge(contexts: Sequence[Context]) -> Context:
     views = [c["teacher"].unflatten(0, (2, -1)) for c in contexts]  # R x (2, N, K)
     return {"teacher": torch.cat(views, dim=1).flatten(0, 1)}  # (2 * R * N, K), view-major
 

@@ -16,6 +16,7 @@ read-only: the queue is never written by the monitor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -137,7 +138,7 @@ def _nn_of(out: Any) -> list[Tensor]:
 _FIND_NN = {"find_nn": _nn_of}
 
 
-def _queue_merge(contexts: list[Context]) -> Context:
+def _queue_merge(contexts: Sequence[Context]) -> Context:
     return merge_contexts(contexts, shared=("queue",))  # the queue holds every rank's keys
 
 
