@@ -43,6 +43,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
+from solo_geometry.distributed import collectives_off, measure_across_ranks
 from solo_geometry.measure import GeometryAware, checked, measure, outputs
 from solo_geometry.records import GeometryRecord
 from solo_geometry.run_folder import RunFolder
@@ -169,7 +170,7 @@ class GeometryMonitor(Callback):
         """Keep the pooled (Z, H) of the captured batch; never raises."""
         batch, self._queuing = self._queuing, None
         try:
-            with preserved_state(pl_module):
+            with preserved_state(pl_module), collectives_off():  # rank-local under DDP
                 view = pl_module.geometry_view(batch)  # type: ignore[operator]
                 self._queue.append(tuple(t.detach() for t in outputs(view)))  # type: ignore[arg-type]
         except Exception as err:  # noqa: BLE001 - the queue is an extra, never fatal
@@ -327,9 +328,12 @@ class GeometryMonitor(Callback):
                                   "head": self.config.head.name}  # fmt: skip
         try:
             with preserved_state(pl_module):
-                view = pl_module.geometry_view(batch)  # type: ignore[operator]
                 history = list(self._queue) if self.config.stats.queue else []
-                result = measure(view, self.config, density=density, history=history)
+                # under DDP: the global batch, measured on rank zero, skips agreed (distributed.py)
+                result = measure_across_ranks(
+                    pl_module, batch, lambda view: measure(view, self.config, density=density,
+                                                           history=history), pl_module.device,
+                )  # fmt: skip
             fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
                           density=result.density)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training

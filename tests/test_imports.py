@@ -36,6 +36,7 @@ CORE = (
     "records",
     "run_folder",  # RunFolder, split out of records
     "measure",
+    "distributed",  # measurements under DDP (collectives, rank chunks)
     "monitor",
     "probes",
     "logreg",

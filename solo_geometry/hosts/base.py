@@ -5,8 +5,10 @@ A host's LightningModule mixes in :class:`GeometryHost` and supplies only what i
 * ``geometry_crops(batch)``: the batch's image crops, large crops first;
 * ``geometry_forward(crops)``: fresh backbone features of each crop (used when nothing was
   captured from the training step);
-* ``geometry_loss(batch, crops)``: the method's loss as a function of the head outputs H
-  (V, N, p) of the whole batch, every other quantity held fixed at its training-step value;
+* ``geometry_context(batch, crops)``: the quantities the method's loss holds fixed at their
+  training-step value (momentum targets, indexes, ...), tensors in plain containers;
+* ``geometry_global_loss(contexts)``: the method's loss as a function of the head outputs H
+  (V, R * N, p) of the global batch of R ranks (R = 1 outside DDP), from each rank's context;
 * ``geometry_normalization()``: the recipe's input normalisation (tangents in pixel space).
 
 The base owns the rest: capture of the training step's own features (``geometry_capture``,
@@ -15,7 +17,9 @@ The base owns the rest: capture of the training step's own features (``geometry_
 The view never cuts the batch: the loss is the training step's loss (same features, BatchNorm
 statistics, negatives); restricting the operators to a sub-block is the measurement's business.
 The module must call its backbone ``backbone`` and its head ``projector``, as solo-learn does,
-or say which module is its head in ``geometry_head()``.
+or say which module is its head in ``geometry_head()``. Under DDP the view is assembled from
+every rank's :class:`~solo_geometry.distributed.ViewParts` (:mod:`solo_geometry.distributed`);
+a single process takes the same path with one part.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from torch import Tensor
 
 from solo_geometry.datasets import MeanStd
+from solo_geometry.distributed import ViewParts, global_head
 from solo_geometry.measure import GeometryView
 from solo_geometry.state import preserved_state
 
@@ -109,8 +114,16 @@ class GeometryHost:
         """Fresh backbone features (N, d) of each crop, as the training step computes them."""
         raise NotImplementedError
 
-    def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
-        """The method's loss of the head outputs H (V, N, p) of the whole batch."""
+    def geometry_context(self, batch: Any, crops: list[Tensor]) -> Any:
+        """What the method's loss holds fixed for this rank's batch (tensors, lists, dicts)."""
+        raise NotImplementedError
+
+    def geometry_global_loss(self, contexts: list[Any]) -> LossOfOutputs:
+        """The loss of the head outputs H (V, R * N, p) of the global batch of R ranks.
+
+        Args:
+            contexts: each rank's :meth:`geometry_context`, in rank order (one outside DDP).
+        """
         raise NotImplementedError
 
     def geometry_head(self) -> torch.nn.Module:
@@ -122,8 +135,8 @@ class GeometryHost:
         """The recipe's input ``(mean, std)`` (pixel-space tangents); None: images are pixels."""
         return None
 
-    def geometry_view(self, batch: Any) -> GeometryView:
-        """The monitor's view of a whole training batch (``GeometryAware``).
+    def geometry_parts(self, batch: Any) -> ViewParts:
+        """This rank's features, loss context and images of a training batch.
 
         Features are the training step's own when capture was on during it; otherwise they
         are computed here in the module's current mode, without gradients, with every buffer
@@ -135,7 +148,26 @@ class GeometryHost:
             feats = self.captured("feats", len(crops))
             if feats is None:
                 feats = self.geometry_forward(crops)
-            loss_of_outputs = self.geometry_loss(batch, crops)
+            context = self.geometry_context(batch, crops)
         Z = torch.stack([f.detach() for f in feats])  # (views, batch, d)
-        return assemble_view(Z, self.geometry_head(), loss_of_outputs, module.backbone, crops[0],
+        return ViewParts(Z, context, crops[0])
+
+    def geometry_global_view(self, parts: list[ViewParts]) -> GeometryView:
+        """The view of the global batch from every rank's parts, in rank order.
+
+        Z (V, R * N, d) is the ranks' features concatenated within each view; the head acts
+        per rank chunk when it has BatchNorm (as each rank's did); the images are rank zero's.
+        """
+        module: Any = self
+        sizes = [tuple(p.features.shape) for p in parts]
+        if len(set(sizes)) > 1:
+            raise ValueError(f"the ranks' features differ in shape: {sizes}")
+        Z = torch.cat([p.features for p in parts], dim=1)  # (views, ranks * batch, d)
+        head = global_head(self.geometry_head(), len(parts), Z.shape[1])
+        loss_of_outputs = self.geometry_global_loss([p.context for p in parts])
+        return assemble_view(Z, head, loss_of_outputs, module.backbone, parts[0].images,
                              self.geometry_normalization())  # fmt: skip
+
+    def geometry_view(self, batch: Any) -> GeometryView:
+        """The monitor's view of a whole training batch (``GeometryAware``), one process."""
+        return self.geometry_global_view([self.geometry_parts(batch)])

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +38,11 @@ from solo_geometry.recipe import load_recipe
 from solo_geometry.resume import ResumePoint
 from solo_geometry.run_folder import RunFolder
 
-__all__ = ["HOST", "build_callbacks", "launch", "prepare", "run_recipe"]
+__all__ = ["HOST", "RUN_ENV", "build_callbacks", "launch", "prepare", "run_recipe"]
+
+# The run folder rank zero created, for the ranks Lightning's DDP re-launches (they re-run the
+# command, which would otherwise create a folder of their own).
+RUN_ENV = "SOLO_GEOMETRY_DDP_RUN_DIR"
 
 HOST = "lightly"
 
@@ -160,21 +165,32 @@ def run_recipe(
     seed_everything(recipe.seed)
     loader = build_train_loader(recipe.data, recipe.augmentations, recipe.optimizer.batch_size)
     model = LightlyMethod(recipe, num_classes(recipe.data), geometry)
+    ckpt = None if resume is None else str(resume.checkpoint)
+    joined = os.environ.get(RUN_ENV) if int(os.environ.get("LOCAL_RANK", "0")) > 0 else None
+    if joined:  # a rank Lightning's DDP re-launched: rank zero's folder, written by rank zero
+        run = RunFolder(Path(joined))
+        trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
+        trainer.fit(model, loader, ckpt_path=ckpt)
+        trainer.save_checkpoint(run.checkpoints / "last.ckpt")  # a collective; rank zero writes
+        return run.path
     if resume is None:
         run = RunFolder.create(Path(runs_root), recipe.name)
     else:
         run = resume.run
         run.mark_incomplete("resuming")
+    os.environ[RUN_ENV] = str(run.path)  # inherited by the ranks DDP re-launches
     try:
         if resume is None:
             run.write_config(cfg)
         trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
-        trainer.fit(model, loader, ckpt_path=None if resume is None else str(resume.checkpoint))
+        trainer.fit(model, loader, ckpt_path=ckpt)
         run.checkpoints.mkdir(exist_ok=True)
         trainer.save_checkpoint(run.checkpoints / "last.ckpt")
     except BaseException:
         run.finish(ok=False)
         raise
+    finally:
+        os.environ.pop(RUN_ENV, None)
     run.finish(ok=True)
     return run.path
 

@@ -228,20 +228,32 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         aug = self.recipe.augmentations[0]
         return mean_std_of(self.recipe.data.dataset, aug.mean, aug.std)
 
-    def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
-        """The objective of H (V, N, p), the momentum targets and the predictor held fixed.
+    def geometry_context(self, batch: Any, crops: list[Tensor]) -> Tensor | None:
+        """The momentum targets the loss holds fixed (None for methods without them).
 
-        Targets are the training step's own when captured, else the momentum branch's outputs
-        computed here (under the base's state guard, so its BatchNorm statistics are restored).
+        The training step's own when captured, else the momentum branch's outputs computed here
+        (under the base's state guard, so its BatchNorm statistics are restored).
         """
         captured = self.captured("targets", 1)
-        targets = captured[0] if captured is not None else self._targets(crops)
+        return captured[0] if captured is not None else self._targets(crops)
+
+    def geometry_global_loss(self, contexts: list[Any]) -> LossOfOutputs:
+        """The objective of H (V, R * N, p), the momentum targets and the predictor held fixed.
+
+        lightly's losses do not gather across ranks here (``gather_distributed`` is off), so
+        under DDP each rank's loss sees its own chunk: the global loss is the mean over ranks
+        of the objective of each rank's chunk of H with its own targets (DDP averages their
+        gradients). One rank: the objective of the batch.
+        """
         objective = self.objective
         predictor = getattr(self, "predictor", None)
+        ranks = len(contexts)
 
         def loss_of_outputs(H: Tensor) -> Tensor:
-            tgt = None if targets is None else targets.to(H)
             pred = None if predictor is None else frozen_module(predictor, H.dtype, H.device)
-            return objective(H, tgt, pred)
+            chunks = H.chunk(ranks, dim=1)  # R x (V, N, p)
+            losses = [objective(h, None if t is None else t.to(H), pred)
+                      for h, t in zip(chunks, contexts, strict=True)]  # fmt: skip
+            return torch.stack(losses).mean()
 
         return loss_of_outputs

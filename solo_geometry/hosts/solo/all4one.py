@@ -127,4 +127,7 @@ ALL4ONE = LossSpec(
     held="the predictors and the transformer; the momentum keys; the 5 neighbours the step "
     "chose from the queue and the transformer's embedding of them; the transformer's dropout "
     "masks (the random state before each call kept and replayed)",
+    merge=None,
+    ranks="its transformer's dropout masks are replayed per rank batch and cannot be joined "
+    "into the global batch's",
 )  # fmt: skip

@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from solo_geometry.distributed import rank_chunks
 from solo_geometry.geometry.decorrelation import (
     barlow_twins_loss,
     standardised,
@@ -118,8 +118,10 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
 
     Same steps as ``solo.losses.barlow.barlow_loss_func``: each view standardised per feature
     with its batch mean and biased variance (``BatchNorm1d(affine=False)`` in training mode,
-    eps 1e-5), cross-correlation averaged over the batch (and over ranks under DDP, as solo-learn
-    all-reduces it), off-diagonal terms weighted by ``lamb``, the sum scaled by ``scale_loss``.
+    eps 1e-5), cross-correlation averaged over the batch, off-diagonal terms weighted by
+    ``lamb``, the sum scaled by ``scale_loss``. On the global batch of R ranks
+    (:func:`~solo_geometry.distributed.rank_chunks`), each rank's chunk is standardised with its
+    own statistics and the cross-correlation averaged over ranks, as solo-learn all-reduces it.
 
     Args:
         z1: head outputs of view 1 (N, D).
@@ -130,12 +132,13 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
     Returns:
         The scalar loss.
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    ranks = rank_chunks()
+    if ranks == 1:
         return barlow_twins_loss(z1, z2, lamb, scale_loss)  # the same sum, N x N Gram form
-    corr = standardised(z1).T @ standardised(z2) / z1.shape[0]  # (D, D)
-    dist.all_reduce(corr)  # solo-learn averages C over ranks
-    corr = corr / dist.get_world_size()
-    eye = torch.eye(corr.shape[0], dtype=corr.dtype, device=corr.device)
+    pairs = zip(z1.chunk(ranks), z2.chunk(ranks), strict=True)
+    corr = torch.stack([standardised(a).T @ standardised(b) / a.shape[0] for a, b in pairs])
+    corr = corr.mean(0)  # (D, D): each rank's cross-correlation, averaged as solo all-reduces
+    eye = torch.eye(corr.shape[0], dtype=corr.dtype, device=corr.device)  # (D, D)
     cdif = (corr - eye).pow(2)
     weights = torch.where(eye.bool(), torch.ones_like(eye), torch.full_like(eye, lamb))
     return scale_loss * (cdif * weights).sum()

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
 from solo_geometry.datasets import MeanStd, mean_std_of
+from solo_geometry.distributed import ranks_of
 from solo_geometry.heads import build_configured_head, build_configured_predictor
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
@@ -204,16 +205,39 @@ class GeometryMethod(GeometryHost):
         dataset = OmegaConf.select(model.cfg, "data.dataset", default=None)
         return mean_std_of(dataset, first.get("mean"), first.get("std"))
 
-    def geometry_loss(self, batch: Any, crops: list[Tensor]) -> LossOfOutputs:
-        """The method's SSL loss rebuilt from ``solo.losses`` (:mod:`.losses`)."""
+    def geometry_context(self, batch: Any, crops: list[Tensor]) -> Any:
+        """What the method's loss holds fixed for this rank's batch (:mod:`.spec`)."""
         model: Any = self
-        spec = self._spec
         momentum = self.captured("momentum_feats", model.num_large_crops)
         try:
-            ctx = spec.context(model, crops, batch, momentum)
+            return self._spec.context(model, crops, batch, momentum)
         finally:
             self._geometry_fresh = None
-        return lambda H: spec.loss(model, ctx, H)
+
+    def geometry_global_loss(self, contexts: list[Any]) -> LossOfOutputs:
+        """The method's SSL loss rebuilt from ``solo.losses`` (:mod:`.losses`), global batch.
+
+        Under DDP (R contexts) the ranks' contexts are merged (``LossSpec.merge``) and the loss
+        is evaluated on the global batch as if by one process (the monitor runs it with
+        ``torch.distributed`` looking uninitialised, so solo-learn's gathers see the whole
+        batch), with what each rank computes alone (BatchNorm of fixed modules, Barlow Twins'
+        standardisation) per rank chunk.
+        """
+        model: Any = self
+        spec = self._spec
+        ranks = len(contexts)
+        if ranks == 1:
+            ctx = contexts[0]
+            return lambda H: spec.loss(model, ctx, H)
+        if spec.merge is None:
+            raise ValueError(f"{self._solo_name} cannot be measured across ranks: {spec.ranks}")
+        merged = spec.merge(contexts)
+
+        def loss_of_outputs(H: Tensor) -> Tensor:
+            with ranks_of(ranks):
+                return spec.loss(model, merged, H)
+
+        return loss_of_outputs
 
     def configure_callbacks(self) -> list[Callback]:
         """Attach the monitor, the probes and the report (:func:`geometry_callbacks`)."""

@@ -22,6 +22,7 @@ current state, read-only: the monitor never writes the centre, a queue or a memo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -68,6 +69,11 @@ def _dino_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Co
     temp = loss.teacher_temp_schedule[loss.epoch]
     centre = spec.snapshot(model, "dino_loss_func.center")  # (1, K)
     return {"teacher": F.softmax((logits - centre) / temp, dim=-1).detach()}
+
+
+def _dino_merge(contexts: Sequence[Context]) -> Context:
+    views = [c["teacher"].unflatten(0, (2, -1)) for c in contexts]  # R x (2, N, K)
+    return {"teacher": torch.cat(views, dim=1).flatten(0, 1)}  # (2 * R * N, K), view-major
 
 
 def _dino(model: Any, ctx: Context, H: Tensor) -> Tensor:
@@ -123,7 +129,7 @@ def _each(out: Any) -> list[Tensor]:
 
 PROTOTYPE_METHODS: dict[str, LossSpec] = {
     "dino": LossSpec(_dino_context, _dino, momentum=True, head="head", projector="head.mlp",
-                     snapshots=("dino_loss_func.center",),
+                     snapshots=("dino_loss_func.center",), merge=_dino_merge,
                      held="the teacher's probabilities: the momentum head's logits, centred by "
                      "the centre the step read (cloned as it starts: DINOLoss updates it in "
                      "place) and sharpened at the epoch's teacher temperature. The measured head "
@@ -133,6 +139,7 @@ PROTOTYPE_METHODS: dict[str, LossSpec] = {
                      "and the queue); the prototypes, a parameter of the loss beside the "
                      "projector, held like a predictor"),
     "deepclusterv2": LossSpec(_deepcluster_context, _deepcluster,
+                              merge=lambda cs: spec.merge_contexts(cs, dims={"assignments": 1}),
                               held="the batch's k-means assignments and the prototypes (the "
                               "k-means centroids of the epoch, not trained); before the first "
                               "k-means (epoch 0) the loss is undefined: records skipped, saying "

@@ -16,6 +16,7 @@ read-only: the queue is never written by the monitor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from solo_geometry.hosts.solo.spec import (
     Kept,
     LossSpec,
     frozen,
+    merge_contexts,
     momentum_outputs,
     snapshot,
 )
@@ -135,6 +137,11 @@ def _nn_of(out: Any) -> list[Tensor]:
 
 _FIND_NN = {"find_nn": _nn_of}
 
+
+def _queue_merge(contexts: Sequence[Context]) -> Context:
+    return merge_contexts(contexts, shared=("queue",))  # the queue holds every rank's keys
+
+
 _QUEUE = (
     "the momentum keys (another network); the queue as the step read it (cloned as the step "
     "starts: the step then enqueues this batch's keys)"
@@ -146,8 +153,9 @@ _NN = (
 
 QUEUE_METHODS: dict[str, LossSpec] = {
     "mocov2plus": LossSpec(_queue_context, _mocov2plus, momentum=True, snapshots=("queue",),
-                           held=_QUEUE),
+                           held=_QUEUE, merge=_queue_merge),
     "ressl": LossSpec(_queue_context, _ressl, momentum=True, snapshots=("queue",),
+                      merge=_queue_merge,
                       held=_QUEUE + "; only view 1's query enters the loss (view 2's rows of "
                       "H_eff are zero)"),
     "nnclr": LossSpec(_online_nn_context, _nnclr, keeps=_FIND_NN,

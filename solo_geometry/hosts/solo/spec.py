@@ -14,11 +14,15 @@ of one batch, every other quantity held fixed at its value in the training step:
   step starts, so the closure sees the values the step's loss saw, never the updated ones.
 
 Neither changes the step: kept values are detached references or clones taken aside.
+
+Under DDP, ``merge`` joins the ranks' contexts into the context of the global batch
+(:func:`merge_contexts`: per-sample tensors concatenated in rank order, state every rank shares
+taken from rank zero), and :func:`frozen` applies a fixed module with BatchNorm per rank chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -26,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from solo_geometry.distributed import per_rank
 from solo_geometry.linalg.operators import frozen_module
 
 __all__ = [
@@ -33,6 +38,7 @@ __all__ = [
     "Kept",
     "LossSpec",
     "frozen",
+    "merge_contexts",
     "momentum_outputs",
     "no_context",
     "snapshot",
@@ -40,6 +46,35 @@ __all__ = [
 
 Context = dict[str, Any]
 Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
+
+
+def merge_contexts(
+    contexts: Sequence[Context], shared: tuple[str, ...] = (), dims: Mapping[str, int] | None = None
+) -> Context:
+    """The context of the global batch from each rank's, in rank order.
+
+    Args:
+        contexts: each rank's context.
+        shared: keys whose value every rank holds alike (a queue, a centre): rank zero's.
+        dims: key -> the sample dimension of its tensors (default 0).
+
+    Returns:
+        The merged context: tensors (and each tensor of a list) concatenated along their
+        sample dimension.
+    """
+    out: Context = {}
+    for key, first in contexts[0].items():
+        values = [c[key] for c in contexts]
+        dim = (dims or {}).get(key, 0)
+        if key in shared:
+            out[key] = first
+        elif isinstance(first, Tensor):
+            out[key] = torch.cat(values, dim=dim)
+        elif isinstance(first, list | tuple):
+            out[key] = [torch.cat(list(ts), dim=dim) for ts in zip(*values, strict=True)]
+        else:
+            raise TypeError(f"cannot merge context entry {key!r} ({type(first).__name__})")
+    return out
 
 
 @dataclass(frozen=True)
@@ -60,6 +95,9 @@ class LossSpec:
         setup: called with the module once it is built (e.g. to register hooks that keep what
             the step computes inside a submodule), or None.
         held: what the closure holds fixed besides the parameters, and why (README's table).
+        merge: the ranks' contexts -> the global batch's (DDP); None: not measurable across
+            ranks, for the reason ``ranks``.
+        ranks: why the method cannot be measured across ranks (when ``merge`` is None).
     """
 
     context: Callable[[Any, list[Tensor], Any, Kept], Context]
@@ -71,11 +109,16 @@ class LossSpec:
     snapshots: tuple[str, ...] = ()
     setup: Callable[[Any], None] | None = None
     held: str = ""
+    merge: Callable[[Sequence[Context]], Context] | None = merge_contexts
+    ranks: str = ""
 
 
 def frozen(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)`` on detached copies of its state in x's dtype (module left untouched)."""
-    return frozen_module(module, x.dtype, x.device)(x)
+    """``module(x)`` on detached copies of its state in x's dtype (module left untouched).
+
+    On a global batch of several ranks, a module with BatchNorm acts per rank chunk.
+    """
+    return per_rank(frozen_module(module, x.dtype, x.device), module, x)
 
 
 def no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
