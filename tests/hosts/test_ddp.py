@@ -49,7 +49,8 @@ SAME_BATCH = [
 
 def _ddp(host: str, args: list[str], cwd: Path, fault: bool = False) -> subprocess.CompletedProcess:
     cwd.mkdir(parents=True, exist_ok=True)
-    environment = {**env(), "DDP_HOST": host, "DDP_FAULT": "1" if fault else "0"}
+    environment = {**env(), "DDP_HOST": host, "DDP_FAULT": "1" if fault else "0",
+                   "OMP_NUM_THREADS": "1"}  # fmt: skip  # one thread a rank: no oversubscription
     environment.pop("LOCAL_RANK", None)
     return subprocess.run([sys.executable, str(ENTRY), *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
