@@ -290,9 +290,7 @@ class GeometryMonitor(Callback):
         reason = (f"budget: the final measurement (about {self._cost:.3g} s) would take the "
                   f"measurements' {self._spent:.3g} s over {self.config.budget:g} of the "
                   f"{train:.3g} s of training")  # fmt: skip
-        fields: dict[str, Any] = {"step": step, "epoch": trainer.current_epoch, "final": True,
-                                  "head": self.config.head.name, "status": "skipped",
-                                  "reason": reason}  # fmt: skip
+        fields = {**self._fields(trainer, step, final=True), "status": "skipped", "reason": reason}
         self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0,
                                                        **fields))  # fmt: skip
 
@@ -317,6 +315,11 @@ class GeometryMonitor(Callback):
         self.last = dict(state_dict.get("last", {}))
         self._resumed = True
 
+    def _fields(self, trainer: pl.Trainer, step: int, *, final: bool) -> dict[str, Any]:
+        """What every record of step ``step`` says of itself, whatever its status."""
+        return {"step": step, "epoch": trainer.current_epoch, "final": final,
+                "head": self.config.head.name}  # fmt: skip
+
     def _record(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, *, step: int,
         final: bool,
@@ -324,8 +327,7 @@ class GeometryMonitor(Callback):
         """Measure, write and log one record (parameters before step ``step``); never raises."""
         density = self._wants_density(trainer, final)
         start = self._clock()
-        fields: dict[str, Any] = {"step": step, "epoch": trainer.current_epoch, "final": final,
-                                  "head": self.config.head.name}  # fmt: skip
+        fields = self._fields(trainer, step, final=final)
         try:
             with preserved_state(pl_module):
                 history = list(self._queue) if self.config.stats.queue else []
