@@ -28,6 +28,15 @@ GEOMETRY_TINY = [
     "geometry.measure.augment_families=[brightness]", "geometry.measure.augment_samples=4",
     "geometry.measure.density_probes=1", "geometry.budget=null",  # every step, as the tests count
 ]  # fmt: skip
+# The methods beyond SimCLR, BYOL, VICReg and Barlow Twins, and the cheapest geometry that still
+# measures every operator (solo-learn's cifar recipes, several steps each).
+NEW_METHODS = [
+    "mocov2plus", "nnclr", "dino", "swav", "nnbyol", "nnsiam", "ressl", "deepclusterv2", "all4one"
+]  # fmt: skip
+GEOMETRY_CHEAP = [
+    "+geometry=on", "geometry.probes.enabled=false", "geometry.max_samples=2",
+    "geometry.lanczos_max_steps=10", "geometry.measure.density_probes=1", "geometry.budget=null",
+]  # fmt: skip
 
 
 def solo_root() -> Path:

@@ -14,18 +14,23 @@ from pathlib import Path
 
 import pytest
 from solo_recipes import cifar_overrides
-from test_solo_helpers import SOLO_REASON, run, solo_root, tail, write_digits
+from test_solo_helpers import (
+    GEOMETRY_CHEAP,
+    NEW_METHODS,
+    SOLO_REASON,
+    run,
+    solo_root,
+    tail,
+    write_digits,
+)
 
 from solo_geometry.records import read_records
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 
-METHODS = ["mocov2plus", "nnclr", "dino", "swav", "nnbyol", "nnsiam", "ressl", "deepclusterv2",
-           "all4one"]  # fmt: skip
-GEOMETRY = ["+geometry=on", "geometry.max_samples=2", "geometry.lanczos_max_steps=10",
-            "geometry.probes.enabled=false", "geometry.measure.augment_families=[brightness]",
-            "geometry.measure.augment_samples=2", "geometry.measure.density_probes=1",
-            "geometry.budget=null"]  # fmt: skip
+METHODS = NEW_METHODS
+GEOMETRY = [*GEOMETRY_CHEAP, "geometry.measure.augment_families=[brightness]",
+            "geometry.measure.augment_samples=2"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

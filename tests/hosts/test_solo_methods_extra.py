@@ -22,7 +22,7 @@ from solo_recipes import (
     ssl_loss,
     state_of,
 )
-from test_solo_helpers import SOLO_REASON, write_digits
+from test_solo_helpers import GEOMETRY_CHEAP, NEW_METHODS, SOLO_REASON, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 
@@ -35,13 +35,8 @@ from solo_geometry.recipe import load_recipe  # noqa: E402
 
 install()
 
-NEW = [
-    "mocov2plus", "nnclr", "dino", "swav", "nnbyol", "nnsiam", "ressl", "deepclusterv2", "all4one"
-]  # fmt: skip
-GEOMETRY = ["+geometry=on", "geometry.probes.enabled=false", "geometry.every_n_steps=1",
-            "geometry.max_samples=2", "geometry.lanczos_max_steps=10",
-            "geometry.measure.augment=false", "geometry.measure.density_probes=1",
-            "geometry.budget=null"]  # fmt: skip
+NEW = NEW_METHODS
+GEOMETRY = [*GEOMETRY_CHEAP, "geometry.every_n_steps=1", "geometry.measure.augment=false"]
 
 
 @pytest.fixture(scope="module")
