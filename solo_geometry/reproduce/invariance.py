@@ -6,11 +6,13 @@ paper's augmentations (random resized crop, flip, rotation up to 45 degrees, col
 temperature 0.1, on the embedded digits (CIFAR-10/100 when torchvision's files are at
 ``--data-root``):
 
-1. guillotine: ReLU + BatchNorm projector (the recipe's, width recorded; the paper's 2048);
+1. guillotine: the paper's ReLU + BatchNorm projector (Linear-BN-ReLU-Linear-BN, no biases; width
+   recorded, the paper's 2048);
    class and 4-way rotation probes, linear and MLP, on Z vs H;
 2. orbits: the paper's orbit table (5 classes x 3 images x 12 rotations), per sampling seed;
 3. curvature of 0-45 degree rotation sweeps, Z vs H, the ratio and its spread over seeds;
-4. head depth 1, 2, 3 (Swish + BatchNorm heads, as head_depth_ablations.py): rotation probe
+4. head depth 1, 2, 3 (Swish + BatchNorm heads, BatchNorm after every Linear, no biases, as
+   head_depth_ablations.py): rotation probe
    gap, orbit compression and separation, curvature ratio per depth;
 5. whitening: a metric-linear head; its metric spectrum, the covariance spectra of Z and H and
    the whitening score per epoch (held-out images) and per measurement (``geometry.jsonl``).
@@ -197,8 +199,27 @@ def _pretrain(out: Path, data: _Data, s: InvarianceSettings, epochs: int, extra:
     return run
 
 
+def paper_head(activation: str, depth: int) -> list[str]:
+    """The paper's projection head as ``geometry.head`` overrides.
+
+    Linear layers without biases, each followed by BatchNorm1d, the activation between them:
+    experiments.py's ``ProjectionHead(use_bn=True)`` (depth 2) and head_depth_ablations.py's
+    ``FlexibleProjectionHead`` (depth 1 is Linear + BatchNorm). Widths: the recipe's
+    ``proj_hidden_dim`` and ``proj_output_dim``.
+    """
+    return [
+        "geometry.head.name=smooth_mlp",
+        f"geometry.head.activation={activation}",
+        "geometry.head.norm=bn",
+        "geometry.head.bias=false",
+        "geometry.head.out_norm=true",
+        f"geometry.head.depth={depth}",
+    ]
+
+
 def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
-    run = _pretrain(out, data, s, s.epochs, [])  # the recipe's own ReLU + BN projector
+    # the paper's ReLU + BN projector (run_guillotine_experiment), in place of the recipe's
+    run = _pretrain(out, data, s, s.epochs, _geometry_on(paper_head("relu", 2), every=10**6))
     model = load_model(run)
     probes = probe_rows(
         model,
@@ -220,12 +241,7 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
 
 
 def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[str, Any]:
-    head = [
-        "geometry.head.name=smooth_mlp",
-        "geometry.head.activation=swish",
-        "geometry.head.norm=bn",
-        f"geometry.head.depth={depth}",
-    ]
+    head = paper_head("swish", depth)  # head_depth_ablations.py's FlexibleProjectionHead
     run = _pretrain(out, data, s, s.depth_epochs, _geometry_on(head, every=10**6))
     model = load_model(run)
     probes = probe_rows(

@@ -51,9 +51,9 @@ DEPARTURES = (
     "loss: lightly's NT-Xent over 2N views (symmetric, 2N - 2 negatives), not the paper's "
     "one-directional cross-view cross-entropy; inputs normalised with the recipe's statistics "
     "(the paper's are not normalised)",
-    "heads: this package's, without the paper's BatchNorm after the last Linear (guillotine: "
-    "the recipe's Linear-BN-ReLU-Linear projector; depth d: Swish + BN MLP with d Linear layers, "
-    "so depth 1 is a plain Linear, the paper's is Linear + BN)",
+    "heads: the paper's layers (Linear without bias, then BatchNorm, after every Linear, the "
+    "last included), built by this package's smooth_mlp head in place of the recipe's projector; "
+    "the geometry monitor is on for them (statistics only, at the first and the last step)",
     "probes: DESIGN.md's (L2-tuned logistic regression by L-BFGS on standardised features, a "
     "256-wide MLP early-stopped on validation), not the paper's 5 epochs of Adam on raw features",
     "seeds: one pretraining per experiment; the spread is over draws of the orbit images and "
