@@ -77,6 +77,7 @@ def probe_rows(
     targets: Sequence[str],
     probes: Sequence[str],
     mlp_epochs: int,
+    mlp_patience: int = MlpProbeConfig.patience,
 ) -> list[dict[str, Any]]:
     """Backbone-vs-head probes of a run (the run's ``probes.json`` and ``features.pt``).
 
@@ -87,6 +88,7 @@ def probe_rows(
         targets: ``class`` and/or ``rotation``.
         probes: ``linear`` and/or ``mlp``.
         mlp_epochs: epoch cap of the MLP probe.
+        mlp_patience: epochs without validation gain before the MLP probe stops.
 
     Returns:
         One dict per (target, probe): ``target``, ``probe``, ``z``, ``h``, ``gap`` (z - h),
@@ -95,7 +97,7 @@ def probe_rows(
     cfg = ProbesConfig(
         targets=list(targets),
         probes=list(probes),
-        mlp=MlpProbeConfig(max_epochs=mlp_epochs),
+        mlp=MlpProbeConfig(max_epochs=mlp_epochs, patience=mlp_patience),
         orbits=OrbitsConfig(families=[]),  # the paper's orbits are measured per seed below
     )
     table = evaluate(
