@@ -30,8 +30,9 @@ from torch import Tensor, nn
 from solo_geometry.backbones import CIFAR_DATASETS, build_backbone
 from solo_geometry.config import geometry_config
 from solo_geometry.datasets import MeanStd, mean_std_of
-from solo_geometry.heads import build_configured_head, solo_projector
+from solo_geometry.heads import build_configured_head
 from solo_geometry.run_folder import RunFolder
+from solo_geometry.solo_mlp import solo_projector
 
 __all__ = [
     "SAFE_GLOBALS",

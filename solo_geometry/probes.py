@@ -27,7 +27,6 @@ from torch import Tensor, nn
 
 from solo_geometry.config import LinearProbeConfig, MlpProbeConfig
 from solo_geometry.datasets import stratified_split
-from solo_geometry.heads import build_mlp
 from solo_geometry.logreg import (
     SMALL_STEP_WORK,
     affine_logits,
@@ -35,6 +34,7 @@ from solo_geometry.logreg import (
     fit_logistic,
     threads_for,
 )
+from solo_geometry.solo_mlp import build_mlp
 
 __all__ = ["ProbeResult", "linear_probe", "mlp_probe", "standardize"]
 

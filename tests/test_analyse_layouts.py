@@ -26,7 +26,7 @@ from solo_geometry.checkpoint import read_checkpoint
 from solo_geometry.cli import main as cli_main
 from solo_geometry.config import OrbitsConfig, ProbesConfig
 from solo_geometry.datasets import IMAGENET_MEAN_STD, probe_splits
-from solo_geometry.heads import solo_projector
+from solo_geometry.solo_mlp import solo_projector
 from solo_geometry.zoo.analyse import analyse
 from solo_geometry.zoo.layouts import LAYOUTS, detect_layout, load_checkpoint
 from solo_geometry.zoo.measurements import MeasureSettings

@@ -30,6 +30,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # The core: the measurement, its records and its reports. It never reaches up to a host or the CLI.
 CORE = (
     "heads",
+    "solo_mlp",  # build_mlp and solo-learn's projector/predictor layouts, split out of heads
     "init",
     "state",
     "config",

@@ -20,13 +20,13 @@ from solo_geometry.datasets import IMAGENET_MEAN_STD, probe_splits, rotation_set
 from solo_geometry.evaluation import evaluate
 from solo_geometry.features import extract_features, load_cache
 from solo_geometry.geometry.orbits import orbit_comparison, orbit_images
-from solo_geometry.heads import solo_projector
 from solo_geometry.probes import (
     linear_probe,
     mlp_probe,
     standardize,
 )
 from solo_geometry.run_folder import RunFolder
+from solo_geometry.solo_mlp import solo_projector
 
 F64 = torch.float64
 

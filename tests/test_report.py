@@ -242,7 +242,8 @@ class TestRealRun:
                 "geometry.lanczos_max_steps=60",
                 "geometry.measure.augment_samples=4",
                 "geometry.measure.density_probes=1",
-                "geometry.budget=null",  # every step measured, densities included: the report reads them
+                # every step measured, densities included: the report reads them
+                "geometry.budget=null",
                 "geometry.probes.enabled=false",
             ],
             runs_root=tmp_path / "runs",

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from solo_geometry.backbones import build_backbone
 from solo_geometry.checkpoint import LoadedModel, load_model, read_checkpoint
 from solo_geometry.datasets import IMAGENET_MEAN_STD
-from solo_geometry.heads import build_mlp
+from solo_geometry.solo_mlp import build_mlp
 
 __all__ = ["BRANCHES", "LAYOUTS", "DINOHead", "Layout", "detect_layout", "load_checkpoint"]
 

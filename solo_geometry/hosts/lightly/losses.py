@@ -34,12 +34,7 @@ from lightly.utils.scheduler import cosine_schedule
 from torch import Tensor, nn
 
 from solo_geometry.config import HeadConfig, PredictorConfig
-from solo_geometry.heads import (
-    build_configured_head,
-    build_configured_predictor,
-    solo_predictor,
-    solo_projector,
-)
+from solo_geometry.heads import build_configured_head, build_configured_predictor
 from solo_geometry.hosts.lightly.nodes import (
     OPTIMIZER_KWARGS,
     AdamWKwargs,
@@ -53,6 +48,7 @@ from solo_geometry.hosts.lightly.nodes import (
     SimSiamKwargs,
     VICRegKwargs,
 )
+from solo_geometry.solo_mlp import solo_predictor, solo_projector
 
 __all__ = [
     "Objective",

@@ -1,0 +1,136 @@
+"""solo-learn-shaped MLPs: ``build_mlp`` and the projectors and predictors solo-learn builds inline.
+
+solo-learn's methods build their projectors (and BYOL's and SimSiam's predictors) inline from
+Linear, BatchNorm1d and ReLU layers. The lightly host, the checkpoint loaders and the MLP probe
+rebuild them here with the same structure and state-dict keys, so solo-learn's checkpoints load
+into them strictly. Depends on torch alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torch import nn
+
+__all__ = ["SOLO_PREDICTORS", "SOLO_PROJECTORS", "build_mlp", "solo_predictor", "solo_projector"]
+
+LayerFactory = Callable[..., nn.Module]
+
+# solo-learn's inline projectors of Linear-BN-ReLU shape (mocov3 and vibcreg add other layers):
+# (hidden Linear layers, BatchNorm after each hidden Linear).
+SOLO_PROJECTORS: dict[str, tuple[int, bool]] = {
+    "simclr": (1, False),
+    "supcon": (1, False),
+    "byol": (1, True),
+    "vicreg": (2, True),
+    "barlow_twins": (2, True),
+    "simsiam": (2, True),
+}
+# SimSiam's projector also drops the hidden Linears' biases and ends in BatchNorm1d(affine=False)
+# (solo/methods/simsiam.py), its last Linear's bias frozen: build_mlp's keyword options.
+_SOLO_PROJECTOR_OPTIONS: dict[str, dict[str, bool]] = {
+    "simsiam": {"hidden_bias": False, "out_norm": True},
+}
+# solo-learn's predictors: Linear(p, hidden) - BN - ReLU - Linear(hidden, p); SimSiam's first
+# Linear has no bias (as lightly's SimSiamPredictionHead). Keyword options of build_mlp.
+SOLO_PREDICTORS: dict[str, dict[str, bool]] = {
+    "byol": {"norm": True},
+    "simsiam": {"norm": True, "hidden_bias": False},
+}
+
+
+def build_mlp(
+    dims: Sequence[int],
+    *,
+    norm: bool = False,
+    act_layer: LayerFactory = nn.ReLU,
+    hidden_bias: bool = True,
+    out_norm: bool = False,
+) -> nn.Sequential:
+    """Linear layers (with bias) joined by ``[BatchNorm1d,] act``: solo-learn's projector layout.
+
+    The one MLP builder of the package: solo-learn-shaped projectors and predictors (lightly
+    host, checkpoint loader) and the MLP probe. Modules are numbered as solo-learn numbers them
+    (``0.weight``, ``1.running_mean``, ``3.weight``, ...), so state-dict keys match its
+    checkpoints.
+
+    Args:
+        dims: layer widths, input first, e.g. ``[d, hidden, out]``; at least two.
+        norm: BatchNorm1d after every hidden Linear.
+        act_layer: activation after every hidden Linear (and its norm).
+        hidden_bias: biases of the hidden Linears (SimSiam's are dropped).
+        out_norm: end in ``BatchNorm1d(dims[-1], affine=False)`` (SimSiam's projector).
+
+    Returns:
+        ``nn.Sequential`` mapping (N, dims[0]) to (N, dims[-1]).
+
+    Raises:
+        ValueError: with fewer than two widths or a width below 1.
+    """
+    if len(dims) < 2 or min(dims) < 1:
+        raise ValueError(f"dims must hold at least two positive widths, got {list(dims)}")
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        hidden = i < len(dims) - 2
+        layers.append(nn.Linear(a, b, bias=hidden_bias or not hidden))
+        if hidden:
+            layers += [nn.BatchNorm1d(b), act_layer()] if norm else [act_layer()]
+    if out_norm:
+        layers.append(nn.BatchNorm1d(dims[-1], affine=False))
+    return nn.Sequential(*layers)
+
+
+def solo_projector(method: str, in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
+    """The projector solo-learn's ``method`` builds inline (same structure and keys).
+
+    Args:
+        method: one of ``SOLO_PROJECTORS``.
+        in_dim: backbone feature dimension d.
+        hidden_dim: ``proj_hidden_dim``.
+        out_dim: ``proj_output_dim``.
+
+    Returns:
+        The projector, (N, d) -> (N, out_dim).
+
+    Raises:
+        ValueError: for a method whose projector is not of this shape.
+    """
+    if method not in SOLO_PROJECTORS:
+        raise ValueError(
+            f"no solo-learn projector layout for method {method!r}; "
+            f"choose from {sorted(SOLO_PROJECTORS)}"
+        )
+    n_hidden, norm = SOLO_PROJECTORS[method]
+    options = _SOLO_PROJECTOR_OPTIONS.get(method, {})
+    mlp = build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm,
+                    hidden_bias=options.get("hidden_bias", True),
+                    out_norm=options.get("out_norm", False))  # fmt: skip
+    if options.get("out_norm"):
+        last = mlp[-2]
+        assert isinstance(last, nn.Linear)  # the Linear before the output norm
+        last.bias.requires_grad = False  # solo-learn's: "not use bias as it is followed by BN"
+    return mlp
+
+
+def solo_predictor(method: str, dim: int, hidden_dim: int) -> nn.Sequential:
+    """The predictor solo-learn's ``method`` builds inline (same structure and keys).
+
+    Args:
+        method: one of ``SOLO_PREDICTORS`` (byol, simsiam).
+        dim: ``proj_output_dim`` (the predictor maps it to itself).
+        hidden_dim: ``pred_hidden_dim``.
+
+    Returns:
+        The predictor, (N, dim) -> (N, dim).
+
+    Raises:
+        ValueError: for a method without a predictor of this shape.
+    """
+    if method not in SOLO_PREDICTORS:
+        raise ValueError(
+            f"no solo-learn predictor layout for method {method!r}; "
+            f"choose from {sorted(SOLO_PREDICTORS)}"
+        )
+    options = SOLO_PREDICTORS[method]
+    return build_mlp([dim, hidden_dim, dim], norm=options.get("norm", False),
+                     hidden_bias=options.get("hidden_bias", True))  # fmt: skip
