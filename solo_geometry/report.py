@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import html
 import math
-import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -285,12 +284,12 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 
 
 def _cmd_report(args: Any) -> int:
-    """``solo-geometry report``: render, print the page's path; bad input: one line, status 2."""
-    try:
-        index = write_report(args.runs, args.out)
-    except (ValueError, RecordsError) as err:
-        print(f"solo-geometry report: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+    """``solo-geometry report``: render, print the page's path.
+
+    Bad input raises ``ValueError`` (``RecordsError`` is one), which ``solo_geometry.cli.main``
+    prints on one line with exit status 2, as for every command.
+    """
+    index = write_report(args.runs, args.out)
     print(f"wrote {index}")
     return 0
 
@@ -302,7 +301,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         subparsers: the object returned by ``ArgumentParser.add_subparsers()``.
 
     Returns:
-        The sub-parser; ``args.func(args)`` returns 0, or 2 on bad input (one line on stderr).
+        The sub-parser; ``args.func(args)`` returns 0 or raises ``ValueError`` on bad input.
     """
     parser = subparsers.add_parser(
         "report", help="plots and index.html of one or more runs (overlaid)",

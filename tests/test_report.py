@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import warnings
 from pathlib import Path
@@ -12,8 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
+from solo_geometry.cli import main as cli_main
 from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
-from solo_geometry.report import add_report_parser, write_report
+from solo_geometry.report import write_report
 from solo_geometry.run_folder import RunFolder
 
 FAMILIES = ("brightness", "contrast", "saturation", "hue")
@@ -202,10 +202,7 @@ class TestFloor:
 
 class TestReportCommand:
     def _run(self, *argv: str) -> int:
-        parser = argparse.ArgumentParser()
-        add_report_parser(parser.add_subparsers())
-        args = parser.parse_args(["report", *argv])
-        return int(args.func(args))
+        return cli_main(["report", *argv])
 
     def test_cli_writes_report(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
         run = make_run(tmp_path, "gelu", probes=False, n_features=None)
