@@ -91,7 +91,7 @@ def run_case(name: str, x: torch.Tensor, y: torch.Tensor, cache: Path, repeats: 
     One table row: accuracies of the first run (both are deterministic), median times.
     """
     torch.save({"x": x, "y": y}, cache)
-    data = torch.load(cache)
+    data = torch.load(cache, weights_only=True)
     x, y = data["x"], data["y"]
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1))
     tr, te = perm[: int(0.8 * len(y))], perm[int(0.8 * len(y)) :]

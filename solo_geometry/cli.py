@@ -40,7 +40,7 @@ from solo_geometry.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "error_message", "main"]
 
 # Functions adding a subparser: each module owns its subcommand.
 _SUBCOMMANDS = (
@@ -141,8 +141,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a file-system error expected of the path it names (the rest of OSError: its strerror).
+_EXPECTED = (
+    (FileExistsError, "a path that does not exist yet"),
+    (NotADirectoryError, "folders all the way down (a part of the path is a file)"),
+    (IsADirectoryError, "a file, not a folder"),
+    (PermissionError, "a location this user can read and write"),
+)
+
+
+def error_message(err: BaseException) -> str:
+    """The one line a bad input gets.
+
+    The error's own text; for a file-system error, the path, what went wrong and what was
+    expected.
+
+    Args:
+        err: the exception raised by the command.
+
+    Returns:
+        The message, without line breaks.
+    """
+    if isinstance(err, OSError) and err.strerror and err.filename is not None:
+        expected = next((text for kind, text in _EXPECTED if isinstance(err, kind)), None)
+        message = f"{str(err.filename)!r}: {err.strerror}"
+        message += f"; expected {expected}" if expected else ""
+    else:
+        message = str(err) or type(err).__name__
+    return " ".join(message.split())  # one line, whatever the library's layout
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
+
+    This is the one handler that turns bad input into a one-line error: every command raises
+    ``ValueError``, ``TypeError``, ``ModuleNotFoundError`` or an ``OSError`` (a missing,
+    existing, unwritable path) and the message is printed here as the last line on stderr.
 
     Args:
         argv: arguments without the program name (default ``sys.argv[1:]``).
@@ -154,12 +188,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UsageError, ValueError, TypeError, FileNotFoundError, ModuleNotFoundError) as err:
+    except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise
         action = f" {args.action}" if getattr(args, "action", None) else ""
-        message = " ".join(str(err).split())  # one line, whatever the library's layout
-        print(f"solo-geometry {args.command}{action}: error: {message}", file=sys.stderr)
+        sys.stdout.flush()  # the command's progress first, the error last
+        print(f"solo-geometry {args.command}{action}: error: {error_message(err)}", file=sys.stderr)
+        sys.stderr.flush()
         return 2
 
 

@@ -14,8 +14,12 @@ Spread, D_intra, D_inter and separation of Z and of H and the compression are co
 paper's code computes them (:func:`solo_geometry.geometry.orbits.orbit_comparison`; rows are
 L2-normalised first, which leaves the paper's arrays, already normalised, unchanged).
 
-An ``.npz`` is read without pickle. A ``.npy`` holding a dict can only be read with
-``allow_pickle=True``, which can run code stored in the file: open only ``.npy`` files you trust.
+Files are read by :func:`solo_geometry.npfiles.load_arrays`: the dict an ``.npy`` holds is
+unpickled by a restricted unpickler that admits only NumPy arrays and plain containers (what the
+paper's released arrays hold), so a crafted file cannot run code; ``--trust-pickle`` allows a
+full pickle. Measurements the arrays leave undefined (all-zero rows, one class, one-row orbits,
+a head that maps every orbit to one point) are an error naming what is undefined and why, not
+a number.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from solo_geometry.geometry.orbits import OrbitComparison, orbit_comparison
+from solo_geometry.geometry.orbits import OrbitComparison, orbit_comparison, orbit_metrics
+from solo_geometry.npfiles import load_arrays
 
 __all__ = [
     "ORBIT_KEYS",
@@ -38,33 +42,21 @@ __all__ = [
     "format_orbit_table",
     "load_orbit_arrays",
     "orbit_file_comparison",
+    "undefined_measures",
 ]
 
 ORBIT_KEYS = ("orbits_z", "orbits_h", "orbit_ids", "orbit_labels")  # required
 _OPTIONAL_KEYS = ("orbit_angles",)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, trust_pickle: bool) -> dict[str, Any]:
     """The file's arrays by key (see the module docstring for the two formats)."""
-    if not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    if path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as arrays:
-                return {key: arrays[key] for key in arrays.files}
-        except (ValueError, OSError, EOFError) as err:
-            raise ValueError(f"{path}: not a readable .npz of orbit arrays ({err})") from err
-    if path.suffix != ".npy":
-        raise ValueError(f"{path}: expected a .npy holding a dict or an .npz; got {path.suffix!r}")
-    held = np.load(path, allow_pickle=True)  # a pickled dict: trusted files only
-    if not (isinstance(held, np.ndarray) and held.dtype == object and held.shape == ()):
+    data = load_arrays(path, trust_pickle=trust_pickle)
+    if set(data) == {""}:
+        held = data[""]
         raise ValueError(
-            f"{path} holds an array of shape {getattr(held, 'shape', '?')}, "
-            f"not a dict of orbit arrays"
+            f"{path} holds an array of shape {held.shape}, expected a dict of orbit arrays"
         )
-    data = held.item()
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a {type(data).__name__}, not a dict of orbit arrays")
     return data
 
 
@@ -100,27 +92,73 @@ def _check(data: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def load_orbit_arrays(path: str | Path) -> dict[str, np.ndarray]:
+def load_orbit_arrays(path: str | Path, *, trust_pickle: bool = False) -> dict[str, np.ndarray]:
     """Read and check a saved orbit file (layout in the module docstring).
 
     Args:
-        path: an ``.npz``, or an ``.npy`` holding a dict (read with pickle: trusted files only).
+        path: an ``.npz``, or an ``.npy`` holding a dict.
+        trust_pickle: unpickle the ``.npy`` dict with a full pickle (trusted files only);
+            otherwise only NumPy arrays and plain containers are rebuilt.
 
     Returns:
         ``orbits_z``, ``orbits_h``, ``orbit_ids``, ``orbit_labels`` and, when present,
         ``orbit_angles`` as arrays.
 
     Raises:
-        ValueError: on a missing file, another format, a missing key or a wrong shape or dtype,
-            naming the key and the value received.
+        ValueError: on a missing file, another format, a refused pickle, a missing key or a
+            wrong shape or dtype, naming the key and the value received.
     """
     path = Path(path)
-    return _check(_read(path), path)
+    return _check(_read(path, trust_pickle), path)
 
 
-def orbit_file_comparison(path: str | Path) -> OrbitComparison:
-    """The paper's orbit statistics of a saved orbit file (see :func:`load_orbit_arrays`)."""
-    arrays = load_orbit_arrays(path)
+def _zero_tol(x: np.ndarray) -> float:
+    """A distance below which two unit rows of ``x``'s dtype are one point (100 eps)."""
+    return 100 * float(np.finfo(x.dtype if x.dtype.kind == "f" else np.float64).eps)
+
+
+def undefined_measures(arrays: dict[str, np.ndarray]) -> list[str]:
+    """What the paper's table cannot define on these arrays, each with its reason.
+
+    Args:
+        arrays: checked orbit arrays (:func:`load_orbit_arrays`).
+
+    Returns:
+        One phrase per undefined measurement (empty when every number is defined).
+    """
+    out = []
+    ids, labels = arrays["orbit_ids"], arrays["orbit_labels"]
+    for key in ("orbits_z", "orbits_h"):
+        zero = int((np.linalg.norm(arrays[key].astype(np.float64), axis=1) == 0).sum())
+        if zero:
+            out.append(f"every {key} measure: {zero} of {len(ids)} rows are all zero, and a "
+                       f"zero row has no L2-normalised direction")  # fmt: skip
+    classes = np.unique(labels)
+    if classes.size < 2:
+        out.append(f"D_inter and separation: they need 2 classes, orbit_labels has only "
+                   f"{classes.tolist()}")  # fmt: skip
+    if (np.unique(ids, return_counts=True)[1] < 2).all():
+        out.append("D_intra and separation: they need an orbit of 2 rows, every orbit has 1")
+    if not out:
+        h = torch.from_numpy(np.ascontiguousarray(arrays["orbits_h"])).double()
+        spread = orbit_metrics(h, torch.from_numpy(ids), torch.from_numpy(labels)).spread[0]
+        if spread <= _zero_tol(arrays["orbits_h"]) ** 2:
+            out.append(f"compression: mean spread(H) is {spread:.1e}, zero to round-off "
+                       f"(every orbit of orbits_h is one point)")  # fmt: skip
+    return out
+
+
+def orbit_file_comparison(path: str | Path, *, trust_pickle: bool = False) -> OrbitComparison:
+    """The paper's orbit statistics of a saved orbit file (see :func:`load_orbit_arrays`).
+
+    Raises:
+        ValueError: as :func:`load_orbit_arrays`, and when a measurement is undefined on the
+            arrays (:func:`undefined_measures`), naming which and why.
+    """
+    arrays = load_orbit_arrays(path, trust_pickle=trust_pickle)
+    undefined = undefined_measures(arrays)
+    if undefined:
+        raise ValueError(f"{path}: undefined: {'; '.join(undefined)}")
     z, h, ids, labels = (torch.from_numpy(np.ascontiguousarray(arrays[k])) for k in ORBIT_KEYS)
     return orbit_comparison(z, h, ids, labels)
 
@@ -151,12 +189,8 @@ def _finite_or_none(value: Any) -> Any:
 
 
 def _cmd_orbits(args: argparse.Namespace) -> int:
-    """``solo-geometry orbits``: print the table (or JSON); bad input: one line, status 2."""
-    try:
-        result = orbit_file_comparison(args.file)
-    except ValueError as err:
-        print(f"solo-geometry orbits: error: {err}", file=sys.stderr)
-        return 2
+    """``solo-geometry orbits``: print the table (or JSON); bad input raises ``ValueError``."""
+    result = orbit_file_comparison(args.file, trust_pickle=args.trust_pickle)
     if args.json:
         print(json.dumps(_finite_or_none(result.paper_table())))
     else:
@@ -171,7 +205,8 @@ def add_orbits_parser(subparsers: Any) -> argparse.ArgumentParser:
         subparsers: the object returned by ``ArgumentParser.add_subparsers()``.
 
     Returns:
-        The sub-parser; ``args.func(args)`` returns 0, or 2 on bad input (one line on stderr).
+        The sub-parser; ``args.func(args)`` returns 0 or raises ``ValueError`` on bad input
+        (``cli.main`` turns it into one line on stderr and status 2).
     """
     parser = subparsers.add_parser(
         "orbits",
@@ -179,13 +214,18 @@ def add_orbits_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Spread, D_intra, D_inter and separation of Z and H and the compression, "
         "as the paper's code computes them, from an .npz or an .npy holding a dict with keys "
         "orbits_z, orbits_h, orbit_ids, orbit_labels (optional orbit_angles). An .npy dict is "
-        "read with pickle: use only files you trust.",
+        "read by a restricted unpickler (NumPy arrays and plain containers only).",
     )
     parser.add_argument("file", metavar="FILE", help="orbit arrays (.npz, or .npy dict)")
     parser.add_argument(
         "--json",
         action="store_true",
         help='print {"z": {...}, "h": {...}, "compression": x} instead',
+    )
+    parser.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="read an .npy dict with a full pickle (runs code in the file: trusted files only)",
     )
     parser.set_defaults(func=_cmd_orbits)
     return parser

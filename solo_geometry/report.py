@@ -25,7 +25,7 @@ from solo_geometry.features import load_cache
 from solo_geometry.records import GeometryRecord, ProbeTable, RecordsError, read_records
 from solo_geometry.run_folder import RunFolder
 
-__all__ = ["RunData", "add_report_parser", "read_run", "write_report"]
+__all__ = ["RunData", "add_report_parser", "check_reportable", "read_run", "write_report"]
 
 
 @dataclass
@@ -283,12 +283,42 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     return index
 
 
+def check_reportable(path: Path) -> None:
+    """Check, before anything is written, that a run folder holds something to report.
+
+    Args:
+        path: the run folder.
+
+    Raises:
+        ValueError: if it is no folder, or holds no geometry record (no ``geometry.jsonl``, or
+            an empty one), no ``probes.json`` and no ``features.pt``.
+    """
+    if not path.is_dir():
+        raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
+    folder = RunFolder(path)
+    if folder.geometry.is_file():
+        with folder.geometry.open(errors="replace") as fh:
+            if any(line.strip() for line in fh):
+                return
+        found = f"{folder.GEOMETRY} is empty"
+    else:
+        found = f"no {folder.GEOMETRY}"
+    if not (folder.probes.is_file() or folder.features.is_file()):
+        raise ValueError(
+            f"run folder {str(path)!r} has nothing to report ({found}, no {folder.PROBES}, no "
+            f"{folder.FEATURES}); expected a run folder written by `solo-geometry pretrain` "
+            f"or `solo-geometry probe`"
+        )
+
+
 def _cmd_report(args: Any) -> int:
     """``solo-geometry report``: render, print the page's path.
 
     Bad input raises ``ValueError`` (``RecordsError`` is one), which ``solo_geometry.cli.main``
     prints on one line with exit status 2, as for every command.
     """
+    for run in args.runs:
+        check_reportable(Path(run))
     index = write_report(args.runs, args.out)
     print(f"wrote {index}")
     return 0

@@ -91,7 +91,7 @@ def _compare(new: dict, old: dict) -> tuple[bool, int, str]:
 
 def compare_projectors(patched: Path, unpatched: Path) -> list[CompatRow]:
     """Compare the files ``save_projectors`` wrote for the patched and unpatched checkouts."""
-    new, old = torch.load(patched), torch.load(unpatched)
+    new, old = (torch.load(p, weights_only=True) for p in (patched, unpatched))
     rows = []
     for method in sorted(old):
         if "error" in old[method] or "error" in new.get(method, {"error": "missing"}):
