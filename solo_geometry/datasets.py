@@ -25,6 +25,7 @@ from PIL import Image
 from sklearn.datasets import load_digits
 from torch import Tensor
 from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import functional as TF
 
 from solo_geometry.geometry.augment import apply_augmentation
@@ -36,6 +37,7 @@ __all__ = [
     "MEANS_STDS",
     "ORBIT_T_MAX",
     "MeanStd",
+    "check_image_folder",
     "load_image_folder",
     "make_digits",
     "mean_std_of",
@@ -200,6 +202,51 @@ def make_digits(out_dir: str | Path, size: int = 32) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def check_image_folder(path: str | Path, field: str) -> Path:
+    """Check an image folder before the first step: images in every class, each decodes.
+
+    The one check of a data folder both hosts run before anything is created. It opens every
+    image (the file's header) and lets PIL ``verify()`` it (for PNG, every chunk's CRC), which
+    finds empty, truncated and mislabelled files without decoding the pixels.
+
+    Args:
+        path: the folder, one subfolder of images per class (``ImageFolder`` layout).
+        field: the recipe field or option it came from, for the message.
+
+    Returns:
+        The path.
+
+    Raises:
+        FileNotFoundError: if the folder is missing or has no class subfolders.
+        ValueError: naming the first class folder without an image or the first image that
+            does not decode.
+    """
+    root = Path(path).expanduser()
+    where = f"{field}={str(path)!r}"
+    if not root.is_dir():
+        raise FileNotFoundError(f"{where}: data folder not found")
+    classes = sorted(p for p in root.iterdir() if p.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"{where}: no class subfolders (image_folder layout expected)")
+    for folder in classes:
+        images = sorted(f for f in folder.rglob("*") if f.suffix.lower() in IMG_EXTENSIONS)
+        if not images:
+            raise ValueError(
+                f"{where}: class folder {folder.name!r} holds no image; expected files ending "
+                f"in {', '.join(IMG_EXTENSIONS)}"
+            )
+        for image in images:
+            try:
+                with Image.open(image) as im:
+                    im.verify()
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+                raise ValueError(
+                    f"{where}: image {str(image)!r} does not decode ({err}); expected an image "
+                    f"file PIL can read"
+                ) from None
+    return root
 
 
 def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:

@@ -16,16 +16,27 @@ Example:
 
 from __future__ import annotations
 
+import io
+import pickletools
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from solo_geometry.run_folder import RunFolder
 
-__all__ = ["ResumePoint", "check_archive", "resume_point", "run_host"]
+__all__ = [
+    "LIGHTNING_KEYS",
+    "ResumePoint",
+    "check_archive",
+    "check_lightning_checkpoint",
+    "resume_point",
+    "run_host",
+]
 
 # Hydra's copy of the composed recipe, written by solo-learn's main_pretrain in the run folder.
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
+# The keys Lightning's fit(ckpt_path=...) restores a training run from.
+LIGHTNING_KEYS = ("state_dict", "epoch", "global_step", "pytorch-lightning_version", "loops")
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,33 @@ def check_archive(path: Path) -> None:
         raise ValueError(f"checkpoint {str(path)!r} is corrupt (member {bad!r} fails its CRC)")
 
 
+def check_lightning_checkpoint(path: Path) -> None:
+    """Check that a checkpoint is a Lightning training checkpoint of a model with a backbone.
+
+    Reads only the names in the archive's pickle (``pickletools``; nothing is unpickled), so
+    a checkpoint another tool wrote (a bare ``state_dict``, a torchvision or timm file) is found
+    before a resumed run starts and rewrites anything.
+
+    Raises:
+        ValueError: naming the file and the keys it lacks.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+            ops = pickletools.genops(io.BytesIO(archive.read(name)))
+            strings = {arg for _, arg, _ in ops if isinstance(arg, str)}
+    except (StopIteration, ValueError, zipfile.BadZipFile, OSError) as err:
+        raise ValueError(f"checkpoint {str(path)!r} is not a torch.save archive ({err})") from err
+    missing = [key for key in LIGHTNING_KEYS if key not in strings]
+    if not any(s.startswith("backbone.") for s in strings):
+        missing.append("state_dict keys backbone.*")
+    if missing:
+        raise ValueError(
+            f"checkpoint {str(path)!r} was not written by this run's trainer: it lacks "
+            f"{missing}; expected a Lightning checkpoint of solo-learn or the lightly host"
+        )
+
+
 def resume_point(
     run: str | Path, config: str | Path | None = None, host: str = "auto"
 ) -> ResumePoint:
@@ -85,7 +123,8 @@ def resume_point(
 
     Raises:
         ValueError: the folder is not a run folder, holds no checkpoint, its newest checkpoint
-            is truncated or corrupt, it has no recipe, or ``host`` is not the run's.
+            is truncated, corrupt or not a Lightning checkpoint with a backbone, it has no
+            recipe, or ``host`` is not the run's.
     """
     folder = RunFolder(Path(run))
     if not folder.path.is_dir():
@@ -97,6 +136,7 @@ def resume_point(
             f"nothing to resume (the recipe's checkpoint.enabled must be true)"
         )
     check_archive(checkpoint)
+    check_lightning_checkpoint(checkpoint)
     used = run_host(folder)
     if host not in ("auto", used):
         raise ValueError(

@@ -297,13 +297,19 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
 
     Raises:
         ValueError: naming an override that is not ``key=value`` for a key of
-            :class:`CellConfig` with a value of its type, and the keys there are.
+            :class:`CellConfig` with a value of its type (a head or norm among the choices),
+            and the keys or values there are.
     """
     cell = [o for o in extra if not o.lstrip("+~").startswith("hydra")]
     keys = sorted(CellConfig.__dataclass_fields__)
     bad = [o for o in cell if "=" not in o or o.split("=", 1)[0].lstrip("+") not in keys]
     if bad:
         raise ValueError(f"unknown cell option(s) {bad}; choose from {keys}")
+    choices = {"head": sorted(HEADS), "norm": list(NORMS)}
+    for key, value in (o.lstrip("+").split("=", 1) for o in cell):
+        wrong = [v for v in value.split(",") if key in choices and v.strip() not in choices[key]]
+        if wrong:  # a sweep (head=a,b) is checked value by value
+            raise ValueError(f"cell option {key}={wrong[0]!r} unknown; choose from {choices[key]}")
     try:
         OmegaConf.merge(OmegaConf.structured(CellConfig), OmegaConf.from_dotlist(cell))
     except OmegaConfBaseException as err:

@@ -27,7 +27,6 @@ __all__ = [
     "MultiViewTransform",
     "build_pipeline",
     "build_train_loader",
-    "check_image_folder",
     "num_classes",
     "train_dataset",
 ]
@@ -109,29 +108,6 @@ class _Indexed(Dataset):
         return index, views, label
 
 
-def check_image_folder(path: str | Path, field: str) -> Path:
-    """Check that ``path`` is an image folder (one subfolder per class).
-
-    Args:
-        path: the folder.
-        field: the recipe field it came from, for the message.
-
-    Returns:
-        The path.
-
-    Raises:
-        FileNotFoundError: if the folder is missing or has no class subfolders.
-    """
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"{field}={str(path)!r}: data folder not found")
-    if not any(p.is_dir() for p in root.iterdir()):
-        raise FileNotFoundError(
-            f"{field}={str(path)!r}: no class subfolders (image_folder layout expected)"
-        )
-    return root
-
-
 def train_dataset(data: DataNode, transform: Callable[[Any], Any]) -> Dataset:
     """Build the pretraining dataset of a parsed recipe's ``data`` node.
 
@@ -156,7 +132,9 @@ def train_dataset(data: DataNode, transform: Callable[[Any], Any]) -> Dataset:
         base = cls(data.train_path, train=True, download=True, transform=transform)
         labels = list(base.targets)  # type: ignore[attr-defined]
     else:
-        root = check_image_folder(data.train_path, "data.train_path")
+        root = Path(data.train_path).expanduser()  # checked by the launcher's prepare()
+        if not root.is_dir():
+            raise FileNotFoundError(f"data.train_path={data.train_path!r}: data folder not found")
         folder = datasets.ImageFolder(str(root), transform=transform)
         base, labels = folder, list(folder.targets)
     if data.fraction > 0:

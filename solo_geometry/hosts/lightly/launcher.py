@@ -30,8 +30,8 @@ from omegaconf import DictConfig
 
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.datasets import mean_std_of
-from solo_geometry.hosts.lightly.data import build_train_loader, check_image_folder, num_classes
+from solo_geometry.datasets import check_image_folder, mean_std_of
+from solo_geometry.hosts.lightly.data import build_train_loader, num_classes
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.recipe import load_recipe

@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_geometry.config import geometry_config
+from solo_geometry.hosts.solo.checks import check_solo_recipe
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
 from solo_geometry.resume import ResumePoint
@@ -77,9 +78,11 @@ def check_recipe(config: Path | str, overrides: list[str]) -> DictConfig:
     """Compose the recipe and validate its ``geometry`` node, before anything is created.
 
     Raises:
-        FileNotFoundError: if the recipe file is missing.
-        ValueError: for a malformed recipe or override, a bad geometry option, or geometry on
-            for a method the adapter does not support.
+        FileNotFoundError: if the recipe file or a data folder is missing.
+        ValueError: for a malformed recipe or override, a bad geometry option, geometry on
+            for a method the adapter does not support, or a recipe solo-learn would reject
+            (:func:`solo_geometry.hosts.solo.checks.check_solo_recipe`: unknown method, wrong
+            type, a class folder without images, an image that does not decode).
     """
     cfg = load_recipe(config, overrides)
     method = OmegaConf.select(cfg, "method", default=None)
@@ -90,6 +93,7 @@ def check_recipe(config: Path | str, overrides: list[str]) -> DictConfig:
         raise ValueError(
             f"geometry is not supported for method {method!r}; choose from {sorted(SUPPORTED)}"
         )
+    check_solo_recipe(cfg)
     return cfg
 
 
@@ -160,7 +164,9 @@ def launch(
     else:
         folder = RunFolder(resume.run.path.resolve())
         folder.mark_incomplete("resuming")
-        overrides = [*overrides, f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'"]
+        # hydra.output_subdir=null: the folder's .hydra/*.yaml are left as the run wrote them
+        overrides = [*overrides, f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'",
+                     "hydra.output_subdir=null"]  # fmt: skip
     run = folder.path
     print(f"solo-geometry: run folder {run}", flush=True)
     ok = False
