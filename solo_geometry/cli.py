@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What a file-system error expected of the path it names (the rest of OSError: its strerror).
 _EXPECTED = (
-    (FileExistsError, "a path that does not exist yet"),
+    (FileExistsError, "a folder or a free path, not a file in the way"),
     (NotADirectoryError, "folders all the way down (a part of the path is a file)"),
     (IsADirectoryError, "a file, not a folder"),
     (PermissionError, "a location this user can read and write"),

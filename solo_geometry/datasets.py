@@ -249,6 +249,14 @@ def check_image_folder(path: str | Path, field: str) -> Path:
     return root
 
 
+def _decoded(folder: ImageFolder, path: str) -> Image.Image:
+    """One image of ``folder`` as RGB; a file that does not decode is a ``ValueError``."""
+    try:
+        return folder.loader(path).convert("RGB")
+    except (OSError, SyntaxError, ValueError) as err:
+        raise ValueError(f"image {path!r} does not decode ({err}); expected an image") from None
+
+
 def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
     """Read an ``ImageFolder`` tree into memory.
 
@@ -259,7 +267,8 @@ def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
         Images (N, 3, H, W) float32 in [0, 1], labels (N,) int64, class names.
 
     Raises:
-        ValueError: if ``root`` is not a folder or holds no images.
+        ValueError: if ``root`` is not a folder, holds no images, or an image does not decode
+            (naming the first such file).
     """
     root = Path(root)
     if not root.is_dir():
@@ -268,7 +277,7 @@ def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
         folder = ImageFolder(str(root))
     except (FileNotFoundError, RuntimeError) as err:
         raise ValueError(f"no images in {str(root)!r}: {err}") from err
-    images = [TF.to_tensor(folder.loader(path).convert("RGB")) for path, _ in folder.samples]
+    images = [TF.to_tensor(_decoded(folder, path)) for path, _ in folder.samples]
     labels = torch.tensor([label for _, label in folder.samples], dtype=torch.long)
     return torch.stack(images), labels, list(folder.classes)
 

@@ -1,4 +1,5 @@
 import hashlib
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from solo_geometry.datasets import DIGITS_MARKER, make_digits
+from solo_geometry.datasets import DIGITS_MARKER, check_image_folder, load_image_folder, make_digits
 
 
 def _digest(root: Path) -> str:
@@ -112,3 +113,52 @@ class TestDataCommand:
         )
         assert bad.returncode == 2
         assert "not a digits export" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _decodes(path: Path) -> bool:
+    """The reference: PIL decodes every pixel of the file."""
+    try:
+        with Image.open(path) as im:
+            im.load()
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return True
+
+
+class TestCheckImageFolder:
+    """The one data-folder check both hosts run before the first step."""
+
+    def test_digits_pass_and_every_file_decodes(self, digits: Path) -> None:
+        assert check_image_folder(digits / "train", "data.train_path") == digits / "train"
+        assert all(_decodes(f) for f in (digits / "train").rglob("*.png"))
+
+    @pytest.mark.parametrize(
+        ("name", "content"),
+        [("empty.png", lambda ok: b""), ("cut.png", lambda ok: ok[: len(ok) // 2]),
+         ("text.jpg", lambda ok: b"not an image"), ("flipped.png", lambda ok: ok[:40] + bytes(
+             [ok[40] ^ 0xFF]) + ok[41:])],
+        ids=["zero bytes", "truncated", "not an image", "one byte flipped (CRC)"],
+    )  # fmt: skip
+    def test_names_the_first_bad_file(self, digits: Path, tmp_path: Path, name, content) -> None:
+        ok = next((digits / "train" / "3").glob("*.png")).read_bytes()
+        shutil.copytree(digits / "train", tmp_path / "train")
+        bad = tmp_path / "train" / "3" / name
+        bad.write_bytes(content(ok))
+        assert not _decodes(bad)  # the check agrees with decoding the pixels
+        with pytest.raises(ValueError, match=f"image '{bad}' does not decode"):
+            check_image_folder(tmp_path / "train", "data.train_path")
+        with pytest.raises(ValueError, match=f"image '{bad}' does not decode"):
+            load_image_folder(tmp_path / "train")  # the probes' reader names it too
+
+    def test_class_without_image(self, tmp_path: Path, digits: Path) -> None:
+        shutil.copytree(digits / "train" / "0", tmp_path / "train" / "0")
+        (tmp_path / "train" / "9").mkdir()
+        (tmp_path / "train" / "9" / "notes.txt").write_text("no image here")
+        with pytest.raises(ValueError, match="class folder '9' holds no image"):
+            check_image_folder(tmp_path / "train", "data.train_path")
+
+    def test_missing_or_flat_folder(self, tmp_path: Path) -> None:
+        with pytest.raises(FileNotFoundError, match="data folder not found"):
+            check_image_folder(tmp_path / "nope", "data.train_path")
+        with pytest.raises(FileNotFoundError, match="no class subfolders"):
+            check_image_folder(tmp_path, "data.train_path")

@@ -145,11 +145,14 @@ class TestResumeAfterKill:
         with pytest.warns(UserWarning, match="torn last record"):
             before = {r.step: r.seconds for r in read_records(run)}
         assert sorted(before) == list(range(TEAR_AT))
+        hydra = {p: p.read_bytes() for p in sorted(run.glob(".hydra/*.yaml"))}
+        assert bool(hydra) == (host == "solo")
 
         _finish([sys.executable, "-c", CLI, "pretrain", "--resume", str(run)],
                 tmp_path / "resumed.log")  # fmt: skip
         assert "resuming" in (tmp_path / "resumed.log").read_text()
         _check_resumed(run, before, kept_through)
+        assert {p: p.read_bytes() for p in sorted(run.glob(".hydra/*.yaml"))} == hydra
         assert not (run / RunFolder.INCOMPLETE).exists()
         assert [p.name for p in (tmp_path / "runs").iterdir()] == [run.name]  # resumed in place
 

@@ -6,7 +6,8 @@ the same faults first, on the composed recipe, with a one-line ``ValueError`` na
 the value and what was expected:
 
 * the method is one of ``solo.methods.METHODS``; the nodes are mappings (``augmentations`` a
-  list); the scalar fields solo-learn computes with have their types;
+  list); the scalar fields solo-learn computes with have their types; dataset, backbone,
+  optimizer and scheduler names are among solo-learn's;
 * the data folders solo-learn and the probes will read pass
   :func:`solo_geometry.datasets.check_image_folder` (every class has an image, every image
   decodes) unless torchvision downloads the dataset;
@@ -26,7 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from solo_geometry.datasets import check_image_folder
 from solo_geometry.extras import require
 
-__all__ = ["NODES", "SCALARS", "check_solo_recipe"]
+__all__ = ["CHOICES", "NODES", "SCALARS", "check_solo_recipe"]
 
 # Recipe nodes that must be mappings (solo-learn reads their keys).
 NODES = ("backbone", "method_kwargs", "data", "optimizer", "scheduler", "checkpoint")
@@ -43,6 +44,13 @@ SCALARS: tuple[tuple[str, type], ...] = (
     ("method_kwargs.proj_hidden_dim", int),
     ("method_kwargs.proj_output_dim", int),
 )
+# Fields with a fixed set of values in solo-learn: the module and attribute holding them.
+CHOICES = (
+    ("data.dataset", "solo.args.pretrain", "_SUPPORTED_DATASETS"),
+    ("backbone.name", "solo.methods.base", "BaseMethod._BACKBONES"),
+    ("optimizer.name", "solo.methods.base", "BaseMethod._OPTIMIZERS"),
+    ("scheduler.name", "solo.methods.base", "BaseMethod._SCHEDULERS"),
+)
 # Datasets torchvision downloads into data.train_path: no image folder to check.
 _DOWNLOADED = ("cifar10", "cifar100", "stl10")
 
@@ -51,15 +59,28 @@ def _check_types(cfg: DictConfig) -> None:
     for key in NODES:
         node = OmegaConf.select(cfg, key, default=None)
         if node is not None and not isinstance(node, DictConfig):
-            raise ValueError(f"recipe node {key}={node!r} must be a mapping (key: value lines)")
+            raise ValueError(f"recipe field {key} must be a mapping, got {node!r}")
     augs = OmegaConf.select(cfg, "augmentations", default=None)
     if augs is not None and not isinstance(augs, ListConfig):
-        raise ValueError(f"recipe node augmentations={augs!r} must be a list of pipelines")
+        raise ValueError(f"recipe field augmentations must be a list of pipelines, got {augs!r}")
     for key, kind in SCALARS:
         value = OmegaConf.select(cfg, key, default=None)
         ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
         if value is not None and (not ok or isinstance(value, bool)):
             raise ValueError(f"recipe field {key}={value!r} must be of type {kind.__name__}")
+
+
+def _check_choices(cfg: DictConfig) -> None:
+    for key, module, attr in CHOICES:
+        value = OmegaConf.select(cfg, key, default=None)
+        choices: Any = require(module, extra="solo")
+        for part in attr.split("."):
+            choices = getattr(choices, part)
+        if value is not None and value not in choices:
+            raise ValueError(
+                f"recipe field {key}={value!r} is not known to solo-learn; choose from "
+                f"{sorted(choices)}"
+            )
 
 
 def _check_folders(cfg: DictConfig) -> None:
@@ -115,5 +136,6 @@ def check_solo_recipe(cfg: DictConfig) -> None:
             f"{sorted(methods)}"
         )
     _check_types(cfg)
+    _check_choices(cfg)
     _check_folders(cfg)
     _solo_parse(cfg, str(method))
