@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, launch the run and return the exit status."""
+    from solo_geometry.cli import error_message
     from solo_geometry.hosts.solo import LaunchError, launch
     from solo_geometry.recipe import split_overrides
 
@@ -48,8 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"not a Hydra override (key=value, +key=value, ~key): {others}")
     try:
         run = launch(args.config, overrides, solo_root=args.solo_root, runs_root=args.runs_root)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ValueError, TypeError, OSError, ModuleNotFoundError) as err:
+        print(f"error: {error_message(err)}", file=sys.stderr)
         return 2
     except LaunchError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import traceback
+import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -55,6 +57,17 @@ CHOICES = (
 _DOWNLOADED = ("cifar10", "cifar100", "stl10")
 
 
+def _solo(module: str) -> ModuleType:
+    """Import a solo-learn module without its import-time warnings.
+
+    timm's deprecations and registry notes would otherwise stand between the command's progress
+    and its error; the launched run shows them as before.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return require(module, extra="solo")
+
+
 def _check_types(cfg: DictConfig) -> None:
     for key in NODES:
         node = OmegaConf.select(cfg, key, default=None)
@@ -73,7 +86,7 @@ def _check_types(cfg: DictConfig) -> None:
 def _check_choices(cfg: DictConfig) -> None:
     for key, module, attr in CHOICES:
         value = OmegaConf.select(cfg, key, default=None)
-        choices: Any = require(module, extra="solo")
+        choices: Any = _solo(module)
         for part in attr.split("."):
             choices = getattr(choices, part)
         if value is not None and value not in choices:
@@ -99,8 +112,8 @@ def _check_folders(cfg: DictConfig) -> None:
 
 def _solo_parse(cfg: DictConfig, method: str) -> None:
     """solo-learn's own config parsing on a copy; a failed check becomes a ``ValueError``."""
-    parse_cfg = require("solo.args.pretrain", extra="solo").parse_cfg
-    methods = require("solo.methods", extra="solo").METHODS
+    parse_cfg = _solo("solo.args.pretrain").parse_cfg
+    methods = _solo("solo.methods").METHODS
     trial = copy.deepcopy(cfg)
     OmegaConf.set_struct(trial, False)
     try:
@@ -128,7 +141,7 @@ def check_solo_recipe(cfg: DictConfig) -> None:
         FileNotFoundError: a data folder that does not exist or has no class subfolders.
         ModuleNotFoundError: solo-learn is not importable.
     """
-    methods = require("solo.methods", extra="solo").METHODS
+    methods = _solo("solo.methods").METHODS
     method: Any = OmegaConf.select(cfg, "method", default=None)
     if method not in methods:
         raise ValueError(
