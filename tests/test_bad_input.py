@@ -144,7 +144,7 @@ CASES: tuple[Case, ...] = (
          ("probe", "{w}/run-empty", "--data", "{w}/digits"),
          "run folder '{w}/run-empty' has no checkpoints"),
     Case("probe", "image that does not decode",
-         ("probe", "{w}/good.ckpt", "--data", "{w}/data-zeropng", "--no-orbits"),
+         ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-zeropng", "--no-orbits"),
          "image '{w}/data-zeropng/train/1/zz-empty.png' does not decode"),
     Case("probe", "unknown target",
          ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--targets", "colour"),
