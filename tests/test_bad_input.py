@@ -203,7 +203,7 @@ CASES: tuple[Case, ...] = (
          "--data '{w}/nodata' does not exist"),
     Case("orbits", "missing file", ("orbits", "{w}/nope.npz"), "no such file: {w}/nope.npz"),
     Case("orbits", "corrupt file", ("orbits", "{w}/garbage.npz"),
-         "{w}/garbage.npz: not a readable .npz of orbit arrays"),
+         "{w}/garbage.npz: not a readable .npz (File is not a zip file)"),
     Case("orbits", "crafted .npy: payload in a dict", ("orbits", "{w}/payload.npy"),
          "{w}/payload.npy: refused: the pickle in it needs posix.system"),
     Case("orbits", "crafted .npy: raw pickle renamed", ("orbits", "{w}/raw-pickle.npy"),
