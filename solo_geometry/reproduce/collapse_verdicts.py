@@ -32,6 +32,7 @@ no M); ``tests/reproduce/test_collapse_verdicts.py`` checks this.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -59,6 +60,7 @@ __all__ = [
     "load_runs",
     "lr_name",
     "summary_runs",
+    "verdicts_of_file",
 ]
 
 ESCAPE_FACTOR = 2.0
@@ -179,8 +181,11 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[st
     evidence = f"escaped (>= {factor:g} x epoch 0), no BN, base lr: " + "; ".join(parts)
     undecided = [h for h, es in esc.items() if any(e.outcome == "undecidable" for e in es)]
     if undecided:
-        return _verdict("smooth_escape", "undecidable",
-                        f"{evidence}; {factor:g} x epoch 0 is above the ceiling for {undecided}")
+        return _verdict(
+            "smooth_escape",
+            "undecidable",
+            f"{evidence}; {factor:g} x epoch 0 is above the ceiling for {undecided}",
+        )
     linear_median = _median_epoch(esc["linear"])
     held = all(3 * sum(e.outcome == "escaped" for e in esc[h]) >= 2 * len(esc[h])
                and _median_epoch(esc[h]) < linear_median for h in smooth)  # fmt: skip
@@ -199,14 +204,17 @@ def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[st
                         f"ReLU runs without BN at {sorted(plain)} (needs 2 lrs or more), "
                         f"with BN: {len(bn)}")  # fmt: skip
     finals = {lr: statistics.fmean(r.ratios()[-1] for r in rs) for lr, rs in plain.items()}
-    falls = all(a > b for a, b in zip(list(finals.values()), list(finals.values())[1:]))
+    levels = list(finals.values())
+    falls = all(a > b for a, b in zip(levels, levels[1:], strict=False))
     lo, hi = BN_BAND
     bn_ratios = [v for r in bn for v in r.ratios()[1:]]
     inside = bool(bn_ratios) and all(lo <= v < hi for v in bn_ratios)
-    evidence = ("no BN, final / epoch 0 (seed mean): " +
-                ", ".join(f"lr {lr} {v:.3g}" for lr, v in finals.items()) +
-                f"; with BN ({len(bn)} runs), every epoch / epoch 0 in "
-                f"[{min(bn_ratios, default=math.nan):.3g}, {max(bn_ratios, default=math.nan):.3g}]")
+    evidence = (
+        "no BN, final / epoch 0 (seed mean): "
+        + ", ".join(f"lr {lr} {v:.3g}" for lr, v in finals.items())
+        + f"; with BN ({len(bn)} runs), every epoch / epoch 0 in "
+        f"[{min(bn_ratios, default=math.nan):.3g}, {max(bn_ratios, default=math.nan):.3g}]"
+    )
     return _verdict("relu_needs_bn", "held" if falls and inside else "not held", evidence)
 
 
@@ -330,8 +338,10 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     if path.suffix == ".npy":
         if not trust_pickle:
-            raise ValueError(f"{str(path)!r} is a pickle (the authors' layout); loading it runs "
-                             "code from the file: pass --trust-pickle if you trust it")
+            raise ValueError(
+                f"{str(path)!r} is a pickle (the authors' layout); loading it runs "
+                "code from the file: pass --trust-pickle if you trust it"
+            )
         dataset, backbone = _from_path(path)
         results = np.load(path, allow_pickle=True).item()
         return authors_runs(results, dataset=dataset, backbone=backbone)
@@ -343,5 +353,59 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
                 for run in authors_runs(results, dataset=name.split("/")[0],
                                         backbone=name.split("/")[1],
                                         setup=data.get("setup", AUTHORS_SETUP))]  # fmt: skip
-    raise ValueError(f"{str(path)!r}: neither a collapse summary.json (rows) nor the authors' "
-                     "results (provenance, results), nor a .npy")
+    raise ValueError(
+        f"{str(path)!r}: neither a collapse summary.json (rows) nor the authors' "
+        "results (provenance, results), nor a .npy"
+    )
+
+
+def verdicts_of_file(path: str | Path, *, trust_pickle: bool = False,
+                     factor: float = ESCAPE_FACTOR) -> list[dict[str, str]]:  # fmt: skip
+    """The claims judged on a file's runs (:func:`load_runs`), per backbone and data set.
+
+    Raises:
+        ValueError: a bad factor, or a file :func:`load_runs` rejects.
+        FileNotFoundError: no such file.
+    """
+    if not factor > 1:
+        raise ValueError(f"--factor must be > 1, got {factor}")
+    return judge(load_runs(path, trust_pickle=trust_pickle), factor)
+
+
+def _run_verdicts(args: argparse.Namespace) -> int:
+    """Entry of ``solo-geometry reproduce verdicts collapse FILE``."""
+    verdicts = verdicts_of_file(args.file, trust_pickle=args.trust_pickle, factor=args.factor)
+    if args.json:
+        print(json.dumps(verdicts, indent=1))
+        return 0
+    for v in verdicts:
+        print(f"[{v['verdict']}] {v['id']} ({v['dataset']}, {v['backbone']}): {v['claim']}\n"
+              f"    {v['evidence']}")  # fmt: skip
+    return 0
+
+
+def add_verdicts_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``reproduce verdicts collapse FILE`` on the ``reproduce`` parser."""
+    parser = actions.add_parser("verdicts", help="judge the paper's claims on a results file")
+    kinds = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
+    collapse = kinds.add_parser(
+        "collapse", help="the collapse claims on our summary.json or the authors' results",
+        description="Judge smooth_escape, relu_needs_bn and m_negative_at_start, per backbone "
+                    "and data set, on our summary.json, the authors' collapse_results.npy "
+                    "(--trust-pickle) or their curves as JSON (tests/fixtures).",
+    )  # fmt: skip
+    collapse.add_argument("file", type=Path, help="summary.json, collapse_results.npy or JSON")
+    collapse.add_argument("--json", action="store_true",
+                          help="a list of objects: id, claim, verdict, evidence, dataset, "
+                               "backbone")  # fmt: skip
+    collapse.add_argument(
+        "--factor",
+        type=float,
+        default=ESCAPE_FACTOR,
+        help="escape at the first epoch mean >= FACTOR x epoch 0 (default 2)",
+    )
+    collapse.add_argument(
+        "--trust-pickle", action="store_true", help="allow loading a .npy (a pickle: it runs code)"
+    )
+    collapse.set_defaults(func=_run_verdicts)
+    return parser

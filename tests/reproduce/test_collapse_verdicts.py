@@ -68,7 +68,8 @@ class TestAuthorsCalibration:
     def test_cifar100_layout_keyed_by_activation(self) -> None:
         runs = _authors("cifar100/resnet18")
         assert {(r.head, r.norm, r.lr) for r in runs} == {
-            (h, "none", "base") for h in ("linear", "relu", "gelu", "swish")}
+            (h, "none", "base") for h in ("linear", "relu", "gelu", "swish")
+        }
         assert _verdicts(runs)["smooth_escape"] == "held"
         assert _verdicts(runs)["relu_needs_bn"] == "undecidable"  # one lr, no BN runs
 
@@ -112,26 +113,64 @@ class TestRulesCanFail:
         ("cid", "change"),
         [
             # a smooth head escapes in 1 seed of 3
-            ("smooth_escape", lambda r: dataclasses.replace(r, curve=(1e-3,) * 4)
-             if r.head == "gelu" and r.seed > 0 else r),
+            (
+                "smooth_escape",
+                lambda r: (
+                    dataclasses.replace(r, curve=(1e-3,) * 4)
+                    if r.head == "gelu" and r.seed > 0
+                    else r
+                ),
+            ),
             # linear escapes before the smooth heads
-            ("smooth_escape", lambda r: dataclasses.replace(r, curve=(1e-3, 5e-3, 5e-3, 5e-3))
-             if r.head == "linear" else r),
+            (
+                "smooth_escape",
+                lambda r: (
+                    dataclasses.replace(r, curve=(1e-3, 5e-3, 5e-3, 5e-3))
+                    if r.head == "linear"
+                    else r
+                ),
+            ),
             # ReLU escapes once
-            ("smooth_escape", lambda r: dataclasses.replace(r, curve=(1e-3, 1e-3, 3e-3, 3e-3))
-             if (r.head, r.norm, r.lr, r.seed) == ("relu", "none", "base", 0) else r),
+            (
+                "smooth_escape",
+                lambda r: (
+                    dataclasses.replace(r, curve=(1e-3, 1e-3, 3e-3, 3e-3))
+                    if (r.head, r.norm, r.lr, r.seed) == ("relu", "none", "base", 0)
+                    else r
+                ),
+            ),
             # ReLU's final level rises with the lr
-            ("relu_needs_bn", lambda r: dataclasses.replace(r, curve=(1e-3, 1e-3, 1e-3, 0.9e-3))
-             if (r.head, r.norm, r.lr) == ("relu", "none", "large") else r),
+            (
+                "relu_needs_bn",
+                lambda r: (
+                    dataclasses.replace(r, curve=(1e-3, 1e-3, 1e-3, 0.9e-3))
+                    if (r.head, r.norm, r.lr) == ("relu", "none", "large")
+                    else r
+                ),
+            ),
             # ReLU with BN drifts out of the band
-            ("relu_needs_bn", lambda r: dataclasses.replace(r, curve=(1e-3, 1e-3, 1e-4, 1e-4))
-             if (r.head, r.norm, r.seed) == ("relu", "bn", 2) else r),
+            (
+                "relu_needs_bn",
+                lambda r: (
+                    dataclasses.replace(r, curve=(1e-3, 1e-3, 1e-4, 1e-4))
+                    if (r.head, r.norm, r.seed) == ("relu", "bn", 2)
+                    else r
+                ),
+            ),
             # a linear head without BN with a negative eigenvalue of M
-            ("m_negative_at_start", lambda r: dataclasses.replace(r, m_neg_count_start=2)
-             if r.head == "linear" else r),
+            (
+                "m_negative_at_start",
+                lambda r: dataclasses.replace(r, m_neg_count_start=2) if r.head == "linear" else r,
+            ),
             # a smooth head without one
-            ("m_negative_at_start", lambda r: dataclasses.replace(r, m_neg_count_start=0)
-             if r.head == "swish" and r.seed == 1 else r),
+            (
+                "m_negative_at_start",
+                lambda r: (
+                    dataclasses.replace(r, m_neg_count_start=0)
+                    if r.head == "swish" and r.seed == 1
+                    else r
+                ),
+            ),
         ],
     )
     def test_counter_example_is_not_held(self, cid: str, change: object) -> None:
@@ -143,8 +182,12 @@ class TestRulesCanFail:
         assert _verdicts(_good())["m_negative_at_start"] == "held"
 
     def test_unreachable_factor_is_undecidable(self) -> None:
-        high = [dataclasses.replace(r, curve=tuple(v * 15 for v in r.curve))
-                if r.head == "relu" and r.norm == "none" else r for r in _good()]
+        high = [
+            dataclasses.replace(r, curve=tuple(v * 15 for v in r.curve))
+            if r.head == "relu" and r.norm == "none"
+            else r
+            for r in _good()
+        ]
         # ReLU's 2 x 0.015 is above the ceiling for 1024 rows in 2048 dims (0.0221)
         assert _verdicts(high)["smooth_escape"] == "undecidable"
 
@@ -170,3 +213,32 @@ class TestEscape:
     def test_factor_must_exceed_one(self) -> None:
         with pytest.raises(ValueError, match="factor"):
             escape([1.0, 2.0], rows=4, dim=2, steps_per_epoch=1, factor=1.0)
+
+
+class TestCommand:
+    def test_json_on_the_authors_file(self, capsys: pytest.CaptureFixture) -> None:
+        from solo_geometry.cli import main as cli_main
+
+        assert cli_main(["reproduce", "verdicts", "collapse", str(FIXTURE), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert {"id", "claim", "verdict", "evidence"} <= set(out[0])
+        mine = [v for v in out if (v["dataset"], v["backbone"]) == ("cifar10", "resnet18")]
+        assert [v["id"] for v in mine] == list(CLAIMS)
+        assert [v["verdict"] for v in mine] == ["held", "held", "undecidable"]
+
+    def test_pickle_without_trust_is_exit_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture
+    ) -> None:
+        from solo_geometry.cli import main as cli_main
+
+        path = tmp_path / "collapse_results.npy"
+        np.save(path, {"relu": {"raw": np.ones((1, 2))}})  # type: ignore[arg-type]
+        assert cli_main(["reproduce", "verdicts", "collapse", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--trust-pickle" in err[0]
+
+    def test_factor_must_exceed_one(self, capsys: pytest.CaptureFixture) -> None:
+        from solo_geometry.cli import main as cli_main
+
+        argv = ["reproduce", "verdicts", "collapse", str(FIXTURE), "--factor", "0.5"]
+        assert cli_main(argv) == 2 and "--factor" in capsys.readouterr().err
