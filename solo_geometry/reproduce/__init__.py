@@ -4,6 +4,8 @@
   multirun sweep (the project's own launcher runs the cells in a process pool);
 * :mod:`.invariance`: SimCLR with the paper's augmentations, guillotine probes, the orbit table,
   rotation-sweep curvature, head depth and whitening;
+* ``verdicts collapse FILE``: the collapse claims judged on a results file, ours or the
+  authors' (:mod:`.collapse_verdicts`);
 * ``all``: both, and one page (``paper.html``) with each table and figure next to the paper's
   published numbers.
 
@@ -18,6 +20,7 @@ import argparse
 import functools
 
 from solo_geometry.reproduce import collapse
+from solo_geometry.reproduce.collapse_verdicts import add_verdicts_parser
 from solo_geometry.reproduce.invariance import add_invariance_parser, invariance_experiment
 from solo_geometry.reproduce.paper import add_all_parser
 
@@ -27,6 +30,7 @@ __all__ = ["ACTIONS", "add_reproduce_parser"]
 ACTIONS = (
     collapse.add_parser,
     add_invariance_parser,
+    add_verdicts_parser,
     functools.partial(add_all_parser, experiments=[collapse.collapse_experiment,
                                                    invariance_experiment]),
 )  # fmt: skip

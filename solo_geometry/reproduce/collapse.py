@@ -35,6 +35,7 @@ from typing import Any
 
 import hydra
 import torch
+import torchvision
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
@@ -42,23 +43,30 @@ from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.datasets import make_digits
 from solo_geometry.pretrain import HOSTS, pretrain, resolve_host
-from solo_geometry.reproduce.collapse_page import FIGURES, page_body, write_page
+from solo_geometry.reproduce.collapse_page import FIGURES, page_body, write_compare, write_page
+from solo_geometry.reproduce.collapse_protocol import (
+    ALPHA,
+    BASE_LR,
+    GRIDS,
+    HEADS,
+    NORMS,
+    QUICK,
+    SCALES,
+    Protocol,
+    describe,
+    protocol_of,
+)
 from solo_geometry.reproduce.collapse_summary import (
     cell_record,
     print_claims,
     summarise,
     write_summary,
 )
+from solo_geometry.reproduce.collapse_verdicts import load_runs, summary_runs
 
 __all__ = [
-    "ALPHA",
     "DATA_CHOICES",
-    "HEADS",
-    "LR_FACTORS",
-    "NORMS",
-    "SEEDS",
     "CellConfig",
-    "Protocol",
     "add_parser",
     "cell_id",
     "collapse_experiment",
@@ -68,40 +76,13 @@ __all__ = [
 ]
 
 # Head name -> the activation of geometry.head (the paper's "linear" is the identity).
-HEADS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
-NORMS = ("bn", "none")
-LR_FACTORS = (0.1, 1.0, 10.0)  # the paper's small, base and large rates (0.005, 0.05, 0.5)
-SEEDS = (0, 1, 2)
-ALPHA = 0.1  # the paper's collapse_init_scale
 DATA_CHOICES = ("digits", "cifar10", "cifar100")
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "simsiam.yaml"
-BASE_LR = 0.05  # the recipe's effective rate (0.2 x 64 / 256), the paper's lr_collapse
 # torchvision's folder of each CIFAR under --data-root, and a file it must hold.
 CIFAR_FILES = {
     "cifar10": "cifar-10-batches-py/data_batch_1",
     "cifar100": "cifar-100-python/train",
 }
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How long each cell trains and how often it is measured."""
-
-    epochs: int
-    steps_per_epoch: int
-    batch_size: int
-    every_n_steps: int
-    seeds: tuple[int, ...]
-    lr_factors: tuple[float, ...]
-    heads: tuple[str, ...] = tuple(HEADS)
-    norms: tuple[str, ...] = NORMS
-
-
-# --quick: one seed, the base rate, both norms, all four heads (the CI form).
-QUICK = Protocol(epochs=4, steps_per_epoch=8, batch_size=32, every_n_steps=8, seeds=(0,),
-                 lr_factors=(1.0,))  # fmt: skip
-FULL = Protocol(epochs=6, steps_per_epoch=12, batch_size=32, every_n_steps=12, seeds=SEEDS,
-                lr_factors=LR_FACTORS)  # fmt: skip
 
 
 @dataclass
@@ -122,6 +103,13 @@ class CellConfig:
     batch_size: int = QUICK.batch_size
     every_n_steps: int = QUICK.every_n_steps
     max_samples: int = 4  # samples in the Hessian operators' sub-block
+    data: str = "digits"  # the data set's name in the rows (digits, cifar10, cifar100)
+    backbone: str = "resnet18"
+    proj_hidden_dim: int = 512
+    proj_output_dim: int = 512
+    pred_hidden_dim: int = 128
+    crop_size: int = 32
+    factor: float = 2.0  # escape: first epoch mean >= factor x the epoch-0 mean
     threads: int = 1  # torch threads per cell
     alpha: float = ALPHA
     keep_checkpoints: bool = False
@@ -161,6 +149,10 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
         f"++seed={cfg.seed}", f"optimizer.lr={recipe_lr!r}",
         f"optimizer.batch_size={cfg.batch_size}",
         f"max_epochs={cfg.epochs}", f"++limit_train_batches={cfg.steps_per_epoch}",
+        f"backbone.name={cfg.backbone}", f"method_kwargs.proj_hidden_dim={cfg.proj_hidden_dim}",
+        f"method_kwargs.proj_output_dim={cfg.proj_output_dim}",
+        f"method_kwargs.pred_hidden_dim={cfg.pred_hidden_dim}",
+        f"augmentations.0.crop_size={cfg.crop_size}",
         f"data.dataset={cfg.dataset}", f"data.train_path={cfg.train_path}",
         f"data.val_path={data_val}" if data_val else "data.val_path=null",
         "++enable_progress_bar=false", "++enable_model_summary=false", "++log_every_n_steps=1",
@@ -169,7 +161,8 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
 
 # Settings a finished cell must share with the sweep to be skipped (else it is retrained).
 PROTOCOL_KEYS = ("epochs", "steps_per_epoch", "batch_size", "every_n_steps", "max_samples",
-                 "alpha", "dataset", "train_path")  # fmt: skip
+                 "alpha", "dataset", "train_path", "backbone", "proj_hidden_dim",
+                 "proj_output_dim", "pred_hidden_dim", "crop_size")  # fmt: skip
 
 
 def _cell_file(out: Path, cell: str) -> Path:
@@ -226,28 +219,29 @@ def run_cell(cfg: DictConfig) -> str:
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
     cell_cfg = {str(k): v for k, v in container.items()}
-    result = cell_record(Path(run), cell_cfg, host=host, seconds=seconds, root=out)
+    result = cell_record(Path(run), cell_cfg, host=host, seconds=seconds, root=out,
+                         factor=float(cfg.factor))  # fmt: skip
     result["cell"] = cell_cfg
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, record)
     row = result["row"]
-    return (f"{cell}: std(H) {row['start_std']:.3g} -> {row['final_std']:.3g}, "
-            f"escaped={row['escaped']} ({seconds:.0f} s)")  # fmt: skip
+    return (f"{cell}: std(H) epoch 0 {row['baseline_std']:.3g} -> last "
+            f"{row['std_curve'][-1]:.3g}, {row['outcome']} (epoch {row['escape_epoch']}, "
+            f"{row['steps']} steps, {seconds:.0f} s)")  # fmt: skip
 
 
 # The Hydra application: run_cell stays importable by name (the pool pickles it by reference).
 _app = hydra.main(version_base=None, config_path=None, config_name="reproduce_collapse")(run_cell)
 
 
-def grid_overrides(protocol: Protocol, base_lr: float = BASE_LR) -> list[str]:
-    """The sweep's axes as Hydra multirun overrides (``head=a,b,... norm=... lr=... seed=...``)."""
-    lrs = ",".join(f"{base_lr * f:g}" for f in protocol.lr_factors)
-    return [
-        f"head={','.join(protocol.heads)}", f"norm={','.join(protocol.norms)}", f"lr={lrs}",
-        f"seed={','.join(str(s) for s in protocol.seeds)}",
-    ]  # fmt: skip
+def grid_overrides(protocol: Protocol, base_lr: float = BASE_LR) -> list[list[str]]:
+    """Each factorial block as Hydra multirun overrides (``head=a,b norm=... lr=... seed=...``)."""
+    seeds = ",".join(str(s) for s in protocol.seeds)
+    return [[f"head={','.join(b.heads)}", f"norm={','.join(b.norms)}",
+             f"lr={','.join(f'{base_lr * f:g}' for f in b.lr_factors)}", f"seed={seeds}"]
+            for b in protocol.grid]  # fmt: skip
 
 
 def _multirun(overrides: Sequence[str]) -> None:
@@ -272,8 +266,8 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
 
     Raises:
         ValueError: for an unknown data set, or CIFAR without ``--data-root``.
-        FileNotFoundError: when CIFAR's torchvision files are not under ``data_root`` (nothing
-            is downloaded).
+        FileNotFoundError: when CIFAR's torchvision files are not under ``data_root``, or fail
+            torchvision's md5 check (nothing is downloaded).
     """
     if data not in DATA_CHOICES:
         raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
@@ -289,6 +283,13 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
             f"{CIFAR_FILES[data]}); nothing is downloaded: fetch them first, e.g. "
             f"torchvision.datasets.{data.upper()}({str(data_root)!r}, download=True)"
         )
+    try:  # torchvision checks its files' md5 sums: a cell would fail on them, deep in a worker
+        vars(torchvision.datasets)[data.upper()](str(data_root), train=True, download=False)
+    except RuntimeError as err:
+        raise FileNotFoundError(
+            f"--data {data}: torchvision rejects the files in {str(data_root)!r} ({err}); "
+            "nothing is downloaded"
+        ) from None
     return data, str(data_root)
 
 
@@ -320,11 +321,16 @@ def reproduce_collapse(
     out: str | Path,
     *,
     quick: bool = False,
-    data: str = "digits",
+    scale: str = "cpu",
+    grid: str = "paper",
+    data: str | None = None,
     data_root: str | Path | None = None,
     host: str = "auto",
     jobs: int | None = None,
     threads: int = 1,
+    factor: float = 2.0,
+    compare: str | Path | None = None,
+    trust_pickle: bool = False,
     protocol: Protocol | None = None,
     extra: Sequence[str] = (),
 ) -> dict[str, Any]:
@@ -332,48 +338,65 @@ def reproduce_collapse(
 
     Args:
         out: the sweep folder (``runs/``, ``cells/``, ``summary.json``, ``index.html``).
-        quick: one seed, the base rate (the CI form); else the full grid.
-        data: ``digits`` (embedded) or ``cifar10``/``cifar100`` (files already on disk).
+        quick: the four heads without BN at the base lr, one seed, at the CPU scale's sizes.
+        scale: ``cpu`` (:data:`CPU`) or ``paper`` (:data:`PAPER`, the authors' setup).
+        grid: ``paper`` (their 14 configurations) or ``full`` (heads x norms x lrs).
+        data: ``digits`` (embedded) or ``cifar10``/``cifar100`` (files on disk); None: the
+            scale's.
         data_root: the folder holding torchvision's CIFAR files.
         host: ``auto``, ``solo`` or ``lightly``.
         jobs: cells run at once (None: the cores available // ``threads``).
         threads: torch threads per cell.
-        protocol: epochs, steps and grid (None: ``QUICK`` or ``FULL``).
+        factor: the escape factor (x the epoch-0 mean), > 1.
+        compare: the authors' results (``.npy`` with ``trust_pickle``, or their curves as JSON)
+            to draw beside ours (``fig1_compare.png``).
+        trust_pickle: allow loading ``compare`` when it is a pickle.
+        protocol: sizes, steps and grid (None: from ``quick``, ``scale`` and ``grid``).
         extra: further Hydra overrides of the cell config (e.g. ``epochs=2``).
 
     Returns:
         The summary (also written to ``<out>/summary.json``).
 
     Raises:
-        ValueError: bad data, host, jobs or threads, before anything is written.
+        ValueError: bad data, scale, grid, factor, host, jobs or threads, before anything is
+            written.
         FileNotFoundError: CIFAR files missing.
     """
     resolve_host(host)  # an unknown host or solo without solo-learn fails here
     if threads < 1 or (jobs is not None and jobs < 1):
         raise ValueError(f"--jobs and --threads must be >= 1, got jobs={jobs}, threads={threads}")
+    protocol = protocol or protocol_of(quick, scale, grid)
+    data = data or protocol.data
     if data not in DATA_CHOICES:
         raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
+    if not factor > 1:
+        raise ValueError(f"--factor must be > 1, got {factor}")
     check_cell_overrides(extra)
+    theirs = None if compare is None else load_runs(compare, trust_pickle=trust_pickle)
     out = Path(out).resolve()
-    protocol = protocol or (QUICK if quick else FULL)
     dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
-    overrides = [
-        *grid_overrides(protocol), f"out={out}", f"train_path={train_path}", f"dataset={dataset}",
+    hidden, output, pred = protocol.widths
+    common = [
+        f"out={out}", f"train_path={train_path}", f"dataset={dataset}", f"data={data}",
         f"host={host}", f"epochs={protocol.epochs}", f"steps_per_epoch={protocol.steps_per_epoch}",
         f"batch_size={protocol.batch_size}", f"every_n_steps={protocol.every_n_steps}",
+        f"proj_hidden_dim={hidden}", f"proj_output_dim={output}", f"pred_hidden_dim={pred}",
+        f"crop_size={protocol.crop_size}", f"factor={factor}",
         f"threads={threads}", "hydra/launcher=solo_geometry_pool",
         f"hydra.launcher.n_jobs={'null' if jobs is None else jobs}",
         f"hydra.launcher.threads_per_job={threads}", f"hydra.sweep.dir={out / 'hydra'}",
         "hydra.sweep.subdir=${hydra.job.num}", "hydra/job_logging=disabled",
         "hydra/hydra_logging=disabled", *extra,
     ]  # fmt: skip
-    _multirun(overrides)
-    cells = [cell_id(h, n, BASE_LR * f, s) for h in protocol.heads for n in protocol.norms
-             for f in protocol.lr_factors for s in protocol.seeds]  # fmt: skip
-    records = [json.loads(_cell_file(out, c).read_text()) for c in sorted(cells)]
-    summary = summarise(records, quick=quick, protocol=protocol.__dict__)
+    for block in grid_overrides(protocol):
+        _multirun([*block, *common])
+    cells = sorted(cell_id(*c) for c in protocol.cells())
+    records = [json.loads(_cell_file(out, c).read_text()) for c in cells]
+    summary = summarise(records, quick=quick, protocol=describe(protocol), factor=factor)
     write_summary(out, summary)
-    write_page(out, summary, records)
+    extra_figures = [] if theirs is None else [
+        write_compare(out, summary_runs(summary), theirs, str(compare))]  # fmt: skip
+    write_page(out, summary, records, extra_figures)
     print_claims(summary)
     print(f"summary: {out / 'summary.json'}\npage:    {out / 'index.html'}", flush=True)
     return summary
@@ -388,9 +411,10 @@ def collapse_experiment(out: Path, quick: bool) -> tuple[str, str]:
 
 def _run(args: argparse.Namespace) -> int:
     """Entry of ``solo-geometry reproduce collapse``."""
-    reproduce_collapse(args.out, quick=args.quick, data=args.data, data_root=args.data_root,
-                       host=args.host, jobs=args.jobs, threads=args.threads,
-                       extra=args.overrides)  # fmt: skip
+    reproduce_collapse(args.out, quick=args.quick, scale=args.scale, grid=args.grid,
+                       data=args.data, data_root=args.data_root, host=args.host, jobs=args.jobs,
+                       threads=args.threads, factor=args.factor, compare=args.compare,
+                       trust_pickle=args.trust_pickle, extra=args.overrides)  # fmt: skip
     return 0
 
 
@@ -401,11 +425,39 @@ def add_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="SimSiam from pseudo-collapse: heads x norms x lrs x seeds (Hydra multirun)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--quick", action="store_true", help="one seed, one lr (the CI form)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the four heads without BN at the base lr, one seed")  # fmt: skip
+    parser.add_argument(
+        "--scale",
+        choices=sorted(SCALES),
+        default="cpu",
+        help="cpu (default; README) or paper (the authors' setup, for a GPU)",
+    )
+    parser.add_argument(
+        "--grid",
+        choices=sorted(GRIDS),
+        default="paper",
+        help="paper: the authors' 14 configurations (default); full: factorial",
+    )
+    parser.add_argument(
+        "--factor",
+        type=float,
+        default=2.0,
+        help="escape at the first epoch mean >= FACTOR x the epoch-0 mean",
+    )
+    parser.add_argument("--compare", type=Path, default=None, metavar="FILE",
+                        help="the authors' collapse_results.npy (or their curves as JSON) to "
+                             "draw beside ours")  # fmt: skip
+    parser.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow --compare to load a .npy (a pickle: it runs code)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/reproduce/collapse"),
                         help="sweep folder (default: runs/reproduce/collapse)")  # fmt: skip
-    parser.add_argument("--data", choices=DATA_CHOICES, default="digits",
-                        help="digits (embedded) or CIFAR files already on disk")  # fmt: skip
+    parser.add_argument("--data", choices=DATA_CHOICES, default=None,
+                        help="digits (embedded; the cpu scale's) or CIFAR files already on disk "
+                             "(cifar10: the paper scale's)")  # fmt: skip
     parser.add_argument("--data-root", type=Path, default=None,
                         help="torchvision's CIFAR folder (never downloaded)")  # fmt: skip
     parser.add_argument("--host", choices=HOSTS, default="auto",

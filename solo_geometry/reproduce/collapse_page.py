@@ -1,11 +1,15 @@
 """The collapse sweep's page: the paper's figure set as PNGs and ``index.html``.
 
-The figures follow plot_results.py's: the normalised std (std(H) over its value at the collapsed
-start) per head over epochs with the seeds' min-max shaded (collapse instability), Swish's and
-ReLU's BatchNorm and learning-rate ablations (Swish robustness, the ReLU gap), the head's
-gradient norm, the covariance condition numbers (numerical-rank and the paper's clamped one),
-and the head's and the backbone's relative update sizes (timescale separation). Epoch 0 is the
-collapsed start (the monitor's step-0 record); epoch e >= 1 is the mean over epoch e's steps.
+The figures follow plot_results.py's: the paper's curve (the per-epoch mean of the per-step std
+of the normalised projector output, over its epoch-0 mean) per head over epochs with the seeds'
+min-max shaded (collapse instability), Swish's and ReLU's BatchNorm and learning-rate ablations
+(Swish robustness, the ReLU gap), the head's gradient norm, the covariance condition numbers
+(numerical-rank and the paper's clamped one), and the head's and the backbone's relative update
+sizes (timescale separation). For the monitor's series epoch 0 is the collapsed start (its
+step-0 record) and epoch e >= 1 the mean over epoch e's steps. With ``--compare FILE``,
+``fig1_compare.png`` draws these curves beside the authors' released ones
+(:func:`solo_geometry.reproduce.collapse_verdicts.load_runs`), normalised the same way, against
+optimiser steps.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import matplotlib.pyplot as plt  # noqa: E402 - after selecting the non-interact
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from solo_geometry.reproduce.collapse_summary import table_markdown  # noqa: E402
+from solo_geometry.reproduce.collapse_summary import CURVE_KEY, table_markdown  # noqa: E402
+from solo_geometry.reproduce.collapse_verdicts import Run  # noqa: E402
 
-__all__ = ["FIGURES", "page_body", "write_page"]
+__all__ = ["COMPARE", "FIGURES", "page_body", "write_compare", "write_page"]
 
 COLOURS = {"linear": "#1f77b4", "relu": "#ff7f0e", "gelu": "#2ca02c", "swish": "#d62728"}
 # file name -> title
@@ -36,6 +41,9 @@ FIGURES = {
     "fig1_condition_numbers.png": "Covariance condition number of H",
     "fig1_timescale_separation.png": "Relative update size: head (solid) vs backbone (dashed)",
 }
+COMPARE = "fig1_compare.png"  # with --compare FILE only
+TITLES = {**FIGURES, COMPARE: "This run (left) beside the authors' released curves (right), "
+                              "no BN, base lr: std / epoch-0 mean"}  # fmt: skip
 Records = Sequence[Mapping[str, Any]]
 
 
@@ -109,7 +117,7 @@ def write_figures(out: Path, records: Records) -> list[str]:
         def draw(ax: Any) -> None:
             for (_, norm, lr), members in _group(records, head=head).items():
                 colour = COLOURS[head] if norm == "none" else "#9467bd"
-                _draw(ax, members, "h/normalized_std", label=f"{head} {norm} lr={lr:g}",
+                _draw(ax, members, CURVE_KEY, label=f"{head} {norm} lr={lr:g}",
                       colour=colour, style=_style(lr, base), normalise=True)  # fmt: skip
 
         return draw
@@ -130,22 +138,55 @@ def write_figures(out: Path, records: Records) -> list[str]:
                       colour=COLOURS[head], style="--")  # fmt: skip
 
     draws = {
-        "fig1_collapse_instability.png": (by_head("h/normalized_std", True), "norm. std(H)"),
+        "fig1_collapse_instability.png": (by_head(CURVE_KEY, True), "std / epoch-0 mean"),
         "fig1_swish_robustness.png": (ablation("swish"), "norm. std(H)"),
         "fig1_relu_gap.png": (ablation("relu"), "norm. std(H)"),
         "fig1_gradient_norms.png": (by_head("head/grad_norm"), "||grad_head L||_2"),
         "fig1_condition_numbers.png": (conditioning, "cond Cov(H)"),
         "fig1_timescale_separation.png": (timescales, "lr ||g|| / ||theta||"),
     }
-    for name, (draw, ylabel) in draws.items():
+    for name, (draw, ylabel) in draws.items():  # (COMPARE is drawn by write_compare)
         _figure(out / name, FIGURES[name], ylabel, draw)
     return list(draws)
+
+
+def _compare_panel(ax: Any, runs: Sequence[Run], title: str) -> None:
+    for head in COLOURS:
+        members = [r for r in runs if (r.head, r.norm, r.lr) == (head, "none", "base")]
+        if not members:
+            continue
+        length = min(len(r.curve) for r in members)
+        data = np.array([r.ratios()[:length] for r in members])  # (seeds, epochs)
+        steps = (np.arange(length) + 1) * members[0].steps_per_epoch
+        ax.plot(steps, data.mean(0), color=COLOURS[head], lw=2, label=f"{head} ({len(members)})")
+        ax.fill_between(steps, data.min(0), data.max(0), color=COLOURS[head], alpha=0.15)
+    ax.axhline(2.0, color="grey", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimiser steps (end of epoch)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, linestyle=":")
+    ax.legend(fontsize=7)
+
+
+def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source: str) -> str:
+    """Draw ``fig1_compare.png``: our curves beside the authors', each over its epoch-0 mean."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    _compare_panel(axes[0], ours, "this run")
+    groups = sorted({(r.dataset, r.backbone) for r in theirs})
+    label = ", ".join(f"{d} {b}" for d, b in groups)
+    _compare_panel(axes[1], theirs, f"authors ({label}): {Path(source).name}")
+    axes[0].set_ylabel("std / epoch-0 mean (dotted: 2x)")
+    fig.savefig(out / COMPARE, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return COMPARE
 
 
 def page_body(summary: Mapping[str, Any], figures: Sequence[str], prefix: str = "") -> str:
     """The page's HTML body; figure paths relative to the page, under ``prefix``."""
     claims = "".join(
-        f"<li><b>{html.escape(c['verdict'])}</b>: {html.escape(c['claim'])}<br>"
+        f"<li><b>{html.escape(c['verdict'])}</b> {html.escape(c['id'])} "
+        f"({html.escape(c['dataset'])}, {html.escape(c['backbone'])}): "
+        f"{html.escape(c['claim'])}<br>"
         f"<small>{html.escape(c['evidence'])}</small></li>"
         for c in summary["claims"]
     )
@@ -154,7 +195,7 @@ def page_body(summary: Mapping[str, Any], figures: Sequence[str], prefix: str = 
         for h, v in summary["spearman"].items()
     )
     images = "".join(
-        f"<h3>{html.escape(FIGURES[f])}</h3><img src='{prefix}{f}' alt='{f}'>" for f in figures
+        f"<h3>{html.escape(TITLES[f])}</h3><img src='{prefix}{f}' alt='{f}'>" for f in figures
     )
     return (
         f"<p>Escape criterion: {html.escape(summary['escape_criterion'])}. "
@@ -175,9 +216,11 @@ def _page(summary: Mapping[str, Any], figures: Sequence[str]) -> str:
     )
 
 
-def write_page(out: Path, summary: Mapping[str, Any], records: Records) -> Path:
-    """Draw the figures and write ``<out>/index.html``; returns its path."""
-    figures = write_figures(out, records) if records else []
+def write_page(
+    out: Path, summary: Mapping[str, Any], records: Records, extra: Sequence[str] = ()
+) -> Path:
+    """Draw the figures and write ``<out>/index.html`` (with ``extra`` figures); its path."""
+    figures = [*(write_figures(out, records) if records else []), *extra]
     index = out / "index.html"
     index.write_text(_page(summary, figures))
     return index

@@ -6,13 +6,15 @@ Everything here is computed from a run folder's own files (``geometry.jsonl`` th
 
 Definitions (the paper's where it has one, README "Reproducing the paper"):
 
-* std: ``h/normalized_std``, the std over the batch of the L2-normalised projector outputs H,
-  averaged over dimensions (the paper's ``torch.std(F.normalize(z), dim=0).mean()``, its z being
-  the projector's output); ``start_std`` from the record at step 0, before any step (the
-  collapsed start); after epoch e, the mean of the records measured during it (at its end when
-  the monitor measures once per epoch); ``final_std`` from the final record, at the end of fit.
-* escaped: ``final_std >= ESCAPE_FACTOR * start_std``; ``epochs_to_escape``: the first epoch
-  (1-based) whose mean std reaches that level, None if none does.
+* the paper's curve, ``std_curve``: the per-epoch mean of the per-step std of the L2-normalised
+  projector outputs over both views, from each training step's own forward
+  (``head/output_std`` of ``updates.jsonl``, :mod:`solo_geometry.updates`), epoch 0 first;
+  ``baseline_std`` its epoch-0 mean; escape, ``escape_epoch``, ``escape_step``, ``ceiling`` and
+  ``outcome`` ("escaped", "not escaped", "undecidable") as
+  :func:`solo_geometry.reproduce.collapse_verdicts.escape` defines them;
+* ``start_std`` and ``final_std``: the monitor's ``h/normalized_std`` at step 0 (before any step,
+  the collapsed start) and in the final record; the monitor's series after epoch e is the mean
+  of its records measured during it;
 * M at the start: ``m_lambda_min_start`` (Lanczos, None unless converged) against the record's
   floor tau * max|lambda(H_eff)|; ``m_neg_count_start``: 0 when the converged lambda_min(M) is
   at or above -floor (no eigenvalue below it), else the SLQ estimate round(neg_fraction x dim)
@@ -32,26 +34,26 @@ from typing import Any
 from scipy.stats import spearmanr
 
 from solo_geometry.records import GeometryRecord, read_records
+from solo_geometry.reproduce.collapse_verdicts import ESCAPE_FACTOR, escape, judge, lr_name
+from solo_geometry.reproduce.collapse_verdicts import summary_runs as _runs
 from solo_geometry.updates import read_update_records
 
 __all__ = [
-    "ESCAPE_FACTOR",
     "SERIES_KEYS",
     "cell_record",
-    "claims",
     "print_claims",
+    "print_verdicts",
     "summarise",
     "write_summary",
 ]
 
-ESCAPE_FACTOR = 2.0
-SMOOTH = ("gelu", "swish")
 # Monitor metrics kept per epoch (the mean over the epoch's records).
 SERIES_KEYS = ("h/normalized_std", "z/normalized_std", "h/cond", "h/cond_paper", "z/cond",
                "z/cond_paper", "heff/lambda_min", "m/lambda_min", "m/neg_fraction")  # fmt: skip
 # Update-size metrics kept per epoch (updates.jsonl is already per epoch).
 UPDATE_KEYS = ("head/grad_norm", "backbone/grad_norm", "head/rel_update", "backbone/rel_update",
                "head/step_ratio", "backbone/step_ratio", "timescale_ratio")  # fmt: skip
+CURVE_KEY = "head/output_std"  # the paper's statistic, per epoch, from updates.jsonl
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -97,9 +99,34 @@ def _m_start(start: GeometryRecord) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _curve_fields(updates: Mapping[int, Any], epochs: int, factor: float) -> dict[str, Any]:
+    """The row's curve, its escape and the steps behind it (module docstring).
+
+    Raises:
+        ValueError: if an epoch has no ``head/output_std`` (the update monitor was off).
+    """
+    missing = [e for e in range(epochs) if CURVE_KEY not in getattr(updates.get(e), "metrics", {})]
+    if missing:
+        raise ValueError(f"updates.jsonl has no {CURVE_KEY} for epochs {missing}")
+    curve = [float(updates[e].metrics[CURVE_KEY]) for e in range(epochs)]
+    rows = round(updates[0].metrics["head/output_rows"])
+    dim = round(updates[0].metrics["head/output_dim"])
+    per_epoch = updates[0].steps
+    esc = escape(curve, rows=rows, dim=dim, steps_per_epoch=per_epoch, factor=factor)
+    return {
+        "outcome": esc.outcome, "escaped": esc.outcome == "escaped",
+        "escape_epoch": esc.escape_epoch, "escape_step": esc.escape_step,
+        "baseline_std": esc.baseline_std, "ceiling": esc.ceiling,
+        "final_ratio": curve[-1] / curve[0] if curve[0] else None,
+        "steps": sum(u.steps for u in updates.values()), "steps_per_epoch": per_epoch,
+        "output_rows": rows, "output_dim": dim, "std_curve": curve,
+    }  # fmt: skip
+
+
 def cell_record(
-    run: Path, cell: Mapping[str, Any], *, host: str, seconds: float, root: Path
-) -> dict[str, Any]:
+    run: Path, cell: Mapping[str, Any], *, host: str, seconds: float, root: Path,
+    factor: float = ESCAPE_FACTOR,
+) -> dict[str, Any]:  # fmt: skip
     """The row and per-epoch series of one finished run, from its own files.
 
     Args:
@@ -108,44 +135,43 @@ def cell_record(
         host: the host that trained it.
         seconds: its wall time.
         root: the sweep folder (the row stores the run folder relative to it).
+        factor: the escape factor (x the epoch-0 mean).
 
     Returns:
         ``{"row": {...}, "series": {...}}``.
 
     Raises:
-        ValueError: if the run has no ok measurement.
+        ValueError: if the run has no ok measurement at step 0, or no per-step output std.
     """
     records = read_records(run, ok_only=True)
     if not records or records[0].step != 0:
         raise ValueError(f"run {str(run)!r}: no ok measurement at step 0 (the collapsed start)")
     epochs = int(cell["epochs"])
     series = _epoch_series(records, epochs, int(cell["steps_per_epoch"]))
-    updates = {u.epoch: u.metrics for u in read_update_records(run)}
+    updates = {u.epoch: u for u in read_update_records(run)}
     for key in UPDATE_KEYS:
-        series[key] = [None] + [updates.get(e, {}).get(key) for e in range(epochs)]
-    start_std = records[0].value("h/normalized_std")
-    final_std = records[-1].value("h/normalized_std")
-    level = None if start_std is None else ESCAPE_FACTOR * start_std
-    epochs_to_escape = next((e for e, v in enumerate(series["h/normalized_std"])
-                             if e > 0 and v is not None and level is not None and v >= level),
-                            None)  # fmt: skip
-    lrs = [u.get("head/lr") for u in updates.values()]
+        series[key] = [None] + [updates[e].metrics.get(key) if e in updates else None
+                                for e in range(epochs)]  # fmt: skip
     row = {
         "head": cell["head"], "norm": cell["norm"], "lr": float(cell["lr"]),
+        "lr_name": lr_name(float(cell["lr"]), float(cell.get("base_lr", 0.05))),
         "seed": int(cell["seed"]), "host": host,
-        "escaped": bool(final_std is not None and level is not None and final_std >= level),
-        "epochs_to_escape": epochs_to_escape, "start_std": start_std, "final_std": final_std,
-        "std_ratio": None if not start_std or final_std is None else final_std / start_std,
+        "dataset": cell.get("data", "digits"), "backbone": cell.get("backbone", "resnet18"),
+        **_curve_fields(updates, epochs, factor),
+        "start_std": records[0].value("h/normalized_std"),
+        "final_std": records[-1].value("h/normalized_std"),
         "final_std_z": records[-1].value("z/normalized_std"),
         "final_cond": records[-1].value("h/cond"),
         "final_cond_paper": records[-1].value("h/cond_paper"),
         **_m_start(records[0]),
-        "lr_recorded": _mean(lrs), "timescale_ratio": _mean(series["timescale_ratio"][1:]),
+        "lr_recorded": _mean(u.metrics.get("head/lr") for u in updates.values()),
+        "timescale_ratio": _mean(series["timescale_ratio"][1:]),
         "head_grad_norm": _mean(series["head/grad_norm"][1:]),
         "backbone_grad_norm": _mean(series["backbone/grad_norm"][1:]),
-        "steps": records[-1].step, "records": len(records), "seconds": seconds,
+        "records": len(records), "seconds": seconds,
         "run": str(Path(run).resolve().relative_to(root.resolve())),
     }  # fmt: skip
+    series[CURVE_KEY] = row["std_curve"]
     return {"row": row, "series": series}
 
 
@@ -165,10 +191,11 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     table = []
     for (head, norm, lr), members in sorted(groups.items()):
         entry: dict[str, Any] = {"head": head, "norm": norm, "lr": lr, "seeds": len(members)}
-        for key in ("final_std", "std_ratio", "epochs_to_escape", "m_neg_count_start",
+        for key in ("final_std", "final_ratio", "escape_epoch", "m_neg_count_start",
                     "timescale_ratio", "final_cond_paper"):  # fmt: skip
             entry[key] = _stats([m[key] for m in members])
-        entry["escaped"] = sum(bool(m["escaped"]) for m in members)
+        entry["escaped"] = sum(m["outcome"] == "escaped" for m in members)
+        entry["undecidable"] = sum(m["outcome"] == "undecidable" for m in members)
         table.append(entry)
     return table
 
@@ -189,63 +216,23 @@ def _spearman(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
     return out
 
 
-def claims(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The paper's claims, each with the counts behind it and a verdict from them."""
-    smooth = [r for r in rows if r["head"] in SMOOTH]
-    linear = [r for r in rows if r["head"] == "linear"]
-    esc_s, esc_l = sum(r["escaped"] for r in smooth), sum(r["escaped"] for r in linear)
-    if smooth and linear and esc_s == len(smooth) and esc_l == 0:
-        v1 = "held"
-    elif smooth and linear and esc_s / len(smooth) > esc_l / len(linear):
-        v1 = "held in part"
-    else:
-        v1 = "not held"
-    relu = [r for r in rows if r["head"] == "relu"]
-    by_cell: dict[tuple[str, float], list[bool]] = {(r["norm"], r["lr"]): [] for r in relu}
-    for r in relu:
-        by_cell[(r["norm"], r["lr"])].append(r["escaped"])
-    relu_rates = {f"{n} lr={lr:g}": sum(v) / len(v) for (n, lr), v in sorted(by_cell.items())}
-    v2 = "held" if len(set(relu_rates.values())) > 1 else "not held"
-    flat = [r for r in rows if r["head"] in ("linear", "relu") and r["norm"] == "none"]
-    neg_s = [r["m_neg_count_start"] for r in smooth]
-    neg_f = [r["m_neg_count_start"] for r in flat]
-    known = all(c is not None for c in neg_s + neg_f)
-    if not (smooth and flat) or not known:
-        v3 = "undecided (an extreme of M did not converge, or cells are missing)"
-    elif all(c > 0 for c in neg_s) and all(c == 0 for c in neg_f):
-        v3 = "held"
-    else:
-        v3 = "not held"
-    return [
-        {"claim": "smooth heads' std(H) rose from the collapsed start (escaped) while the linear "
-                  "head's stayed collapsed",
-         "evidence": f"escaped: smooth {esc_s}/{len(smooth)}, linear {esc_l}/{len(linear)}",
-         "verdict": v1},
-        {"claim": "ReLU's escape depends on BatchNorm and the learning rate",
-         "evidence": "escape rate per cell: " + ", ".join(f"{k}: {v:.2f}"
-                                                          for k, v in relu_rates.items()),
-         "verdict": v2},
-        {"claim": "at the collapsed start M has eigenvalues below the floor for smooth heads "
-                  "and none for linear and ReLU heads without BatchNorm",
-         "evidence": f"M's negative count at start: smooth {neg_s}, linear/ReLU without BN "
-                     f"{neg_f}",
-         "verdict": v3},
-    ]  # fmt: skip
-
-
 def summarise(
-    records: Sequence[Mapping[str, Any]], *, quick: bool, protocol: Mapping[str, Any]
-) -> dict[str, Any]:
+    records: Sequence[Mapping[str, Any]], *, quick: bool, protocol: Mapping[str, Any],
+    factor: float = ESCAPE_FACTOR,
+) -> dict[str, Any]:  # fmt: skip
     """summary.json's content: rows, table, Spearman per head, claims and the protocol."""
     rows = [dict(r["row"]) for r in records]
     return {
-        "escape_criterion": f"final std(H) >= {ESCAPE_FACTOR:g} x std(H) at step 0",
+        "escape_criterion": f"first epoch whose mean per-step std of the normalised projector "
+        f"output reaches {factor:g} x the epoch-0 mean; undecidable where "
+        "that is above the ceiling sqrt(M / ((M - 1) d))",
+        "factor": factor,
         "quick": quick,
         "protocol": dict(protocol),
         "rows": rows,
         "table": _table(rows),
         "spearman": _spearman(records),
-        "claims": claims(rows),
+        "claims": judge(_runs({"rows": rows}), factor),
     }
 
 
@@ -257,14 +244,14 @@ def _cell(stat: Mapping[str, Any], fmt: str = ".3g") -> str:
 
 def table_markdown(summary: Mapping[str, Any]) -> str:
     """The table over seeds as Markdown."""
-    lines = ["| head | norm | lr | seeds | escaped | final std(H) | std ratio | epochs to escape "
-             "| M neg. count at start | timescale ratio | cond_paper(H) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| head | norm | lr | seeds | escaped | undecidable | final std(H) | final / epoch 0 "
+             "| escape epoch | M neg. count at start | timescale ratio | cond_paper(H) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for t in summary["table"]:
         lines.append(
             f"| {t['head']} | {t['norm']} | {t['lr']:g} | {t['seeds']} | {t['escaped']} | "
-            f"{_cell(t['final_std'])} | {_cell(t['std_ratio'])} | "
-            f"{_cell(t['epochs_to_escape'], '.2g')} | {_cell(t['m_neg_count_start'], '.4g')} | "
+            f"{t['undecidable']} | {_cell(t['final_std'])} | {_cell(t['final_ratio'])} | "
+            f"{_cell(t['escape_epoch'], '.2g')} | {_cell(t['m_neg_count_start'], '.4g')} | "
             f"{_cell(t['timescale_ratio'])} | {_cell(t['final_cond_paper'])} |"
         )
     return "\n".join(lines) + "\n"
@@ -285,5 +272,13 @@ def print_claims(summary: Mapping[str, Any]) -> None:
         print(f"  {head:>6}: numerical-rank cond {fmt['h/cond']}, paper's cond "
               f"{fmt['h/cond_paper']} ({rho['points']:.0f} points)")  # fmt: skip
     print("\nThe paper's claims, from this run's numbers:")
-    for c in summary["claims"]:
-        print(f"  [{c['verdict']}] {c['claim']}\n      {c['evidence']}")
+    print_verdicts(summary["claims"])
+
+
+def print_verdicts(verdicts: Sequence[Mapping[str, Any]]) -> None:
+    """Print each claim's verdict with its evidence, per backbone and data set."""
+    for c in verdicts:
+        print(
+            f"  [{c['verdict']}] {c['id']} ({c['dataset']}, {c['backbone']}): {c['claim']}\n"
+            f"      {c['evidence']}"
+        )

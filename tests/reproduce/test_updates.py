@@ -13,7 +13,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from solo_geometry.updates import UpdateSizeMonitor, read_update_records
+from solo_geometry.updates import (
+    UpdateSizeMonitor,
+    normalized_std,
+    read_update_records,
+    std_ceiling,
+)
 
 STEPS, LR, MOMENTUM = 3, 0.1, 0.9
 
@@ -114,3 +119,63 @@ def test_module_without_projector_fails_at_setup(tmp_path: Path) -> None:
                          enable_progress_bar=False, accelerator="cpu")  # fmt: skip
     with pytest.raises(ValueError, match="projector"):
         trainer.fit(model, _data())
+
+
+class TwoViews(Tiny):
+    """Two views through the projector per step, and a third call after the backward (as the
+    geometry monitor makes) that is not the step's forward."""
+
+    def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
+        (x,) = batch
+        h1, h2 = self.projector(self.backbone(x)), self.projector(self.backbone(x.flip(0) * 2))
+        return -torch.nn.functional.cosine_similarity(h1, h2.detach() + 1).mean()
+
+    def on_after_backward(self) -> None:
+        with torch.no_grad():
+            self.projector(torch.randn(7, 4))  # a measurement's forward: must not be counted
+
+
+def test_output_std_is_the_papers_statistic_of_the_steps_forward(tmp_path: Path) -> None:
+    model = TwoViews()
+    replay = copy.deepcopy(model)
+    trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    trainer.fit(model, _data())
+    (record,) = read_update_records(tmp_path)
+    # the paper's loop (experiments.py): std of F.normalize(cat(z1, z2)) after the forward
+    opt, stds = replay.configure_optimizers(), []
+    for (x,) in _data():
+        z1, z2 = (
+            replay.projector(replay.backbone(x)),
+            replay.projector(replay.backbone(x.flip(0) * 2)),
+        )
+        z = torch.cat([z1, z2]).detach().double()
+        z = z / z.norm(dim=1, keepdim=True)
+        stds.append(float(z.std(dim=0).mean()))
+        opt.zero_grad()
+        (-torch.nn.functional.cosine_similarity(z1, z2.detach() + 1).mean()).backward()
+        opt.step()
+    assert record.metrics["head/output_std"] == pytest.approx(sum(stds) / STEPS, rel=1e-9)
+    assert record.metrics["head/output_rows"] == 8 and record.metrics["head/output_dim"] == 3
+
+
+class TestStdCeiling:
+    @pytest.mark.parametrize(("rows", "dim"), [(2, 1), (4, 2), (6, 3), (8, 4)])
+    def test_reached_by_signed_basis_vectors(self, rows: int, dim: int) -> None:
+        # +-e_j pairs: unit rows with zero mean attain the bound (M = 2 d)
+        eye = torch.eye(dim, dtype=torch.float64)
+        h = torch.cat([eye, -eye])[:rows]
+        std, m, d = normalized_std([h])
+        assert std == pytest.approx(std_ceiling(m, d), rel=1e-12)
+
+    def test_random_rows_stay_below(self) -> None:
+        gen = torch.Generator().manual_seed(0)
+        for rows, dim in [(64, 512), (16, 3), (1024, 2048)]:
+            std, m, d = normalized_std([torch.randn(rows, dim, generator=gen)])
+            assert std <= std_ceiling(m, d)
+        assert std_ceiling(64, 512) == pytest.approx(0.04454, abs=1e-5)  # the issue's figure
+
+    def test_needs_two_rows(self) -> None:
+        with pytest.raises(ValueError, match="rows=1"):
+            std_ceiling(1, 4)

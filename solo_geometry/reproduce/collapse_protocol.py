@@ -1,0 +1,115 @@
+"""What a collapse sweep runs: the paper's grid, its scales and the protocol of each cell.
+
+The authors' grid (experiments.py ``activations_to_test``) is 14 configurations: linear and GELU
+without BatchNorm at the base lr; Swish and ReLU x BatchNorm on/off x 3 lrs, 3 seeds each. It is
+not a factorial (their ``ProjectionHead`` builds no BatchNorm for "linear"), so a grid is a tuple
+of factorial :class:`Block` s, each one Hydra multirun.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ALPHA",
+    "BASE_LR",
+    "CPU",
+    "FULL_GRID",
+    "GRIDS",
+    "HEADS",
+    "LR_FACTORS",
+    "NORMS",
+    "PAPER",
+    "PAPER_GRID",
+    "QUICK",
+    "QUICK_GRID",
+    "SCALES",
+    "SEEDS",
+    "Block",
+    "Protocol",
+    "describe",
+    "protocol_of",
+]
+
+HEADS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
+NORMS = ("bn", "none")
+LR_FACTORS = (0.1, 1.0, 10.0)  # the paper's small, base and large rates (0.005, 0.05, 0.5)
+SEEDS = (0, 1, 2)
+ALPHA = 0.1  # the paper's collapse_init_scale
+BASE_LR = 0.05  # the recipe's effective rate (0.2 x 64 / 256), the paper's lr_collapse
+
+
+@dataclass(frozen=True)
+class Block:
+    """A factorial block of the grid: every head x norm x lr factor in it."""
+
+    heads: tuple[str, ...]
+    norms: tuple[str, ...]
+    lr_factors: tuple[float, ...]
+
+
+# The authors' 14 configurations (experiments.py ``activations_to_test``): linear and GELU
+# without BN at the base lr; Swish and ReLU x BN on/off x 3 lrs. Linear + BN is not among them
+# (their ProjectionHead builds no BN for "linear").
+PAPER_GRID = (Block(("linear", "gelu"), ("none",), (1.0,)),
+              Block(("swish", "relu"), NORMS, LR_FACTORS))  # fmt: skip
+FULL_GRID = (Block(tuple(HEADS), NORMS, LR_FACTORS),)  # --grid full: the whole factorial
+QUICK_GRID = (Block(tuple(HEADS), ("none",), (1.0,)),)  # --quick: the four heads without BN
+GRIDS = {"paper": PAPER_GRID, "full": FULL_GRID}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How long each cell trains, how often it is measured, its sizes, and the grid."""
+
+    epochs: int
+    steps_per_epoch: int
+    batch_size: int
+    every_n_steps: int
+    seeds: tuple[int, ...]
+    grid: tuple[Block, ...] = PAPER_GRID
+    widths: tuple[int, int, int] = (512, 512, 128)  # projector hidden, output; predictor hidden
+    crop_size: int = 32
+    data: str = "digits"
+
+    def cells(self, base_lr: float = BASE_LR) -> list[tuple[str, str, float, int]]:
+        """Every ``(head, norm, lr, seed)`` of the grid, in order."""
+        return [(h, n, base_lr * f, s) for b in self.grid for h in b.heads for n in b.norms
+                for f in b.lr_factors for s in self.seeds]  # fmt: skip
+
+
+# The CPU scale (README "Collapse": chosen by the pilot in benchmarks/pilot_collapse.py):
+# ResNet-18 on the digits at 16 px, batch 16, 3,000 steps per cell.
+CPU = Protocol(epochs=34, steps_per_epoch=89, batch_size=16, every_n_steps=34 * 89,
+               seeds=SEEDS, crop_size=16)  # fmt: skip  # 89: the digits' 1,438 images // 16
+QUICK = Protocol(epochs=11, steps_per_epoch=89, batch_size=16, every_n_steps=11 * 89,
+                 seeds=(0,), grid=QUICK_GRID, crop_size=16)  # fmt: skip
+# --scale paper: the authors' setup (GPU): ResNet-18 with the CIFAR stem on CIFAR-10, batch 512,
+# 50 epochs of 97 steps, 2048-wide heads (predictor hidden 512).
+PAPER = Protocol(epochs=50, steps_per_epoch=97, batch_size=512, every_n_steps=97 * 10,
+                 seeds=SEEDS, widths=(2048, 2048, 512), crop_size=32, data="cifar10")  # fmt: skip
+SCALES = {"cpu": CPU, "paper": PAPER}
+
+
+def protocol_of(quick: bool, scale: str, grid: str) -> Protocol:
+    """The protocol of ``--quick``, ``--scale`` and ``--grid``.
+
+    Raises:
+        ValueError: on an unknown scale or grid.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose from {sorted(SCALES)}")
+    if grid not in GRIDS:
+        raise ValueError(f"unknown grid {grid!r}; choose from {sorted(GRIDS)}")
+    if quick:
+        epochs = QUICK.epochs if scale == "cpu" else SCALES[scale].epochs
+        return dataclasses.replace(SCALES[scale], seeds=(0,), grid=QUICK_GRID, epochs=epochs)
+    return dataclasses.replace(SCALES[scale], grid=GRIDS[grid])
+
+
+def describe(protocol: Protocol) -> dict[str, Any]:
+    """The protocol as plain JSON values (summary.json)."""
+    return json.loads(json.dumps(dataclasses.asdict(protocol)))
