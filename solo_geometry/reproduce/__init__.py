@@ -4,6 +4,7 @@
   multirun sweep (the project's own launcher runs the cells in a process pool);
 * :mod:`.invariance`: SimCLR with the paper's augmentations, guillotine probes, the orbit table,
   rotation-sweep curvature, head depth and whitening;
+* ``verdicts KIND PATH...``: the verdicts on saved results (:mod:`.verdicts`);
 * ``all``: both, and one page (``paper.html``) with each table and figure next to the paper's
   published numbers.
 
@@ -20,6 +21,7 @@ import functools
 from solo_geometry.reproduce import collapse
 from solo_geometry.reproduce.invariance import add_invariance_parser, invariance_experiment
 from solo_geometry.reproduce.paper import add_all_parser
+from solo_geometry.reproduce.verdicts import add_verdicts_parser
 
 __all__ = ["ACTIONS", "add_reproduce_parser"]
 
@@ -29,6 +31,7 @@ ACTIONS = (
     add_invariance_parser,
     functools.partial(add_all_parser, experiments=[collapse.collapse_experiment,
                                                    invariance_experiment]),
+    add_verdicts_parser,
 )  # fmt: skip
 
 
