@@ -37,12 +37,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solo_geometry.checkpoint import load_model
 from solo_geometry.datasets import load_image_folder, make_digits
 from solo_geometry.extras import require
-from solo_geometry.reproduce.invariance_claims import claims
 from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
@@ -52,10 +51,13 @@ from solo_geometry.reproduce.invariance_data import (
 from solo_geometry.reproduce.invariance_measure import (
     Splits,
     curvature_seeds,
+    feature_norm,
     orbit_seeds,
     probe_rows,
     spectra_of,
+    training_images,
 )
+from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper import (
     add_run_arguments,
     invariance_section,
@@ -63,13 +65,15 @@ from solo_geometry.reproduce.paper import (
 )
 from solo_geometry.run_folder import RunFolder
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 __all__ = [
     "FULL",
     "QUICK",
     "RECIPE",
     "InvarianceSettings",
     "add_invariance_parser",
-    "format_claims",
     "invariance_experiment",
     "run_invariance",
     "run_invariance_experiment",
@@ -157,6 +161,7 @@ class _Data:
     dataset: str  # the recipe's data.dataset
     train_path: Path
     splits: Splits
+    norm_images: Tensor  # probe-train images whose raw feature norm each model records
 
 
 def _stage(text: str) -> float:
@@ -236,11 +241,13 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
         mlp_epochs=s.mlp_epochs,
         mlp_patience=s.mlp_patience,
     )
+    norm = feature_norm(model, data.norm_images)
     return {
         "run": str(run),
         "head": "relu_bn",
         "probes": probes,
-        "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits"),
+        "n_test": len(data.splits.test_y),
+        "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
         "curvature": curvature_seeds(
             model, data.splits, out, s.seeds, s.curvature_images, "sweeps"
         ),
@@ -260,16 +267,18 @@ def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[st
         mlp_epochs=s.mlp_epochs,
         mlp_patience=s.mlp_patience,
     )
-    orbits = orbit_seeds(model, data.splits, out, s.seeds, f"orbits_depth{depth}")
+    norm = feature_norm(model, data.norm_images)
+    orbits = orbit_seeds(model, data.splits, out, s.seeds, f"orbits_depth{depth}", norm)
     curv = curvature_seeds(
         model, data.splits, out, s.seeds, s.curvature_images, f"sweeps_depth{depth}"
     )
-    over = orbits["over_seeds"]
+    over = orbits["unit_z"]["table"]
     return {
         "depth": depth,
         "run": str(run),
         "rotation_linear": probes[0],
         "compression": over["compression"],
+        "compression_raw_z": orbits["raw_z"]["table"]["compression"],
         "separation_z": over["z"]["separation"],
         "separation_h": over["h"]["separation"],
         "curvature_ratio": curv["ratio"],
@@ -317,7 +326,8 @@ def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSetti
         train, test = export_cifar(dataset, data_root, out / "data" / dataset, s.probe_images)
         name, pretrain = dataset, data_root
     test_x, test_y, _ = load_image_folder(test)
-    return _Data(name, pretrain, Splits(train, test, test_x, test_y))
+    splits = Splits(train, test, test_x, test_y)
+    return _Data(name, pretrain, splits, training_images(splits))
 
 
 def run_invariance_experiment(
@@ -374,7 +384,7 @@ def run_invariance_experiment(
         t0 = _stage(text)
         result[key] = step()
         seconds[key] = time.perf_counter() - t0
-    result["claims"] = claims(result)
+    result["claims"] = verdicts(run_evidence(result))
     seconds["total"] = time.perf_counter() - start
     result["seconds"] = seconds
     (out / "invariance.json").write_text(json.dumps(_finite(result), indent=1))
@@ -404,18 +414,8 @@ def run_invariance(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"solo-geometry reproduce invariance: error: {err}", file=sys.stderr)
         return 2
-    print(format_claims(result["claims"]))
+    print(format_verdicts(result["claims"]))
     return 0
-
-
-def format_claims(claims: list[dict[str, Any]]) -> str:
-    """The verdicts as text: per claim, the verdict and claim, then this run's and the paper's."""
-    lines = []
-    for claim in claims:
-        verdict = {True: "held", False: "did not hold", None: "n/a"}[claim["held"]]
-        lines.append(f"{verdict:>12s}  {claim['text']}")
-        lines.append(f"{'':14s}this run: {claim['measured']}; paper: {claim['published']}")
-    return "\n".join(lines)
 
 
 def add_invariance_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ __all__ = [
     "K_SIGMA",
     "evidence_from_json",
     "evidence_to_json",
+    "format_verdicts",
     "judge",
     "run_evidence",
     "verdicts",
@@ -168,6 +169,11 @@ def verdicts(ev: dict[str, Any]) -> list[dict[str, str]]:
         }
         for cid, text in CLAIMS.items()
     ]
+
+
+def format_verdicts(rows: list[dict[str, str]]) -> str:
+    """Verdicts as text: the verdict and the claim, then the evidence, per claim."""
+    return "\n".join(f"{r['verdict']:>12s}  {r['claim']}\n{'':14s}{r['evidence']}" for r in rows)
 
 
 def _summaries(reading: dict[str, Any]) -> list[OrbitSummary]:

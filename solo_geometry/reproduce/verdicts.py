@@ -14,15 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.reproduce.invariance_verdicts import run_evidence, verdicts
+from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence
 
 __all__ = ["KINDS", "add_verdicts_parser", "format_verdicts", "invariance_verdicts"]
-
-
-def format_verdicts(rows: list[dict[str, str]]) -> str:
-    """Verdicts as text: the verdict and the claim, then the evidence, per claim."""
-    return "\n".join(f"{r['verdict']:>12s}  {r['claim']}\n{'':14s}{r['evidence']}" for r in rows)
 
 
 def invariance_verdicts(paths: list[Path]) -> list[dict[str, str]]:
