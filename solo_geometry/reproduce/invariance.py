@@ -39,9 +39,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from solo_geometry.checkpoint import load_model
+from solo_geometry.checkpoint import LoadedModel, load_model
 from solo_geometry.datasets import load_image_folder, make_digits
 from solo_geometry.extras import require
+from solo_geometry.paper_probes import paper_rotation_probes
 from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
@@ -161,6 +162,7 @@ class _Data:
     dataset: str  # the recipe's data.dataset
     train_path: Path
     splits: Splits
+    train_x: Tensor  # probe-train images (the paper's probes read them in memory)
     norm_images: Tensor  # probe-train images whose raw feature norm each model records
 
 
@@ -246,12 +248,20 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
         "run": str(run),
         "head": "relu_bn",
         "probes": probes,
+        "probes_paper": _paper_probes(model, data),
         "n_test": len(data.splits.test_y),
         "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
         "curvature": curvature_seeds(
             model, data.splits, out, s.seeds, s.curvature_images, "sweeps"
         ),
     }
+
+
+def _paper_probes(model: LoadedModel, data: _Data) -> dict[str, Any]:
+    """The paper's rotation probes (``probes.protocol=paper``) on the model's Z and H."""
+    return paper_rotation_probes(
+        model.backbone, model.head, data.train_x, data.splits.test_x, normalize=model.mean_std
+    )
 
 
 def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[str, Any]:
@@ -277,6 +287,7 @@ def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[st
         "depth": depth,
         "run": str(run),
         "rotation_linear": probes[0],
+        "rotation_paper": _paper_probes(model, data),
         "compression": over["compression"],
         "compression_raw_z": orbits["raw_z"]["table"]["compression"],
         "separation_z": over["z"]["separation"],
@@ -327,7 +338,8 @@ def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSetti
         name, pretrain = dataset, data_root
     test_x, test_y, _ = load_image_folder(test)
     splits = Splits(train, test, test_x, test_y)
-    return _Data(name, pretrain, splits, training_images(splits))
+    train_x, _, _ = load_image_folder(train)
+    return _Data(name, pretrain, splits, train_x, training_images(splits))
 
 
 def run_invariance_experiment(

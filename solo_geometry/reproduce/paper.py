@@ -48,15 +48,18 @@ _STYLE = (
 # How this reproduction differs from the paper's code (experiments.py, head_depth_ablations.py).
 DEPARTURES = (
     "data: the embedded digits (1,797 scans, 32x32) by default, not CIFAR-10; widths, batch and "
-    "epochs at CPU scale (see the settings; the paper: 2048-wide heads, batch 256, 50 epochs)",
-    "loss: lightly's NT-Xent over 2N views (symmetric, 2N - 2 negatives), not the paper's "
-    "one-directional cross-view cross-entropy; inputs normalised with the recipe's statistics "
-    "(the paper's are not normalised)",
+    "epochs at CPU scale (see the settings; the paper: 2048-wide heads, batch 256, 50 epochs; "
+    "its depth ablation batch 512 and 100 sweeps in one draw)",
+    "as the paper: its loss (one-directional cross-view cross-entropy at temperature 0.1), its "
+    "CIFAR stem (3x3 stride 1 padding 1, no max-pool) and its input (no normalisation)",
     "heads: the paper's layers (Linear without bias, then BatchNorm, after every Linear, the "
     "last included), built by this package's smooth_mlp head in place of the recipe's projector; "
     "the geometry monitor is on for them (statistics only, at the first and the last step)",
-    "probes: DESIGN.md's (L2-tuned logistic regression by L-BFGS on standardised features, a "
-    "256-wide MLP early-stopped on validation), not the paper's 5 epochs of Adam on raw features",
+    "probes: the paper's (raw features, Linear with bias and MLP 256 on Z / 512 on H, Adam 1e-3, "
+    "5 epochs, batch 256) and, beside them, DESIGN.md's (L2-tuned logistic regression by L-BFGS "
+    "on standardised features, an MLP early-stopped on validation)",
+    "orbits: each table twice, the head fed unit z (the paper's code) and raw z (as in "
+    "training), with the raw training feature norm and H's cosine with its mean",
     "seeds: one pretraining per experiment; the spread is over draws of the orbit images and "
     "sweeps, as the paper's code seeds them",
 )

@@ -30,7 +30,6 @@ from omegaconf import DictConfig
 
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.datasets import mean_std_of
 from solo_geometry.hosts.lightly.data import build_train_loader, check_image_folder, num_classes
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
@@ -105,14 +104,13 @@ def build_callbacks(
             )
         )
     if geometry is not None:
-        aug = recipe.augmentations[0]
         callbacks += geometry_callbacks(
             geometry,
             run_dir=run.path,
             meta={"host": HOST, "method": recipe.method},
             train_dir=recipe.data.train_path,
             val_dir=recipe.data.val_path,
-            normalization=mean_std_of(recipe.data.dataset, aug.mean, aug.std),
+            normalization=recipe.normalization(),
         )
     return callbacks
 
