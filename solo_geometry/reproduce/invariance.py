@@ -47,6 +47,7 @@ from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
     export_cifar,
+    subset_folders,
     train_size,
 )
 from solo_geometry.reproduce.invariance_measure import (
@@ -102,7 +103,8 @@ class InvarianceSettings:
         mlp_patience: epochs without validation gain before an MLP probe stops. With a few
             thousand probe images an epoch is a few Adam steps; 15 stopped the digits' probes
             3 to 11 points below scikit-learn's MLPClassifier on the same features.
-        probe_images: CIFAR only: images exported per probe split (train, held-out).
+        probe_images: images per probe split (train, held-out): CIFAR's exported subsets; on
+            the digits a stratified subset where smaller than the split (quick form only).
         num_workers: data-loading workers.
     """
 
@@ -150,7 +152,7 @@ QUICK = InvarianceSettings(
     curvature_images=8,
     mlp_epochs=5,
     mlp_patience=15,
-    probe_images=(500, 200),
+    probe_images=(300, 150),
     num_workers=0,
 )
 
@@ -331,7 +333,9 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
 def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSettings) -> _Data:
     if dataset == "digits":
         root = make_digits(out / "data" / "digits")
-        train, test, name, pretrain = root / "train", root / "val", "custom", root / "train"
+        folders = (root / "train", root / "val")
+        train, test = subset_folders(folders, out / "data" / "digits_probes", s.probe_images)
+        name, pretrain = "custom", root / "train"
     else:
         assert data_root is not None  # checked before anything was written
         train, test = export_cifar(dataset, data_root, out / "data" / dataset, s.probe_images)

@@ -157,7 +157,7 @@ def feature_norm(model: LoadedModel, images: Tensor, batch_size: int = 256) -> f
     return float(torch.cat(norms).double().mean())
 
 
-def training_images(splits: Splits, limit: int = 1000) -> Tensor:
+def training_images(splits: Splits, limit: int = 256) -> Tensor:
     """Up to ``limit`` probe-train images (a fixed shuffle's first): data like the head's."""
     x, _, _ = load_image_folder(splits.train)
     pick = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:limit]
