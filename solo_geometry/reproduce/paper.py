@@ -253,7 +253,7 @@ def _whitening_html(wh: dict[str, Any]) -> str:
 
 def _fig_orbits(out: Path, result: dict[str, Any]) -> Path:
     """PCA of the seed-0 orbits in Z and in H, one colour per class (the paper's figure 3)."""
-    data = np.load(out / result["guillotine"]["orbits"]["per_seed"][0]["file"])
+    data = np.load(out / result["guillotine"]["orbits"]["unit_z"]["per_seed"][0]["file"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, key, title in zip(
         axes, ("orbits_z", "orbits_h"), ("backbone Z", "head H"), strict=True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from solo_geometry.hosts.lightly.recipe import parse_recipe
 from solo_geometry.paper_probes import PaperProbeSettings, paper_rotation_probes, paper_rotations
 from solo_geometry.recipe import load_recipe
 from solo_geometry.reproduce.invariance import RECIPE
+from solo_geometry.reproduce.invariance_data import subset_folders
 
 
 def authors_backbone() -> nn.Module:
@@ -148,3 +150,18 @@ class TestPaperProbes:
         assert good["n"] == 200 and good["protocol"] == "paper"
         assert min(good["linear"][0], good["mlp"][0]) > 0.9
         assert max(blind["linear"][0], blind["mlp"][0]) < 0.45
+
+
+class TestProbeSubsets:
+    def test_stratified_subsets_below_the_folder_size_only(self, tmp_path: Path) -> None:
+        for split, per_class in (("train", 20), ("val", 6)):
+            for c in range(3):
+                folder = tmp_path / split / str(c)
+                folder.mkdir(parents=True)
+                for i in range(per_class):
+                    Image.new("RGB", (4, 4), (c * 80, i, 0)).save(folder / f"{i:02d}.png")
+        folders = (tmp_path / "train", tmp_path / "val")
+        train, test = subset_folders(folders, tmp_path / "sub", (30, 100))
+        assert test == tmp_path / "val"  # 18 images, fewer than 100: kept as it is
+        counts = sorted(len(list(d.glob("*.png"))) for d in train.iterdir())
+        assert train == tmp_path / "sub" / "train" and counts == [10, 10, 10]
