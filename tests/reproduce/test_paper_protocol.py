@@ -59,6 +59,7 @@ class TestStem:
         sizes = {}
         for stem in ("imagenet", "cifar", "cifar_paper"):
             net, _ = build_backbone("resnet18", stem=stem)
+            net.eval()
             seen: list[tuple[int, ...]] = []
             net.layer4.register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.shape))
             net(torch.rand(1, 3, 32, 32))
