@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torchvision
 from torch import nn
 
-__all__ = ["BACKBONES", "CIFAR_DATASETS", "build_backbone"]
+__all__ = ["BACKBONES", "CIFAR_DATASETS", "STEMS", "build_backbone", "resolve_stem"]
 
 BACKBONES: dict[str, Callable[[], nn.Module]] = {
     "resnet18": torchvision.models.resnet18,
@@ -22,14 +22,36 @@ BACKBONES: dict[str, Callable[[], nn.Module]] = {
 
 # solo-learn switches to the small-image stem for exactly these dataset names.
 CIFAR_DATASETS = ("cifar10", "cifar100")
+# Stems (recipe field backbone.stem, lightly host): "auto" is solo-learn's rule (the CIFAR stem
+# for CIFAR datasets, ImageNet's otherwise); "cifar" is solo-learn's small-image stem (3x3 stride 1
+# padding 2, no max-pool); "cifar_paper" the paper's (experiments.py: 3x3 stride 1 padding 1, no
+# max-pool), for any small input (on 32-pixel images ImageNet's stem leaves a 1x1 last map).
+STEMS = ("auto", "imagenet", "cifar", "cifar_paper")
+_PADDING = {"cifar": 2, "cifar_paper": 1}
 
 
-def build_backbone(name: str, *, cifar: bool = False) -> tuple[nn.Module, int]:
+def resolve_stem(stem: str, dataset: str) -> str:
+    """The stem a recipe builds: ``auto`` resolved by the dataset (solo-learn's rule).
+
+    Raises:
+        ValueError: on an unknown stem.
+    """
+    if stem not in STEMS:
+        raise ValueError(f"recipe field backbone.stem={stem!r} is not one of {list(STEMS)}")
+    if stem == "auto":
+        return "cifar" if dataset in CIFAR_DATASETS else "imagenet"
+    return stem
+
+
+def build_backbone(
+    name: str, *, cifar: bool = False, stem: str | None = None
+) -> tuple[nn.Module, int]:
     """Build a backbone without its classifier.
 
     Args:
         name: solo-learn's backbone name (``resnet18`` or ``resnet50``).
         cifar: use solo-learn's small-image stem (3x3 stride-1 conv1, no maxpool).
+        stem: one of :data:`STEMS` but ``auto`` (:func:`resolve_stem`); overrides ``cifar``.
 
     Returns:
         The module mapping images (N, 3, H, W) to features (N, d), and d.
@@ -44,7 +66,10 @@ def build_backbone(name: str, *, cifar: bool = False) -> tuple[nn.Module, int]:
     assert isinstance(fc, nn.Linear)  # torchvision ResNets end in a Linear classifier
     features_dim = fc.in_features
     model.fc = nn.Identity()
-    if cifar:
-        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
+    stem = stem if stem is not None else "cifar" if cifar else "imagenet"
+    if stem in _PADDING:
+        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=_PADDING[stem], bias=False)
         model.maxpool = nn.Identity()
+    elif stem != "imagenet":
+        raise ValueError(f"unknown stem {stem!r}; choose from {list(STEMS[1:])}")
     return model, features_dim

@@ -27,7 +27,7 @@ from omegaconf import nodes as omegaconf_nodes
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from solo_geometry.backbones import CIFAR_DATASETS, build_backbone
+from solo_geometry.backbones import build_backbone, resolve_stem
 from solo_geometry.config import geometry_config
 from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.heads import build_configured_head
@@ -181,13 +181,19 @@ def build_from_config(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module, MeanSt
     Raises:
         ValueError: an unknown backbone or method, or missing projector widths.
     """
-    dataset = str((cfg.get("data") or {}).get("dataset", ""))
-    cifar = dataset in CIFAR_DATASETS
+    data = cfg.get("data") or {}
+    dataset = str(data.get("dataset", ""))
     name = str((cfg.get("backbone") or {}).get("name"))
-    backbone, d = build_backbone(name, cifar=cifar)
+    stem = resolve_stem(str((cfg.get("backbone") or {}).get("stem", "auto")), dataset)
+    backbone, d = build_backbone(name, stem=stem)
     head, kind = _build_head(cfg, d)
-    notes = [f"backbone {name} (cifar stem: {cifar})", kind]
-    return backbone, head, mean_std_of(dataset), notes  # as the recipe's dataset trained it
+    notes = [f"backbone {name} (stem: {stem})", kind]
+    augs = cfg.get("augmentations") or [{}]
+    first = augs[0] if isinstance(augs[0], dict) else {}
+    mean_std = mean_std_of(  # as the recipe trained it
+        dataset, first.get("mean"), first.get("std"), normalize=bool(data.get("normalize", True))
+    )
+    return backbone, head, mean_std, notes
 
 
 def load_prefixed(backbone: nn.Module, head: nn.Module, state: dict[str, Tensor]) -> None:

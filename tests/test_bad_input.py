@@ -171,10 +171,9 @@ CASES: tuple[Case, ...] = (
     Case("reproduce", "collapse: --out under a file",
          ("reproduce", "collapse", "--quick", "--out", "{w}/recipes/simclr.yaml/sweep"),
          "Not a directory; expected folders all the way down"),
-    Case("reproduce", "verdicts: the authors' pickle, untrusted",
-         ("reproduce", "verdicts", "collapse", "{w}/collapse_results.npy"),
-         "is a pickle (the authors' layout); loading it runs code from the file: pass "
-         "--trust-pickle"),
+    Case("reproduce", "verdicts: crafted .npy (payload in a dict)",
+         ("reproduce", "verdicts", "collapse", "{w}/payload.npy"),
+         "payload.npy: refused: the pickle in it needs posix.system"),
     Case("reproduce", "invariance: CIFAR not on disk",
          ("reproduce", "invariance", "--dataset", "cifar10", "--data-root", "{w}/nodata",
           "--out", "{w}/inv"), "--data-root '{w}/nodata' holds no torchvision cifar10 files"),
@@ -257,7 +256,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _truncate(good, w / "truncated.ckpt")
     (w / "garbage.ckpt").write_bytes(os.urandom(4096))
     (w / "garbage.npz").write_bytes(os.urandom(512))
-    (w / "collapse_results.npy").write_bytes(os.urandom(64))  # never unpickled without trust
     torch.save({"encoder.weight": torch.zeros(2, 2)}, w / "alien.pth")
     (w / "run-empty").mkdir()
     (w / "run-empty" / "config.yaml").write_text(recipe.read_text())

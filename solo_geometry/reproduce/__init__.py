@@ -4,8 +4,8 @@
   multirun sweep (the project's own launcher runs the cells in a process pool);
 * :mod:`.invariance`: SimCLR with the paper's augmentations, guillotine probes, the orbit table,
   rotation-sweep curvature, head depth and whitening;
-* ``verdicts collapse FILE``: the collapse claims judged on a results file, ours or the
-  authors' (:mod:`.collapse_verdicts`);
+* ``verdicts collapse FILE``, ``verdicts invariance PATH...``: the claims judged on saved
+  results, ours or the authors' (:mod:`.verdicts`);
 * ``all``: both, and one page (``paper.html``) with each table and figure next to the paper's
   published numbers.
 
@@ -20,9 +20,9 @@ import argparse
 import functools
 
 from solo_geometry.reproduce import collapse
-from solo_geometry.reproduce.collapse_verdicts import add_verdicts_parser
 from solo_geometry.reproduce.invariance import add_invariance_parser, invariance_experiment
 from solo_geometry.reproduce.paper import add_all_parser
+from solo_geometry.reproduce.verdicts import add_verdicts_parser
 
 __all__ = ["ACTIONS", "add_reproduce_parser"]
 
@@ -30,9 +30,9 @@ __all__ = ["ACTIONS", "add_reproduce_parser"]
 ACTIONS = (
     collapse.add_parser,
     add_invariance_parser,
-    add_verdicts_parser,
     functools.partial(add_all_parser, experiments=[collapse.collapse_experiment,
                                                    invariance_experiment]),
+    add_verdicts_parser,
 )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from solo_geometry.npfiles import load_arrays
 from solo_geometry.updates import std_ceiling
 
 __all__ = [
@@ -325,25 +326,21 @@ def _from_path(path: Path) -> tuple[str, str]:
 def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
     """Runs from our ``summary.json``, the authors' fixture JSON or their ``.npy``.
 
-    The ``.npy`` is a pickled dict: it is loaded only with ``trust_pickle`` (loading a pickle runs
-    code from the file). Its data set and backbone come from its path, as the authors lay it out
+    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.npfiles.load_arrays`: its
+    restricted unpickler rebuilds NumPy arrays and plain containers only, unless
+    ``trust_pickle``. Its data set and backbone come from its path, as the authors lay it out
     (``results/<dataset>/<backbone>/collapse_results.npy``).
 
     Raises:
-        ValueError: a ``.npy`` without ``trust_pickle``, or a JSON of neither kind.
+        ValueError: a ``.npy`` whose pickle is refused or unreadable, or a JSON of neither kind.
         FileNotFoundError: no such file.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     if path.suffix == ".npy":
-        if not trust_pickle:
-            raise ValueError(
-                f"{str(path)!r} is a pickle (the authors' layout); loading it runs "
-                "code from the file: pass --trust-pickle if you trust it"
-            )
         dataset, backbone = _from_path(path)
-        results = np.load(path, allow_pickle=True).item()
+        results = load_arrays(path, trust_pickle=trust_pickle)
         return authors_runs(results, dataset=dataset, backbone=backbone)
     data = json.loads(path.read_text())
     if isinstance(data, dict) and "rows" in data:
@@ -384,15 +381,13 @@ def _run_verdicts(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_verdicts_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``reproduce verdicts collapse FILE`` on the ``reproduce`` parser."""
-    parser = actions.add_parser("verdicts", help="judge the paper's claims on a results file")
-    kinds = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
+def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
+    """Register ``collapse`` under ``solo-geometry reproduce verdicts`` (:mod:`.verdicts`)."""
     collapse = kinds.add_parser(
         "collapse", help="the collapse claims on our summary.json or the authors' results",
         description="Judge smooth_escape, relu_needs_bn and m_negative_at_start, per backbone "
                     "and data set, on our summary.json, the authors' collapse_results.npy "
-                    "(--trust-pickle) or their curves as JSON (tests/fixtures).",
+                    "(read by the restricted unpickler) or their curves as JSON (tests/fixtures).",
     )  # fmt: skip
     collapse.add_argument("file", type=Path, help="summary.json, collapse_results.npy or JSON")
     collapse.add_argument("--json", action="store_true",
@@ -405,7 +400,9 @@ def add_verdicts_parser(actions: argparse._SubParsersAction) -> argparse.Argumen
         help="escape at the first epoch mean >= FACTOR x epoch 0 (default 2)",
     )
     collapse.add_argument(
-        "--trust-pickle", action="store_true", help="allow loading a .npy (a pickle: it runs code)"
+        "--trust-pickle",
+        action="store_true",
+        help="unpickle a .npy with a full pickle (it can run code: trusted files only); without "
+        "it only NumPy arrays and plain containers are rebuilt",
     )
     collapse.set_defaults(func=_run_verdicts)
-    return parser

@@ -37,25 +37,29 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from solo_geometry.checkpoint import load_model
+from solo_geometry.checkpoint import LoadedModel, load_model
 from solo_geometry.datasets import load_image_folder, make_digits
 from solo_geometry.extras import require
-from solo_geometry.reproduce.invariance_claims import claims
+from solo_geometry.paper_probes import paper_rotation_probes
 from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
     export_cifar,
+    subset_folders,
     train_size,
 )
 from solo_geometry.reproduce.invariance_measure import (
     Splits,
     curvature_seeds,
+    feature_norm,
     orbit_seeds,
     probe_rows,
     spectra_of,
+    training_images,
 )
+from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper import (
     add_run_arguments,
     invariance_section,
@@ -63,13 +67,15 @@ from solo_geometry.reproduce.paper import (
 )
 from solo_geometry.run_folder import RunFolder
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 __all__ = [
     "FULL",
     "QUICK",
     "RECIPE",
     "InvarianceSettings",
     "add_invariance_parser",
-    "format_claims",
     "invariance_experiment",
     "run_invariance",
     "run_invariance_experiment",
@@ -97,7 +103,8 @@ class InvarianceSettings:
         mlp_patience: epochs without validation gain before an MLP probe stops. With a few
             thousand probe images an epoch is a few Adam steps; 15 stopped the digits' probes
             3 to 11 points below scikit-learn's MLPClassifier on the same features.
-        probe_images: CIFAR only: images exported per probe split (train, held-out).
+        probe_images: images per probe split (train, held-out): CIFAR's exported subsets; on
+            the digits a stratified subset where smaller than the split (quick form only).
         num_workers: data-loading workers.
     """
 
@@ -145,7 +152,7 @@ QUICK = InvarianceSettings(
     curvature_images=8,
     mlp_epochs=5,
     mlp_patience=15,
-    probe_images=(500, 200),
+    probe_images=(300, 150),
     num_workers=0,
 )
 
@@ -157,6 +164,8 @@ class _Data:
     dataset: str  # the recipe's data.dataset
     train_path: Path
     splits: Splits
+    train_x: Tensor  # probe-train images (the paper's probes read them in memory)
+    norm_images: Tensor  # probe-train images whose raw feature norm each model records
 
 
 def _stage(text: str) -> float:
@@ -236,15 +245,25 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
         mlp_epochs=s.mlp_epochs,
         mlp_patience=s.mlp_patience,
     )
+    norm = feature_norm(model, data.norm_images)
     return {
         "run": str(run),
         "head": "relu_bn",
         "probes": probes,
-        "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits"),
+        "probes_paper": _paper_probes(model, data),
+        "n_test": len(data.splits.test_y),
+        "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
         "curvature": curvature_seeds(
             model, data.splits, out, s.seeds, s.curvature_images, "sweeps"
         ),
     }
+
+
+def _paper_probes(model: LoadedModel, data: _Data) -> dict[str, Any]:
+    """The paper's rotation probes (``probes.protocol=paper``) on the model's Z and H."""
+    return paper_rotation_probes(
+        model.backbone, model.head, data.train_x, data.splits.test_x, normalize=model.mean_std
+    )
 
 
 def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[str, Any]:
@@ -260,16 +279,19 @@ def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[st
         mlp_epochs=s.mlp_epochs,
         mlp_patience=s.mlp_patience,
     )
-    orbits = orbit_seeds(model, data.splits, out, s.seeds, f"orbits_depth{depth}")
+    norm = feature_norm(model, data.norm_images)
+    orbits = orbit_seeds(model, data.splits, out, s.seeds, f"orbits_depth{depth}", norm)
     curv = curvature_seeds(
         model, data.splits, out, s.seeds, s.curvature_images, f"sweeps_depth{depth}"
     )
-    over = orbits["over_seeds"]
+    over = orbits["unit_z"]["table"]
     return {
         "depth": depth,
         "run": str(run),
         "rotation_linear": probes[0],
+        "rotation_paper": _paper_probes(model, data),
         "compression": over["compression"],
+        "compression_raw_z": orbits["raw_z"]["table"]["compression"],
         "separation_z": over["z"]["separation"],
         "separation_h": over["h"]["separation"],
         "curvature_ratio": curv["ratio"],
@@ -311,13 +333,17 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
 def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSettings) -> _Data:
     if dataset == "digits":
         root = make_digits(out / "data" / "digits")
-        train, test, name, pretrain = root / "train", root / "val", "custom", root / "train"
+        folders = (root / "train", root / "val")
+        train, test = subset_folders(folders, out / "data" / "digits_probes", s.probe_images)
+        name, pretrain = "custom", root / "train"
     else:
         assert data_root is not None  # checked before anything was written
         train, test = export_cifar(dataset, data_root, out / "data" / dataset, s.probe_images)
         name, pretrain = dataset, data_root
     test_x, test_y, _ = load_image_folder(test)
-    return _Data(name, pretrain, Splits(train, test, test_x, test_y))
+    splits = Splits(train, test, test_x, test_y)
+    train_x, _, _ = load_image_folder(train)
+    return _Data(name, pretrain, splits, train_x, training_images(splits))
 
 
 def run_invariance_experiment(
@@ -374,7 +400,7 @@ def run_invariance_experiment(
         t0 = _stage(text)
         result[key] = step()
         seconds[key] = time.perf_counter() - t0
-    result["claims"] = claims(result)
+    result["claims"] = verdicts(run_evidence(result))
     seconds["total"] = time.perf_counter() - start
     result["seconds"] = seconds
     (out / "invariance.json").write_text(json.dumps(_finite(result), indent=1))
@@ -404,18 +430,8 @@ def run_invariance(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"solo-geometry reproduce invariance: error: {err}", file=sys.stderr)
         return 2
-    print(format_claims(result["claims"]))
+    print(format_verdicts(result["claims"]))
     return 0
-
-
-def format_claims(claims: list[dict[str, Any]]) -> str:
-    """The verdicts as text: per claim, the verdict and claim, then this run's and the paper's."""
-    lines = []
-    for claim in claims:
-        verdict = {True: "held", False: "did not hold", None: "n/a"}[claim["held"]]
-        lines.append(f"{verdict:>12s}  {claim['text']}")
-        lines.append(f"{'':14s}this run: {claim['measured']}; paper: {claim['published']}")
-    return "\n".join(lines)
 
 
 def add_invariance_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -101,3 +101,32 @@ def export_cifar(
             _export(base, partial, n, seed).rename(target)
         folders.append(target)
     return folders[0], folders[1]
+
+
+def subset_folders(
+    folders: tuple[Path, Path], out: Path, sizes: tuple[int, int], seed: int = 0
+) -> tuple[Path, Path]:
+    """Stratified subsets of the probes' two image folders, where a size is below a folder's.
+
+    Args:
+        folders: probe-train and held-out class folders.
+        out: ``<out>/train`` and ``<out>/test`` are written unless already there.
+        sizes: images kept from each.
+        seed: fixes the subsets.
+
+    Returns:
+        The two folders to probe on (a folder no larger than its size is kept as it is).
+    """
+    kept = []
+    for split, folder, n in zip(("train", "test"), folders, sizes, strict=True):
+        base = datasets.ImageFolder(str(folder))
+        target = out / split
+        if n >= len(base.samples):
+            kept.append(folder)
+            continue
+        if not target.is_dir():
+            partial = out / f".{split}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            _export(base, partial, n, seed).rename(target)
+        kept.append(target)
+    return kept[0], kept[1]

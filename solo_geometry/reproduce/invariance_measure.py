@@ -5,8 +5,11 @@ package's own pieces:
 
 * probes: :func:`solo_geometry.evaluation.evaluate` fits linear and MLP probes on Z and on H
   for the class and the 4-way rotation target (DESIGN.md section 3, "Probes");
-* orbits: the paper's protocol (5 classes x 3 images x 12 rotations, the head fed unit z) and
-  its statistics, once per sampling seed; the arrays are saved in the paper's layout
+* orbits: the paper's protocol (5 classes x 3 images x 12 rotations) and its statistics, once
+  per sampling seed, under both inputs of the head: unit z (the paper's code) and raw z (as in
+  training), with the mean norm of raw training features and the cosine of H's rows with their
+  mean (under unit z the head's BatchNorm statistics, set by features of that norm, add a common
+  offset); the arrays are saved in the paper's layout
   (``orbits_z``, ``orbits_h``, ``orbit_ids``, ``orbit_labels``, ``orbit_angles``), so
   ``solo-geometry orbits FILE`` re-analyses them;
 * curvature: 0 to 45 degree sweeps of held-out images drawn per seed (the paper draws 200 per
@@ -29,8 +32,10 @@ from torch import Tensor
 
 from solo_geometry.checkpoint import LoadedModel
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.datasets import load_image_folder
 from solo_geometry.evaluation import evaluate
 from solo_geometry.features import extract_features
+from solo_geometry.geometry.augment import apply_normalization, deterministic_mode
 from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
 from solo_geometry.geometry.orbits import (
     mean_std,
@@ -40,15 +45,19 @@ from solo_geometry.geometry.orbits import (
 )
 from solo_geometry.geometry.stats import metric_spectrum, normalise_rows, whitening_score
 from solo_geometry.heads import MetricLinearHead
+from solo_geometry.reproduce.orbit_evidence import OrbitSummary
 from solo_geometry.run_folder import RunFolder
 
 __all__ = [
     "Splits",
     "covariance_spectrum",
+    "READINGS",
     "curvature_seeds",
+    "feature_norm",
     "orbit_seeds",
     "probe_rows",
     "spectra_of",
+    "training_images",
 ]
 
 
@@ -129,28 +138,40 @@ def probe_rows(
     return out
 
 
-def orbit_seeds(
-    model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str
+# The two inputs of the head in an orbit table: the paper's code feeds unit z, training fed raw z.
+READINGS = {"unit_z": "paper", "raw_z": "default"}  # reading -> orbit_representations protocol
+
+
+@torch.no_grad()
+def feature_norm(model: LoadedModel, images: Tensor, batch_size: int = 256) -> float:
+    """Mean L2 norm of raw backbone features (eval mode) of ``images`` (N, 3, H, W) in [0, 1]."""
+    with deterministic_mode(model.backbone, batch_stats=False):
+        norms = [
+            model.backbone(
+                chunk if model.mean_std is None else apply_normalization(chunk, model.mean_std)
+            )
+            .flatten(1)
+            .norm(dim=1)
+            for chunk in images.split(batch_size)
+        ]
+    return float(torch.cat(norms).double().mean())
+
+
+def training_images(splits: Splits, limit: int = 256) -> Tensor:
+    """Up to ``limit`` probe-train images (a fixed shuffle's first): data like the head's."""
+    x, _, _ = load_image_folder(splits.train)
+    pick = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:limit]
+    return x[pick]
+
+
+def _reading(
+    model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str, protocol: str
 ) -> dict[str, Any]:
-    """The paper's orbit table once per image draw, arrays saved in the paper's layout.
-
-    Args:
-        model: backbone and head.
-        splits: held-out images to draw the orbits from.
-        folder: where ``<stem>_seed<s>.npz`` are written.
-        seeds: number of draws (seeds 0 .. seeds - 1).
-        stem: file name stem.
-
-    Returns:
-        ``per_seed`` (each the paper's table: ``z``, ``h`` with (mean, std) pairs, and
-        ``compression``, plus ``file``) and ``over_seeds``: mean and std over seeds of each
-        statistic's mean.
-    """
     per_seed: list[dict[str, Any]] = []
     for seed in range(seeds):
         orb = orbit_images(splits.test_x, splits.test_y, protocol="paper", seed=seed)
         Z, H = orbit_representations(
-            model.backbone, model.head, orb.images, protocol="paper", normalize=model.mean_std
+            model.backbone, model.head, orb.images, protocol=protocol, normalize=model.mean_std
         )
         path = folder / f"{stem}_seed{seed}.npz"
         np.savez(
@@ -162,14 +183,45 @@ def orbit_seeds(
             orbit_angles=orb.params.numpy(),
         )
         table = orbit_comparison(Z, H, orb.orbit_ids, orb.labels).paper_table()
-        per_seed.append({**table, "file": path.name})
+        summary = OrbitSummary.from_arrays(
+            Z.numpy(), H.numpy(), orb.orbit_ids.numpy(), orb.labels.numpy()
+        )
+        per_seed.append({**table, "file": path.name, "summary": summary.to_json()})
     over: dict[str, Any] = {"z": {}, "h": {}}
     for space in ("z", "h"):
         for key in ("spread", "d_intra", "d_inter", "separation"):
             means = torch.tensor([row[space][key][0] for row in per_seed], dtype=torch.float64)
             over[space][key] = list(mean_std(means))
     over["compression"] = list(mean_std(torch.tensor([r["compression"] for r in per_seed])))
-    return {"per_seed": per_seed, "over_seeds": over}
+    cosines = [r["summary"]["h_cosine_to_mean"] for r in per_seed]
+    return {"table": over, "per_seed": per_seed, "h_cosine_to_mean": sum(cosines) / len(cosines)}
+
+
+def orbit_seeds(
+    model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str, norm: float
+) -> dict[str, Any]:
+    """The paper's orbit table once per image draw, under both inputs of the head.
+
+    Args:
+        model: backbone and head.
+        splits: held-out images to draw the orbits from.
+        folder: where ``<stem>_seed<s>.npz`` (unit z) and ``<stem>_raw_z_seed<s>.npz`` go.
+        seeds: number of draws (seeds 0 .. seeds - 1).
+        stem: file name stem.
+        norm: mean norm of raw training features (:func:`feature_norm`), recorded per reading.
+
+    Returns:
+        ``unit_z`` (the head fed unit z, the paper's code) and ``raw_z`` (raw z, as in training),
+        each with ``table`` (mean and std over seeds of each statistic's mean, and the
+        compression), ``per_seed`` (the paper's table, ``file`` and an :class:`OrbitSummary`),
+        ``feature_norm`` and ``h_cosine_to_mean`` (mean over seeds).
+    """
+    out = {}
+    for name, protocol in READINGS.items():
+        suffix = "" if name == "unit_z" else f"_{name}"
+        reading = _reading(model, splits, folder, seeds, f"{stem}{suffix}", protocol)
+        out[name] = {**reading, "feature_norm": norm}
+    return out
 
 
 def curvature_seeds(

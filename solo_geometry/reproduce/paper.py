@@ -40,22 +40,26 @@ Experiment = Callable[[Path, bool], Section]  # (out folder, quick) -> its page 
 _STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:"
     "collapse;margin:8px 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}"
-    "th{background:#eee}.held{color:#070}.not{color:#b00}img{max-width:100%}"
+    "th{background:#eee}.held{color:#070}.not{color:#b00}.undecided{color:#a60}"
+    "img{max-width:100%}"
 )
 
 
 # How this reproduction differs from the paper's code (experiments.py, head_depth_ablations.py).
 DEPARTURES = (
     "data: the embedded digits (1,797 scans, 32x32) by default, not CIFAR-10; widths, batch and "
-    "epochs at CPU scale (see the settings; the paper: 2048-wide heads, batch 256, 50 epochs)",
-    "loss: lightly's NT-Xent over 2N views (symmetric, 2N - 2 negatives), not the paper's "
-    "one-directional cross-view cross-entropy; inputs normalised with the recipe's statistics "
-    "(the paper's are not normalised)",
+    "epochs at CPU scale (see the settings; the paper: 2048-wide heads, batch 256, 50 epochs; "
+    "its depth ablation batch 512 and 100 sweeps in one draw)",
+    "as the paper: its loss (one-directional cross-view cross-entropy at temperature 0.1), its "
+    "CIFAR stem (3x3 stride 1 padding 1, no max-pool) and its input (no normalisation)",
     "heads: the paper's layers (Linear without bias, then BatchNorm, after every Linear, the "
     "last included), built by this package's smooth_mlp head in place of the recipe's projector; "
     "the geometry monitor is on for them (statistics only, at the first and the last step)",
-    "probes: DESIGN.md's (L2-tuned logistic regression by L-BFGS on standardised features, a "
-    "256-wide MLP early-stopped on validation), not the paper's 5 epochs of Adam on raw features",
+    "probes: the paper's (raw features, Linear with bias and MLP 256 on Z / 512 on H, Adam 1e-3, "
+    "5 epochs, batch 256) and, beside them, DESIGN.md's (L2-tuned logistic regression by L-BFGS "
+    "on standardised features, an MLP early-stopped on validation)",
+    "orbits: each table twice, the head fed unit z (the paper's code) and raw z (as in "
+    "training), with the raw training feature norm and H's cosine with its mean",
     "seeds: one pretraining per experiment; the spread is over draws of the orbit images and "
     "sweeps, as the paper's code seeds them",
 )
@@ -72,23 +76,19 @@ def _pm(pair: Sequence[float | None], fmt: str = "{:.4f}") -> str:
     return "n/a" if mean is None else f"{fmt.format(mean)} ± {fmt.format(std or 0.0)}"
 
 
-def _verdict(held: bool | None) -> str:
-    if held is None:
-        return "n/a"
-    return '<b class="held">held</b>' if held else '<b class="not">did not hold</b>'
+_VERDICT_CLASS = {"held": "held", "not held": "not", "undecidable": "undecided"}
 
 
-def _claims_html(claims: list[dict[str, Any]]) -> str:
+def _claims_html(verdicts: list[dict[str, Any]]) -> str:
     rows = [
         (
-            html.escape(c["text"]),
-            html.escape(c["measured"]),
-            html.escape(c["published"]),
-            _verdict(c["held"]),
+            html.escape(v["claim"]),
+            f'<b class="{_VERDICT_CLASS.get(v["verdict"], "")}">{html.escape(v["verdict"])}</b>',
+            html.escape(v["evidence"]),
         )
-        for c in claims
+        for v in verdicts
     ]
-    return _table(("claim", "this run", "paper (CIFAR-10)", "verdict"), rows)
+    return _table(("claim", "verdict", "evidence (this run)"), rows)
 
 
 def _probes_html(probes: list[dict[str, Any]]) -> str:
@@ -111,7 +111,7 @@ def _probes_html(probes: list[dict[str, Any]]) -> str:
 
 
 def _orbits_html(orbits: dict[str, Any]) -> str:
-    first, over = orbits["per_seed"][0], orbits["over_seeds"]
+    first, over = orbits["per_seed"][0], orbits["table"]
     forms = {"spread": "{:.3e}", "d_intra": "{:.4f}", "d_inter": "{:.4f}", "separation": "{:.2f}"}
     rows = []
     for key, fmt in forms.items():
@@ -150,6 +150,15 @@ def _orbits_html(orbits: dict[str, Any]) -> str:
         "paper Z / H",
     )
     return _table(header, rows)
+
+
+def _reading_note(orbits: dict[str, Any]) -> str:
+    unit, raw = orbits["unit_z"], orbits["raw_z"]
+    return (
+        f"<p>Mean norm of raw training features {unit['feature_norm']:.2f}. Cosine of H's rows "
+        f"with their mean: {unit['h_cosine_to_mean']:.3f} (unit z), "
+        f"{raw['h_cosine_to_mean']:.3f} (raw z); the authors' released table: 0.992.</p>"
+    )
 
 
 def _curvature_html(curv: dict[str, Any]) -> str:
@@ -244,7 +253,7 @@ def _whitening_html(wh: dict[str, Any]) -> str:
 
 def _fig_orbits(out: Path, result: dict[str, Any]) -> Path:
     """PCA of the seed-0 orbits in Z and in H, one colour per class (the paper's figure 3)."""
-    data = np.load(out / result["guillotine"]["orbits"]["per_seed"][0]["file"])
+    data = np.load(out / result["guillotine"]["orbits"]["unit_z"]["per_seed"][0]["file"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, key, title in zip(
         axes, ("orbits_z", "orbits_h"), ("backbone Z", "head H"), strict=True
@@ -366,8 +375,12 @@ def invariance_section(out: Path, result: dict[str, Any]) -> Section:
         f"<h3>Guillotine: probes on Z vs H (head width {result['settings']['width']}, "
         "paper 2048)</h3>",
         _probes_html(g["probes"]),
-        "<h3>Orbit table (the paper's protocol and statistics)</h3>",
-        _orbits_html(g["orbits"]),
+        "<h3>Orbit table (the paper's protocol and statistics; the head fed unit z, as the "
+        "paper's code)</h3>",
+        _orbits_html(g["orbits"]["unit_z"]),
+        "<h3>The same orbits, the head fed raw z (as in training)</h3>",
+        _orbits_html(g["orbits"]["raw_z"]),
+        _reading_note(g["orbits"]),
         f'<img src="{figs["orbits"]}">',
         "<h3>Curvature of 0-45 degree rotation sweeps</h3>",
         _curvature_html(g["curvature"]),

@@ -73,20 +73,29 @@ class TestAuthorsCalibration:
         assert _verdicts(runs)["smooth_escape"] == "held"
         assert _verdicts(runs)["relu_needs_bn"] == "undecidable"  # one lr, no BN runs
 
-    def test_npy_layout_needs_trust(self, tmp_path: Path) -> None:
+    def test_npy_layout_read_without_running_code(self, tmp_path: Path) -> None:
         data = json.loads(FIXTURE.read_text())["results"]["cifar10/resnet18"]
         path = tmp_path / "cifar10" / "resnet18" / "collapse_results.npy"
         path.parent.mkdir(parents=True)
         np.save(path, {k: {"raw": np.array(v)} for k, v in data.items()})  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="--trust-pickle"):
-            load_runs(path)
-        runs = load_runs(path, trust_pickle=True)
+        runs = load_runs(path)  # the restricted unpickler: arrays and plain containers
         assert _verdicts(runs) == _verdicts(_authors())
+        assert _verdicts(load_runs(path, trust_pickle=True)) == _verdicts(runs)
         assert {(r.dataset, r.backbone) for r in runs} == {("cifar10", "resnet18")}
 
     def test_unknown_key_is_an_error(self) -> None:
         with pytest.raises(ValueError, match="tanh_bn"):
             authors_runs({"tanh_bn_True_lr_base": [[1.0]]}, dataset="d", backbone="b")
+
+
+class _Payload:
+    """An object whose unpickling would create ``marker`` (a crafted file's code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
 
 
 def _run(head: str, norm: str, lr: str, curve: list[float], seed: int = 0,
@@ -226,16 +235,18 @@ class TestCommand:
         assert [v["id"] for v in mine] == list(CLAIMS)
         assert [v["verdict"] for v in mine] == ["held", "held", "undecidable"]
 
-    def test_pickle_without_trust_is_exit_2(
+    def test_crafted_pickle_is_refused_exit_2(
         self, tmp_path: Path, capsys: pytest.CaptureFixture
     ) -> None:
         from solo_geometry.cli import main as cli_main
 
         path = tmp_path / "collapse_results.npy"
-        np.save(path, {"relu": {"raw": np.ones((1, 2))}})  # type: ignore[arg-type]
+        marker = tmp_path / "PWNED"
+        np.save(path, np.array({"relu": _Payload(marker)}, dtype=object), allow_pickle=True)
         assert cli_main(["reproduce", "verdicts", "collapse", str(path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "--trust-pickle" in err[0]
+        assert len(err) == 1 and "refused" in err[0] and "--trust-pickle" in err[0]
+        assert not marker.exists()
 
     def test_factor_must_exceed_one(self, capsys: pytest.CaptureFixture) -> None:
         from solo_geometry.cli import main as cli_main

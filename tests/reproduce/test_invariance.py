@@ -26,6 +26,7 @@ from solo_geometry.reproduce.invariance import (
     add_invariance_parser,
     run_invariance_experiment,
 )
+from solo_geometry.reproduce.invariance_verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.run_folder import RunFolder
 from tests.test_orbits_cli import paper_metrics
 
@@ -47,7 +48,8 @@ def reproduced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
 
 def _orbit_sets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    return [result["guillotine"]["orbits"], *(d["orbits"] for d in result["depth"])]
+    parts = [result["guillotine"]["orbits"], *(d["orbits"] for d in result["depth"])]
+    return [part[reading] for part in parts for reading in ("unit_z", "raw_z")]
 
 
 def _curvature_sets(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -83,7 +85,7 @@ class TestInvarianceRun:
                 )
             for name, values in means.items():
                 space, key = name.split("/")
-                mean, std = orbits["over_seeds"][space][key]
+                mean, std = orbits["table"][space][key]
                 np.testing.assert_allclose(mean, np.mean(values), rtol=1e-5)
                 # the spread of nearly equal values: its error scales with the values, not itself
                 np.testing.assert_allclose(
@@ -151,21 +153,26 @@ class TestInvarianceRun:
 
     def test_verdicts_follow_the_numbers(self, reproduced: tuple[Path, dict[str, Any]]) -> None:
         out, result = reproduced
-        held = {c["id"]: c["held"] for c in result["claims"]}
-        acc = {(r["target"], r["probe"]): r for r in result["guillotine"]["probes"]}
-        for probe in ("linear", "mlp"):
-            r = acc[("rotation", probe)]
-            assert held[f"rotation_{probe}"] == (r["z"] > r["h"])
-        assert held["curvature"] == (result["guillotine"]["curvature"]["ratio"][0] > 1)
-        comps = [d["compression"][0] for d in result["depth"]]
-        assert held["depth_compression"] == (comps[0] < comps[1] < comps[2])
-        score = result["whitening"]["epochs"][-1]["whitening"]["score"]
-        assert held["whitening"] == (score < 1)
-        page = (out / "invariance.html").read_text()
+        assert result["claims"] == verdicts(run_evidence(result))
+        assert [c["id"] for c in result["claims"]] == list(CLAIMS)
+        assert result["guillotine"]["n_test"] > 0
+        page = (out / "invariance.html").read_text().replace("&#x27;", "'")
         for claim in result["claims"]:
-            assert claim["measured"].replace("+-", "+-") in page.replace("&#x27;", "'")
+            assert claim["evidence"] in page
         for name in ("orbits", "depth", "whitening"):
             assert (out / "figures" / f"{name}.png").stat().st_size > 0
+
+    def test_both_head_inputs_are_recorded(self, reproduced: tuple[Path, dict[str, Any]]) -> None:
+        _, result = reproduced
+        orbits = result["guillotine"]["orbits"]
+        assert orbits["unit_z"]["feature_norm"] == orbits["raw_z"]["feature_norm"] > 0
+        for reading in ("unit_z", "raw_z"):
+            cos = [r["summary"]["h_cosine_to_mean"] for r in orbits[reading]["per_seed"]]
+            assert orbits[reading]["h_cosine_to_mean"] == pytest.approx(np.mean(cos))
+        # the same images: Z is the same, only H differs
+        unit, raw = orbits["unit_z"]["per_seed"][0], orbits["raw_z"]["per_seed"][0]
+        assert unit["z"] == raw["z"]
+        assert unit["h"] != raw["h"]
 
     def test_whitening_spectra_per_epoch(self, reproduced: tuple[Path, dict[str, Any]]) -> None:
         _, result = reproduced
@@ -183,7 +190,7 @@ class TestInvarianceRun:
         self, reproduced: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
     ) -> None:
         out, result = reproduced
-        row = result["guillotine"]["orbits"]["per_seed"][0]
+        row = result["guillotine"]["orbits"]["unit_z"]["per_seed"][0]
         parser = argparse.ArgumentParser()
         add_orbits_parser(parser.add_subparsers(dest="command"))
         args = parser.parse_args(["orbits", str(out / row["file"]), "--json"])

@@ -40,12 +40,15 @@ _BLUR_KERNEL = 13
 ROTATION_DEGREES = 45.0
 
 
-def build_pipeline(dataset: str, aug: AugmentationNode) -> Callable[[Any], torch.Tensor]:
+def build_pipeline(
+    dataset: str, aug: AugmentationNode, *, normalize: bool = True
+) -> Callable[[Any], torch.Tensor]:
     """Build one augmentation pipeline from a parsed ``augmentations`` entry.
 
     Args:
         dataset: the recipe's ``data.dataset`` (chooses the normalisation statistics).
         aug: an entry of ``ParsedRecipe.augmentations``.
+        normalize: False: no mean/std normalisation (``data.normalize``).
 
     Returns:
         A callable mapping a PIL image to a tensor (3, crop_size, crop_size).
@@ -71,7 +74,7 @@ def build_pipeline(dataset: str, aug: AugmentationNode) -> Callable[[Any], torch
         steps.append(T.RandomEqualize(p=probs.equalization))
     if probs.horizontal_flip:
         steps.append(T.RandomHorizontalFlip(p=probs.horizontal_flip))
-    mean, std = mean_std_of(dataset, aug.mean, aug.std)
+    mean, std = mean_std_of(dataset, aug.mean, aug.std, normalize=normalize)
     steps += [T.ToTensor(), T.Normalize(mean=mean, std=std)]
     return T.Compose(steps)
 
@@ -175,7 +178,10 @@ def build_train_loader(
         ValueError: if the dataset is smaller than one batch.
     """
     transform = MultiViewTransform(
-        [(build_pipeline(data.dataset, a), a.num_crops) for a in augmentations]
+        [
+            (build_pipeline(data.dataset, a, normalize=data.normalize), a.num_crops)
+            for a in augmentations
+        ]
     )
     dataset = train_dataset(data, transform)
     if len(dataset) < batch_size:  # type: ignore[arg-type]

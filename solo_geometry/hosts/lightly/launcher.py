@@ -105,14 +105,13 @@ def build_callbacks(
             )
         )
     if geometry is not None:
-        aug = recipe.augmentations[0]
         callbacks += geometry_callbacks(
             geometry,
             run_dir=run.path,
             meta={"host": HOST, "method": recipe.method},
             train_dir=recipe.data.train_path,
             val_dir=recipe.data.val_path,
-            normalization=mean_std_of(recipe.data.dataset, aug.mean, aug.std),
+            normalization=recipe.normalization(),
         )
     return callbacks
 

@@ -4,7 +4,8 @@ Heads have solo-learn's structure and submodule names (``projector.0.weight``, .
 lightly host's checkpoints carry the same keys as solo-learn's. Losses are lightly's, weighted so
 each method's loss has the value solo-learn's loss has on the same outputs:
 
-* simclr: ``NTXentLoss(temperature)`` on the two views;
+* simclr: ``NTXentLoss(temperature)`` on the two views; with ``method_kwargs.loss=cross_view``
+  the paper's one-directional cross-view cross-entropy (:class:`CrossViewCrossEntropy`);
 * byol: ``sum_{v1} sum_{v2 != v1} 2 + 2 * NegativeCosineSimilarity(pred(H[v2]), target[v1])``
   (solo-learn's ``2 - 2 cos``);
 * simsiam: ``(NegCos(pred(H[0]), sg(H[1])) + NegCos(pred(H[1]), sg(H[0]))) / 2`` with lightly's
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import torch
+import torch.nn.functional as F
 from lightly.loss import BarlowTwinsLoss, NegativeCosineSimilarity, NTXentLoss, VICRegLoss
 from lightly.utils.lars import LARS
 from lightly.utils.scheduler import cosine_schedule
@@ -51,6 +53,7 @@ from solo_geometry.hosts.lightly.nodes import (
 from solo_geometry.solo_mlp import solo_predictor, solo_projector
 
 __all__ = [
+    "CrossViewCrossEntropy",
     "Objective",
     "build_optimizer",
     "build_predictor",
@@ -138,6 +141,23 @@ def build_predictor(
     return solo_predictor(method, out, hidden)
 
 
+class CrossViewCrossEntropy(nn.Module):
+    """The paper's SimCLR loss: one-directional cross-view cross-entropy (experiments.py).
+
+    ``loss(h1, h2) = CE(z1 z2^T / t, arange(N))`` with z = h / ||h||: each first view against
+    every second view, its own second view the target; no same-view negatives, no symmetrisation.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
+        """Loss of head outputs h1, h2 (N, p) of the two views."""
+        logits = F.normalize(h1, dim=1) @ F.normalize(h2, dim=1).T / self.temperature  # (N, N)
+        return F.cross_entropy(logits, torch.arange(h1.shape[0], device=h1.device))
+
+
 class Objective(nn.Module):
     """A method's loss on head outputs of all views.
 
@@ -165,7 +185,11 @@ class Objective(nn.Module):
         self.loss: nn.Module
         if method == "simclr":
             simclr = _kwargs_of(method, kwargs, SimCLRKwargs)
-            self.loss = NTXentLoss(temperature=simclr.temperature)
+            self.loss = (
+                CrossViewCrossEntropy(simclr.temperature)
+                if simclr.loss == "cross_view"
+                else NTXentLoss(temperature=simclr.temperature)
+            )
         elif method == "byol":
             _kwargs_of(method, kwargs, BYOLKwargs)
             if predictor is None:

@@ -30,7 +30,7 @@ from typing_extensions import override
 
 from solo_geometry.backbones import build_backbone
 from solo_geometry.config import GeometryConfig
-from solo_geometry.datasets import MeanStd, mean_std_of
+from solo_geometry.datasets import MeanStd
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.lightly.losses import (
     Objective,
@@ -70,7 +70,9 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
     ) -> None:
         super().__init__()
         self.recipe = recipe
-        self.backbone, self.features_dim = build_backbone(recipe.backbone, cifar=recipe.cifar)
+        self.backbone, self.features_dim = build_backbone(
+            recipe.backbone, stem=recipe.backbone_stem
+        )
         head_cfg = geometry.head if geometry is not None else None
         pred_cfg = geometry.predictor if geometry is not None else None
         kwargs = recipe.method_kwargs
@@ -225,8 +227,7 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
 
     def geometry_normalization(self) -> MeanStd:
         """The recipe's normalisation of the first pipeline (as ``data.build_pipeline``)."""
-        aug = self.recipe.augmentations[0]
-        return mean_std_of(self.recipe.data.dataset, aug.mean, aug.std)
+        return self.recipe.normalization()
 
     def geometry_context(self, batch: Any, crops: list[Tensor]) -> Tensor | None:
         """The momentum targets the loss holds fixed (None for methods without them).

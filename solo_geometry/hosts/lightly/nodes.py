@@ -81,6 +81,8 @@ class DataNode:
     num_workers: int = 4  # solo-learn's default
     # Stratified fraction of the training set kept (solo-learn's split seed 42); -1 keeps all.
     fraction: float = -1.0
+    # False: no mean/std normalisation, ToTensor's [0, 1] only (the paper's code); not solo-learn's.
+    normalize: bool = True
 
     def __post_init__(self) -> None:
         check_choice("data.dataset", self.dataset, DATASETS)
@@ -103,11 +105,20 @@ class MethodKwargs:
     proj_output_dim: int
 
 
+SIMCLR_LOSSES = ("ntxent", "cross_view")
+
+
 @dataclass(frozen=True)
 class SimCLRKwargs(MethodKwargs):
     """SimCLR's ``method_kwargs``."""
 
     temperature: float  # NT-Xent temperature; solo-learn has no default
+    # "ntxent": lightly's NT-Xent over 2N views (solo-learn's); "cross_view": the paper's
+    # one-directional cross-view cross-entropy, CE(z1 z2^T / t, diag) (experiments.py).
+    loss: str = "ntxent"
+
+    def __post_init__(self) -> None:
+        check_choice("method_kwargs.loss", self.loss, SIMCLR_LOSSES)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from typing import Any, get_type_hints
 from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
 
+from solo_geometry.backbones import STEMS, resolve_stem
+from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.hosts.lightly.nodes import (
     DATASETS,
     JITTER_KEYS,
@@ -122,6 +124,7 @@ class ParsedRecipe:
     checkpoint: CheckpointNode
     trainer: TrainerKwargs = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    stem: str = "auto"  # backbone.stem (backbones.STEMS), resolved by the dataset
 
     def __post_init__(self) -> None:
         expected = METHOD_KWARGS[check_choice("method", self.method, sorted(METHOD_KWARGS))]
@@ -135,6 +138,16 @@ class ParsedRecipe:
     def cifar(self) -> bool:
         """Whether the backbone gets solo-learn's CIFAR stem (``data.dataset`` is CIFAR)."""
         return self.data.cifar
+
+    @property
+    def backbone_stem(self) -> str:
+        """The backbone's stem, ``auto`` resolved (``backbones.resolve_stem``)."""
+        return resolve_stem(self.stem, self.data.dataset)
+
+    def normalization(self) -> MeanStd:
+        """Input ``(mean, std)`` of the first pipeline (identity with ``data.normalize=false``)."""
+        aug = self.augmentations[0]
+        return mean_std_of(self.data.dataset, aug.mean, aug.std, normalize=self.data.normalize)
 
 
 def _parse_method(cfg: Mapping[str, Any]) -> tuple[str, MethodKwargs, MomentumNode]:
@@ -284,7 +297,7 @@ def _check_switches(plain: Mapping[str, Any]) -> dict[str, Any]:
             "resume a run with solo-geometry pretrain --resume RUN"
         )
     backbone = node_of(plain, "backbone", "")
-    reject_unknown(backbone, {"name", "kwargs"}, "backbone")
+    reject_unknown(backbone, {"name", "kwargs", "stem"}, "backbone")
     if backbone.get("kwargs"):
         raise ValueError(
             f"recipe field backbone.kwargs={backbone['kwargs']} not supported by the lightly host"
@@ -329,4 +342,5 @@ def parse_recipe(cfg: DictConfig | Mapping[str, Any]) -> ParsedRecipe:
         checkpoint=build_node(CheckpointNode, node_of(plain, "checkpoint", ""), "checkpoint", _DIR),
         trainer=_trainer_kwargs(plain),
         notes=tuple(notes),
+        stem=check_choice("backbone.stem", backbone.get("stem", "auto"), STEMS),
     )

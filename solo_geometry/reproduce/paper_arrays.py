@@ -1,0 +1,98 @@
+"""The authors' released result arrays, read without running their pickles' code.
+
+``results/<dataset>/<backbone>/`` of github farischaudhry/projection-head-geometry holds
+``guillotine_results.npy``, ``curvature_results.npy`` and ``orbit_visualization.npy`` (each a
+dict saved by ``np.save``, so a pickle) and
+``head_depth_ablations/geometric_ablation_depth_<k>.npz`` (plain arrays).
+:func:`read_npy_dict` unpickles with a restricted unpickler that builds numpy arrays, dtypes,
+scalars and plain containers and refuses any other global (:mod:`solo_geometry.npfiles`): a
+file that names a function is an error, not a call.
+
+:func:`paper_evidence` turns one such folder (or its files) into the evidence that
+:mod:`solo_geometry.reproduce.invariance_verdicts` judges.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solo_geometry.npfiles import load_arrays
+from solo_geometry.reproduce.orbit_evidence import OrbitSummary
+
+__all__ = ["KNOWN_FILES", "TEST_IMAGES", "paper_evidence", "read_npy_dict"]
+
+KNOWN_FILES = ("guillotine_results.npy", "curvature_results.npy", "orbit_visualization.npy")
+_DEPTH = re.compile(r"geometric_ablation_depth_(\d+)\.npz$")
+# The rotation probes are scored on every test image (RotationDataset(train=False)).
+TEST_IMAGES = {"cifar10": 10000, "cifar100": 10000}
+
+
+def read_npy_dict(path: str | Path) -> dict[str, Any]:
+    """A dict saved by ``np.save``, read by the restricted unpickler (no code from the file runs).
+
+    Raises:
+        ValueError: the file is not such a dict, or its pickle names a global other than
+            NumPy's array reconstruction.
+    """
+    try:
+        held = load_arrays(path)
+    except ValueError as err:
+        raise ValueError(f"cannot read {str(path)!r} as the authors' results: {err}") from err
+    if "" in held:  # a plain array, not a saved dict
+        raise ValueError(f"{str(path)!r} holds a {held[''].dtype} array, not a saved dict")
+    return held
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += [p / n for n in KNOWN_FILES if (p / n).is_file()]
+            out += sorted(q for q in p.rglob("*.npz") if _DEPTH.search(q.name))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ValueError(f"{str(p)!r} is neither a results folder nor a file")
+    return out
+
+
+def _orbits(d: dict[str, Any] | Any) -> OrbitSummary:
+    return OrbitSummary.from_arrays(d["orbits_z"], d["orbits_h"], d["orbit_ids"], d["orbit_labels"])
+
+
+def paper_evidence(paths: list[str | Path]) -> dict[str, Any]:
+    """Evidence from the authors' arrays (folders are searched for the known file names).
+
+    The orbit tables are the paper's code's (the head fed unit z): reading ``unit_z`` only.
+
+    Raises:
+        ValueError: a path that is missing or unknown, or a file that cannot be read.
+    """
+    ev: dict[str, Any] = {"source": "authors' arrays", "files": [], "probes": {}, "orbits": {},
+                          "curvature": None, "depth": {}}  # fmt: skip
+    for f in _files([Path(p) for p in paths]):
+        ev["files"].append(str(f))
+        depth = _DEPTH.search(f.name)
+        if depth is not None:
+            with np.load(f, allow_pickle=False) as d:
+                ev["depth"].setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(d)]
+            continue
+        d = read_npy_dict(f)
+        if f.name == "guillotine_results.npy":
+            n = TEST_IMAGES.get(str(d.get("dataset")))
+            ev["probes"]["paper"] = {
+                "linear": (float(d["backbone_acc_linear"]), float(d["head_acc_linear"])),
+                "mlp": (float(d["backbone_acc_mlp"]), float(d["head_acc_mlp"])),
+                "n": n,
+            }
+        elif f.name == "curvature_results.npy":
+            ev["curvature"] = [float(r) for r in np.asarray(d["ratios_per_seed"]).ravel()]
+        elif f.name == "orbit_visualization.npy":
+            ev["orbits"]["unit_z"] = [_orbits(d)]
+        else:
+            raise ValueError(f"{str(f)!r} is not one of {[*KNOWN_FILES, _DEPTH.pattern]}")
+    return ev
