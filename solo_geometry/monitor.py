@@ -172,7 +172,9 @@ class GeometryMonitor(Callback):
                 f"measurements' {self._spent:.3g} s over {self.config.budget:g} of the "
                 f"{train:.3g} s of training{since}")  # fmt: skip
 
-    def _deferred_parts(self, trainer: pl.Trainer, full: bool, final: bool) -> dict[str, str]:
+    def _deferred_parts(
+        self, trainer: pl.Trainer, full: bool, final: bool, density: bool
+    ) -> dict[str, str]:
         """``part -> reason`` for each configured part the budget defers from this record."""
         if self.config.budget is None:
             return {}
@@ -181,7 +183,7 @@ class GeometryMonitor(Callback):
             for part, on in (("hessian", measure.hessian), ("augment", measure.augment)):
                 if on:
                     out[part] = self._deferral(trainer, "the measurement")
-        elif final and measure.hessian and not self._fits(trainer, self._density_runs):
+        elif final and measure.hessian and not density:  # the final record's density is due
             out["density"] = self._deferral(trainer, "the density")
         return out
 
@@ -362,7 +364,7 @@ class GeometryMonitor(Callback):
         """
         density = full and self._wants_density(trainer, final)
         fields = self._fields(trainer, step, final=final)
-        fields["deferred_parts"] = self._deferred_parts(trainer, full, final)
+        fields["deferred_parts"] = self._deferred_parts(trainer, full, final, density)
         start = self._clock()
         try:
             with preserved_state(pl_module):

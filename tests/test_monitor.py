@@ -228,6 +228,18 @@ class TestMonitorConfig:
         assert "due since step 2" in records[1].deferred_parts["hessian"]
         assert records[2].settings.deferred == 1 and records[2].deferred_parts == {}
 
+    def test_final_density_deferred_says_so(self, tmp_path: Path) -> None:
+        # the budget holds one more Lanczos run, not a density's: the final record has the
+        # spectra and says why it has no density
+        monitor = GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=10, budget=0.5))
+        monitor._fits = lambda trainer, runs: runs == 1  # type: ignore[method-assign]
+        _fit(tmp_path, [monitor], steps=3)
+        first, final = read_records(tmp_path)
+        assert (first.step, first.parts, first.deferred_parts) == (0, ["stats", "hessian"], {})
+        assert final.final and final.parts == ["stats", "hessian"] and final.density is None
+        assert list(final.deferred_parts) == ["density"]
+        assert final.deferred_parts["density"].startswith("budget: the density")
+
     def test_budget_places_the_densities(self, tmp_path: Path) -> None:
         # density_probes = 1: a measurement with a density is 2 Lanczos runs, 1 s each
         monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
