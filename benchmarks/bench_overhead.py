@@ -8,11 +8,14 @@ Barlow Twins 3-layer 2048-wide, ...) run on the CPU with the overrides a new use
 this project's digits BYOL recipe (``digits/byol``). MoCo v2+ (a queue method) and DINO (a
 centre and a teacher) are in the default set too.
 
-Per recipe, geometry off and on are paired in one invocation: fresh processes, same seed, same
-batches, alternating order per repeat (off, on, then on, off). The 'on' runs measure at a short
-cadence (``--every``, default 10) with the budget off, so a short run holds several mid-run
-measurements; their cost is what the default settings pay per measurement. Every training step
-is timed in wall and in CPU time of the process (``time.process_time``).
+Per recipe, three runs are paired in one invocation: fresh processes, same seed, same batches,
+same steps, alternating order per repeat (off, on, default, then reversed). The 'on' runs
+measure at a short cadence (``--every``, default 10) with the budget off, so a short run holds
+several mid-run measurements; their cost is what the default settings pay per measurement. The
+'default' runs measure at the default budget and the cadence ``--default-every`` (default 50,
+the default cadence): they give the records taken against the records due and the overhead
+measured against the 'off' run over the same steps. Every training step is timed in wall and in
+CPU time of the process (``time.process_time``).
 
 On a shared machine the speed of a step changes by a factor of several over minutes, in both
 processes, so costs are taken locally: a measured step's CPU time minus the median of the
@@ -29,6 +32,11 @@ The table gives, per recipe:
   ``budget=0.02``) of a CIFAR-10 epoch at batch 32 (1,563 steps) and of a 10,000-step run,
   computed from these costs by the monitor's own budget rule (:func:`projected`);
 * ``run``: the whole 'on' run's CPU time over the 'off' run's, at the bench's cadence (noisy);
+* ``epoch taken/due``: spectral records taken and records due over that CIFAR epoch, by the
+  same rule (the statistics are taken at every due step);
+* ``taken/due``: the 'default' run's records holding the spectra over the steps due on its
+  cadence (the final record included); ``stats``: its records holding the statistics;
+* ``measured``: the whole 'default' run's CPU time over the 'off' run's, minus 1;
 * peak RSS, the 'on' run's over the 'off' run's.
 
 Probes and the report (each run once after fit) are switched off: they are not a per-step cost.
@@ -38,6 +46,7 @@ Usage::
     PYTHONPATH=. python benchmarks/bench_overhead.py                   # 6 cifar recipes + digits
     PYTHONPATH=. python benchmarks/bench_overhead.py --recipes cifar/vicreg --steps 31
     PYTHONPATH=. python benchmarks/bench_overhead.py --quick           # 11 steps, every 5
+    PYTHONPATH=. python benchmarks/bench_overhead.py --json ...        # one JSON row per recipe
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ DENSITY_RUNS = 3  # Lanczos runs per operator of a density record: 1 + MeasureCo
 EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32
 DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "cifar/mocov2plus",
                    "cifar/dino", "digits/byol")  # fmt: skip
+MODES = ("off", "on", "default")  # geometry off; every --every steps, no budget; the defaults
 CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]
 
 
@@ -113,11 +123,13 @@ def overrides(recipe: str, mode: str, args: argparse.Namespace, out_dir: str) ->
     if recipe.startswith("cifar/"):
         data += ["data.dataset=custom", "data.format=image_folder", "auto_resume.enabled=False",
                  "wandb.enabled=False", *CPU]  # fmt: skip
+    cadence = {
+        "on": [f"geometry.every_n_steps={args.every}", "geometry.budget=null"],
+        "default": [f"geometry.every_n_steps={args.default_every}"],
+    }  # budget: default
     geometry = (["+geometry=off"] if mode == "off" else
                 ["+geometry=on", "geometry.probes.enabled=false", "geometry.report=false",
-                 f"geometry.out_dir={out_dir}",
-                 f"geometry.every_n_steps={args.every}", "geometry.budget=null",
-                 *args.geometry])  # fmt: skip
+                 f"geometry.out_dir={out_dir}", *cadence[mode], *args.geometry])  # fmt: skip
     return [*data, f"optimizer.batch_size={args.batch_size}", f"data.num_workers={args.workers}",
             "checkpoint.enabled=False", f"++seed={args.seed}", *geometry]  # fmt: skip
 
@@ -176,7 +188,7 @@ def _measurements(path: Path) -> list[dict[str, Any]]:
         return []
     return [
         {"step": r.step, "status": r.status, "seconds": round(r.seconds, 3),
-         "density": r.density is not None, "final": r.final,
+         "density": r.density is not None, "final": r.final, "parts": r.parts,
          "deferred": r.settings.deferred if r.settings is not None else None}
         for r in read_records(path)
     ]  # fmt: skip
@@ -209,23 +221,41 @@ def projected(n: int, step: float, cost: float, first: float, final: float, budg
       fits with a density of its own too carries one (``first``);
     * the final record runs with a density if that fits, else without if that fits, else not.
     """
+    return _simulated(n, step, cost, first, final, budget)[0] / (n * step)
+
+
+def projected_taken(
+    n: int, step: float, cost: float, first: float, final: float, budget: float
+) -> tuple[int, int]:
+    """Spectral records taken and records due of an ``n``-step run, by :func:`projected`'s rule.
+
+    Due: every ``EVERY`` steps and the final record; the statistics are taken at every one.
+    """
+    return _simulated(n, step, cost, first, final, budget)[1], len(range(0, n, EVERY)) + 1
+
+
+def _simulated(
+    n: int, step: float, cost: float, first: float, final: float, budget: float
+) -> tuple[float, int]:
+    """Seconds spent and spectral records taken, by the rule of :func:`projected`."""
     extra = max(first - cost, 0.0) / (DENSITY_RUNS - 1)  # one more Lanczos run, in seconds
     final_plain = max(final - (DENSITY_RUNS - 1) * extra, cost)
-    spent, per_run, densities = cost, cost, 0
+    spent, per_run, densities, taken = cost, cost, 0, 1
     for due in range(EVERY, n, EVERY):
         room = budget * (due * step)
         if spent + (1 + DENSITY_RUNS) * per_run > room:
             continue
+        taken += 1
         if not densities and spent + 2 * DENSITY_RUNS * per_run <= room:
             spent, per_run, densities = spent + first, max(per_run, first / DENSITY_RUNS), 1
         else:
             spent, per_run = spent + cost, max(per_run, cost)
     room = budget * n * step
     if spent + DENSITY_RUNS * per_run <= room:
-        spent += final
+        spent, taken = spent + final, taken + 1
     elif spent + per_run <= room:
-        spent += final_plain
-    return spent / (n * step)
+        spent, taken = spent + final_plain, taken + 1
+    return spent, taken
 
 
 def _local_costs(on: dict[str, Any]) -> tuple[list[float], list[float], list[float], float]:
@@ -248,10 +278,26 @@ def _local_costs(on: dict[str, Any]) -> tuple[list[float], list[float], list[flo
     return [(cpu[0] - base(0)) / base(0)], mid, [cpu[-1] / base(last)], base(last)
 
 
-def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row of the table from the paired off/on runs of one recipe (costs in steps)."""
+def taken_and_due(run: dict[str, Any], every: int) -> tuple[int, int, int]:
+    """Records with the spectra, steps due (the final one too), records with the statistics.
+
+    ``run``'s ``cpu`` holds one interval per step and one for the end of fit.
+    """
+    steps = len(run["cpu"]) - 1
+    due = len(range(0, steps, every)) + 1  # the final record is due too
+    ms = [m for m in run["measurements"] if m["status"] == "ok"]
+    return (sum("hessian" in m["parts"] for m in ms), due,
+            sum("stats" in m["parts"] for m in ms))  # fmt: skip
+
+
+def summarise(recipe: str, results: list[dict[str, Any]], every: int = EVERY) -> dict[str, Any]:
+    """One row of the table from the paired off/on(/default) runs of one recipe (costs in steps).
+
+    ``every``: the 'default' runs' cadence.
+    """
     on_runs = [r for r in results if r["mode"] == "on"]
     off_runs = [r for r in results if r["mode"] == "off"]
+    default_runs = [r for r in results if r["mode"] == "default"]
     first: list[float] = []
     mid: list[float] = []
     final: list[float] = []
@@ -271,23 +317,42 @@ def summarise(recipe: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         "cadence": cost / EVERY,
         "epoch": projected(EPOCH, 1.0, cost, *costs, BUDGET),
         "10k": projected(10_000, 1.0, cost, *costs, BUDGET),
+        "epoch_taken_due": projected_taken(EPOCH, 1.0, cost, *costs, BUDGET),
         "run": statistics.median(sum(on["cpu"]) for on in on_runs)
         / statistics.median(sum(off["cpu"]) for off in off_runs)
         - 1,
         "rss_mb": max(r["peak_rss_mb"] for r in on_runs) - max(r["peak_rss_mb"] for r in off_runs),
+        **_default_columns(default_runs, off_runs, every),
     }
+
+
+def _default_columns(
+    runs: list[dict[str, Any]], off_runs: list[dict[str, Any]], every: int
+) -> dict[str, Any]:
+    """``taken``, ``due``, ``stats`` and ``measured`` of the 'default' runs (None without)."""
+    if not runs:
+        return {"taken": None, "due": None, "stats": None, "measured": None}
+    counts = [taken_and_due(r, every) for r in runs]
+    off = statistics.median(sum(r["cpu"]) for r in off_runs)
+    return {"taken": min(c[0] for c in counts), "due": counts[0][1],
+            "stats": min(c[2] for c in counts),
+            "measured": statistics.median(sum(r["cpu"]) for r in runs) / off - 1}  # fmt: skip
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the summarised rows."""
     lines = ["| recipe | step CPU s: on (off) | first | mid | final | cadence 50 | epoch | "
-             "10k steps | run | RSS MB |", "|" + "---|" * 10]  # fmt: skip
+             "10k steps | epoch taken/due | run | RSS MB | taken/due (stats) | measured |",
+             "|" + "---|" * 13]  # fmt: skip
     for r in rows:
+        counts = "-" if r.get("due") is None else f"{r['taken']}/{r['due']} ({r['stats']})"
+        measured = "-" if r.get("measured") is None else f"{100 * r['measured']:+.1f}%"
         lines.append(
             f"| {r['recipe']} | {r['step_cpu']:.2f} ({r['off_step_cpu']:.2f}) | "
             f"{r['first']:.1f} | {r['mid']:.1f} | {r['final']:.1f} | "
             f"{100 * r['cadence']:.1f}% | {100 * r['epoch']:.2f}% | {100 * r['10k']:.2f}% | "
-            f"{100 * r['run']:+.0f}% | {r['rss_mb']:+.0f} |"
+            f"{'/'.join(map(str, r['epoch_taken_due']))} | "
+            f"{100 * r['run']:+.0f}% | {r['rss_mb']:+.0f} | {counts} | {measured} |"
         )
     return "\n".join(lines)
 
@@ -303,6 +368,15 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None, help="digits folder (made if absent)")
     parser.add_argument("--solo-root", type=Path, default=None, help="solo-learn checkout")
     parser.add_argument("--every", type=int, default=10, help="the 'on' runs' cadence")
+    parser.add_argument(
+        "--default-every",
+        type=int,
+        default=EVERY,
+        help="the 'default' runs' cadence (their budget is the default)",
+    )
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object per recipe (first, mid, final in training "
+                             "steps, taken, due, ...) instead of the table")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="11 steps, every 5, one pair")
     parser.add_argument("--geometry", nargs="*", default=[],
                         help="extra geometry overrides for the 'on' runs")  # fmt: skip
@@ -324,30 +398,36 @@ def main() -> None:
         runs = [json.loads(line[line.index("{") :]) for line in lines
                 if line.startswith(("cifar/", "digits/")) and " s, {" in line]  # fmt: skip
         names = [n for n in dict.fromkeys(r["recipe"] for r in runs)  # recipes with both modes
-                 if {r["mode"] for r in runs if r["recipe"] == n} == {"off", "on"}]  # fmt: skip
-        print(table([summarise(n, [r for r in runs if r["recipe"] == n]) for n in names]))
+                 if {r["mode"] for r in runs if r["recipe"] == n} >= {"off", "on"}]  # fmt: skip
+        rows = [summarise(n, [r for r in runs if r["recipe"] == n], args.default_every)
+                for n in names]  # fmt: skip
+        print("\n".join(json.dumps(r) for r in rows) if args.json else table(rows))
         return
     for recipe in args.recipes:  # fail fast on a bad name
         recipe_path(recipe, args.solo_root)
     argv = [f"--steps={args.steps}", f"--every={args.every}", f"--batch-size={args.batch_size}",
+            f"--default-every={args.default_every}",
             f"--seed={args.seed}",
             f"--workers={args.workers}", f"--data={args.data}",
             *([f"--solo-root={args.solo_root}"] if args.solo_root else []),
             *(["--geometry", *args.geometry] if args.geometry else [])]  # fmt: skip
     rows = []
+    log = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON rows only
     for recipe in args.recipes:
         results = []
         for i in range(args.repeats):
-            for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            for mode in MODES if i % 2 == 0 else MODES[::-1]:
                 t0 = time.perf_counter()
                 results.append(_spawn(recipe, mode, argv))
                 print(f"{recipe} {mode}: {time.perf_counter() - t0:.0f} s, "
-                      f"{json.dumps(results[-1])}", flush=True)  # fmt: skip
-        rows.append(summarise(recipe, results))
-        print(table(rows), flush=True)
+                      f"{json.dumps(results[-1])}", flush=True, file=log)  # fmt: skip
+        rows.append(summarise(recipe, results, args.default_every))
+        print(json.dumps(rows[-1]) if args.json else table(rows), flush=True)
     print(
         f"\nbatch {args.batch_size}, {args.steps} steps, 'on' runs measured every {args.every} "
-        f"steps; projections at every {EVERY} steps, budget {BUDGET}; costs in CPU seconds"
+        f"steps, 'default' runs every {args.default_every} under the default budget; "
+        f"projections at every {EVERY} steps, budget {BUDGET}; costs in CPU seconds",
+        file=log,
     )
 
 

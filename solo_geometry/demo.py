@@ -178,13 +178,14 @@ def findings(run: str | Path) -> dict[str, Any]:
         run: the run folder.
 
     Returns:
-        ``{"geometry": [first, last] records' step, m/lambda_min, interaction_ratio,
+        ``{"geometry": [first, last] spectral records' step, m/lambda_min, interaction_ratio,
         "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h)]}``;
         missing files give empty entries.
     """
     folder = RunFolder(Path(run))
     records = folder.records(ok_only=True)
-    picked = [records[0], records[-1]] if records else []
+    spectral = [r for r in records if r.holds("hessian")]  # the statistics' records have none
+    picked = [spectral[0], spectral[-1]] if spectral else []
     geometry = [{"step": r.step, "m/lambda_min": r.value("m/lambda_min"),
                  "interaction_ratio": r.value("interaction_ratio")} for r in picked]  # fmt: skip
     table = folder.read_probes()

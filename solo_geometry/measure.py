@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -85,11 +85,13 @@ class Measurement:
             eigenvalue above the floor).
         settings: what defines the numbers.
         density: H_eff's SLQ density (``nodes``, ``weights``) or None.
+        parts: which of :data:`~solo_geometry.records.PARTS` were taken.
     """
 
     metrics: dict[str, Scalar]
     settings: Settings
     density: dict[str, list[float]] | None
+    parts: list[str] = field(default_factory=list)
 
 
 def _weight_norm(head: nn.Module) -> float:
@@ -207,6 +209,7 @@ def measure(
     *,
     density: bool,
     history: Sequence[tuple[Tensor, Tensor]] = (),
+    stats_only: bool = False,
 ) -> Measurement:
     """Take every configured measurement of one view.
 
@@ -216,36 +219,44 @@ def measure(
         density: also compute H_eff's SLQ density.
         history: pooled (Z, H) of earlier batches (``geometry.stats.queue``) that join the
             representation statistics.
+        stats_only: take the representation statistics (and the head's weight norm) alone:
+            the cheap part of a record, which never waits for the time budget.
 
     Returns:
-        The metrics (not yet checked: see :func:`checked`), the settings that define them and
-        the density (or None).
+        The metrics (not yet checked: see :func:`checked`), the settings that define them,
+        the density (or None) and the parts taken.
 
     Raises:
         FloatingPointError: for non-finite features, or a non-finite loss with spectra on.
     """
     gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
     Z = view.features.detach()  # (V, N, d)
-    _check_finite(view, Z, loss=cfg.measure.hessian)
+    hessian, augment = (cfg.measure.hessian, cfg.measure.augment) if not stats_only else (0, 0)
+    _check_finite(view, Z, loss=bool(hessian))
     dtype = getattr(torch, cfg.dtype)
     metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
     spectral: dict[str, Scalar] = {}
     dens = None
-    if cfg.measure.hessian:
+    if hessian:
         spectra, spectral, dens = _hessian(view, Z, cfg, gen, density)
         metrics.update(spectra)
     if cfg.measure.stats:
         metrics.update(_stats(view, history))
-    if cfg.measure.augment:
+    if augment:
         metrics.update(_rho(view, Z, cfg, gen))
+    parts = [p for p, on in (("stats", cfg.measure.stats), ("hessian", hessian),
+                             ("augment", augment and view.backbone is not None
+                              and view.images is not None),
+                             ("density", dens is not None)) if on]  # fmt: skip
     fields: dict[str, Any] = {
         "dtype": cfg.dtype,
+        "recurrence_dtype": "float64" if hessian else None,
         "tau": DEFAULT_TAU[dtype] if cfg.measure.tau is None else cfg.measure.tau,
         "n_batch": Z.shape[1],
         "n_views": Z.shape[0],
-        "augment_samples": cfg.measure.augment_samples if cfg.measure.augment else None,
+        "augment_samples": cfg.measure.augment_samples if augment else None,
         "seed": cfg.seed,
     }
     fields.update(spectral)  # the spectrum's own: floor, n_block, dim, Lanczos and SLQ settings
     settings = Settings(**fields)
-    return Measurement(metrics, settings, dens)
+    return Measurement(metrics, settings, dens, parts)

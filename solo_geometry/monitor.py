@@ -12,6 +12,12 @@ it measures the current batch (:func:`solo_geometry.measure.measure`, DESIGN.md 
 * in the first and the final record, the SLQ spectral density of H_eff (with a time budget:
   in the first later record and the final one the budget holds it for).
 
+Under the time budget (``geometry.budget``) only the costly parts wait: at every step due on the
+cadence the representation statistics are written (from the step's captured features); where
+the spectra and rho do not fit, that record holds the statistics alone and says why the rest was
+deferred (``deferred_parts``), and the spectra come at the first later step the budget holds
+them for, in a record of their own.
+
 A module that also implements ``geometry_capture(enabled)`` (both hosts do) lets the monitor
 reuse the features its training step computes: at a measured step the monitor switches capture
 on before the step, and measures after the step's backward, before the optimiser changes any
@@ -97,7 +103,7 @@ class GeometryMonitor(Callback):
         self._resumed = False
         self._warned: set[str] = set()
         self._batch: Any = None
-        self._pending: tuple[int, Any] | None = None  # (step, batch) waiting for its backward
+        self._pending: tuple[int, Any, bool] | None = None  # (step, batch, full) for backward
         self._run: RunFolder | None = None
         self._owed: int | None = None  # the step a due measurement was deferred from
         # pooled (Z, H) of the last batches (geometry.stats.queue), and the batch being queued
@@ -142,15 +148,44 @@ class GeometryMonitor(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
-        if not self._due(trainer, step):
+        full = self._due(trainer, step)
+        if not full and not self._stats_due(step):
             self._maybe_queue(pl_module, step, batch)
             return
         self._batch = move_data_to_device(batch, "cpu")
         capture = getattr(pl_module, "geometry_capture", None)
         if callable(capture) and self._set_capture(pl_module, True):
-            self._pending = (step, batch)  # measured after this step's backward, on its features
+            self._pending = (step, batch, full)  # measured after this step's backward
             return
-        self._record(trainer, pl_module, batch, step=step, final=False)
+        self._record(trainer, pl_module, batch, step=step, final=False, full=full)
+
+    def _stats_due(self, step: int) -> bool:
+        """Whether step ``step`` is due on the cadence for the statistics, which never wait."""
+        return (self.config.measure.stats and step % self.config.every_n_steps == 0
+                and step != self.last_step)  # fmt: skip
+
+    def _deferral(self, trainer: pl.Trainer, what: str) -> str:
+        """The ``budget:`` reason a part of a record is deferred for."""
+        train = max(self._clock() - self._t0 - self._spent, 0.0)
+        since = "" if self._owed is None else f", due since step {self._owed}"
+        return (f"budget: {what} (about {self._cost:.3g} s per Lanczos run) would take the "
+                f"measurements' {self._spent:.3g} s over {self.config.budget:g} of the "
+                f"{train:.3g} s of training{since}")  # fmt: skip
+
+    def _deferred_parts(
+        self, trainer: pl.Trainer, full: bool, final: bool, density: bool
+    ) -> dict[str, str]:
+        """``part -> reason`` for each configured part the budget defers from this record."""
+        if self.config.budget is None:
+            return {}
+        measure, out = self.config.measure, {}
+        if not full:
+            for part, on in (("hessian", measure.hessian), ("augment", measure.augment)):
+                if on:
+                    out[part] = self._deferral(trainer, "the measurement")
+        elif final and measure.hessian and not density:  # the final record's density is due
+            out["density"] = self._deferral(trainer, "the density")
+        return out
 
     def _maybe_queue(self, pl_module: pl.LightningModule, step: int, batch: Any) -> None:
         """Queue this batch's features if a measurement is due within ``stats.queue`` steps.
@@ -185,9 +220,9 @@ class GeometryMonitor(Callback):
             self._enqueue(pl_module)
         if self._pending is None:
             return
-        (step, batch), self._pending = self._pending, None
+        (step, batch, full), self._pending = self._pending, None
         try:
-            self._record(trainer, pl_module, batch, step=step, final=False)
+            self._record(trainer, pl_module, batch, step=step, final=False, full=full)
         finally:
             self._set_capture(pl_module, False)
 
@@ -201,8 +236,8 @@ class GeometryMonitor(Callback):
         if self._pending is None:
             return
         self._set_capture(pl_module, False)  # no backward came: measure from a fresh forward
-        (step, batch), self._pending = self._pending, None
-        self._record(trainer, pl_module, batch, step=step, final=False)
+        (step, batch, full), self._pending = self._pending, None
+        self._record(trainer, pl_module, batch, step=step, final=False, full=full)
 
     def _due(self, trainer: pl.Trainer, step: int) -> bool:
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
@@ -278,18 +313,16 @@ class GeometryMonitor(Callback):
         if self._batch is None or trainer.global_step == self.last_step:
             return
         batch, self._batch = move_data_to_device(self._batch, pl_module.device), None
-        if self.config.budget is not None and not self._fits(trainer, 1):
+        full = self.config.budget is None or self._fits(trainer, 1)
+        if not full and not self.config.measure.stats:
             self._over_budget(trainer, pl_module, step=trainer.global_step)
             return
-        self._record(trainer, pl_module, batch, step=trainer.global_step, final=True)
+        self._record(trainer, pl_module, batch, step=trainer.global_step, final=True, full=full)
 
     def _over_budget(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
-        """Write the final record as skipped: measuring it would break the time budget."""
+        """Write the final record as skipped: it would break the time budget, stats are off."""
         self.n_skipped += 1
-        train = max(self._clock() - self._t0 - self._spent, 0.0)
-        reason = (f"budget: the final measurement (about {self._cost:.3g} s) would take the "
-                  f"measurements' {self._spent:.3g} s over {self.config.budget:g} of the "
-                  f"{train:.3g} s of training")  # fmt: skip
+        reason = self._deferral(trainer, "the final measurement")
         fields = {**self._fields(trainer, step, final=True), "status": "skipped", "reason": reason}
         self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0,
                                                        **fields))  # fmt: skip
@@ -322,22 +355,28 @@ class GeometryMonitor(Callback):
 
     def _record(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, *, step: int,
-        final: bool,
+        final: bool, full: bool = True,
     ) -> None:  # fmt: skip
-        """Measure, write and log one record (parameters before step ``step``); never raises."""
-        density = self._wants_density(trainer, final)
-        start = self._clock()
+        """Measure, write and log one record (parameters before step ``step``); never raises.
+
+        ``full``: every configured part; else the statistics alone, the rest deferred by the
+        budget (still owed, unless this is the final record).
+        """
+        density = full and self._wants_density(trainer, final)
         fields = self._fields(trainer, step, final=final)
+        fields["deferred_parts"] = self._deferred_parts(trainer, full, final, density)
+        start = self._clock()
         try:
             with preserved_state(pl_module):
                 history = list(self._queue) if self.config.stats.queue else []
                 # under DDP: the global batch, measured on rank zero, skips agreed (distributed.py)
                 result = measure_across_ranks(
                     pl_module, batch, lambda view: measure(view, self.config, density=density,
-                                                           history=history), pl_module.device,
+                                                           history=history, stats_only=not full),
+                    pl_module.device,
                 )  # fmt: skip
             fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
-                          density=result.density)  # fmt: skip
+                          density=result.density, parts=result.parts)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training
             self.n_skipped += 1
             fields.update(status="skipped", reason=f"{type(err).__name__}: {err}")
@@ -346,16 +385,19 @@ class GeometryMonitor(Callback):
         if not self.n_records:
             fields["meta"] = {**self.meta, "geometry": asdict(self.config)}
         if "settings" in fields:
-            deferred = 0 if self._owed is None or final else step - self._owed
+            deferred = 0 if self._owed is None or final or not full else step - self._owed
             fields["settings"] = dataclasses.replace(fields["settings"], budget=self.config.budget,
                                                      deferred=deferred)  # fmt: skip
-        self._owed = None
+        if full or final:
+            self._owed = None
         seconds = self._clock() - start
-        runs = self._density_runs if fields.get("density") is not None else 1
-        self._densities += fields.get("density") is not None
-        self._spent, self._cost = self._spent + seconds, max(self._cost, seconds / runs)
-        record = GeometryRecord(n_skipped=self.n_skipped, seconds=seconds, **fields)
-        self._write(trainer, pl_module, record)
+        self._spent += seconds
+        if full:  # the cost estimate is of the Lanczos runs: a statistics record has none
+            runs = self._density_runs if fields.get("density") is not None else 1
+            self._densities += fields.get("density") is not None
+            self._cost = max(self._cost, seconds / runs)
+        self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped,
+                                                       seconds=seconds, **fields))  # fmt: skip
 
     def _write(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, record: GeometryRecord

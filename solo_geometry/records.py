@@ -4,12 +4,17 @@ Every file a run writes is a schema defined here, written and read only through 
 :class:`solo_geometry.run_folder.RunFolder`, which owns the paths:
 
 * ``geometry.jsonl``: one :class:`GeometryRecord` per line (schema version, step, epoch,
-  status and reason, the :class:`Settings` that define its numbers, then the metrics);
+  status and reason, the parts it holds and why any other due part was deferred, the
+  :class:`Settings` that define its numbers, then the metrics);
 * ``probes.json``: a :class:`ProbeTable` (probe rows, gaps, orbit table, settings).
 
 :func:`read_records` is the one reader of ``geometry.jsonl``: it tolerates a torn last line (a
 write cut by a kill), names any other unreadable line, and rejects a record of an unknown
 schema version with an error naming the version, so no reader ever guesses a default.
+
+Schema versions of ``geometry.jsonl``: 1 (no ``parts``: every record held every configured
+part, read as such), 2 (``parts`` and ``deferred_parts``: a record may hold the representation
+statistics alone while the spectra wait for the time budget).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any
 
 __all__ = [
     "GEOMETRY_FILE",
+    "PARTS",
+    "PROBES_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "STATUSES",
     "GeometryRecord",
@@ -36,8 +43,13 @@ __all__ = [
     "read_records",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # of geometry.jsonl's records
+READABLE_VERSIONS = (1, 2)  # record versions this reader knows (1 is upgraded on reading)
+PROBES_SCHEMA_VERSION = 1  # of probes.json
 GEOMETRY_FILE = "geometry.jsonl"
+# The parts of a record: representation statistics, spectra of H_eff/GN/M, augmentation
+# tangents (rho), H_eff's SLQ density. Only the last three wait for the time budget.
+PARTS = ("stats", "hessian", "augment", "density")
 STATUSES = ("ok", "skipped")
 Scalar = float | int | bool | None
 
@@ -46,13 +58,22 @@ class RecordsError(ValueError):
     """A run file that cannot be read: corrupt, or written by an unknown schema version."""
 
 
-def _check_schema(data: Mapping[str, Any], where: str) -> None:
+def _check_schema(
+    data: Mapping[str, Any], where: str, known: tuple[int, ...] = READABLE_VERSIONS
+) -> None:
     version = data.get("schema")
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in known:
         raise RecordsError(
             f"{where}: schema version {version!r} is not one this reader knows "
-            f"({SCHEMA_VERSION}); upgrade solo-geometry or re-run the measurement"
+            f"({', '.join(map(str, known))}); upgrade solo-geometry or re-run the measurement"
         )
+
+
+def _parts_of(metrics: Mapping[str, Any], density: Any) -> list[str]:
+    """The parts a version-1 record holds, read off its metric names (it had no ``parts``)."""
+    prefixes = {"stats": ("z/", "h/", "stats/"), "hessian": ("heff/",), "augment": ("rho/",)}
+    held = [p for p, pre in prefixes.items() if any(k.startswith(pre) for k in metrics)]
+    return held + (["density"] if density is not None else [])
 
 
 def _from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
@@ -74,7 +95,10 @@ class Settings:
     """The settings that define a record's numbers (None where a measurement did not run).
 
     Attributes:
-        dtype: arithmetic of the measurement (``float64`` or ``float32``).
+        dtype: arithmetic of the operator products and the statistics (``float64`` or
+            ``float32``).
+        recurrence_dtype: arithmetic of the Lanczos recurrences, Krylov basis and
+            reorthogonalisation (``float64``; the tridiagonal is always solved in float64).
         tau: relative negativity floor (DESIGN.md section 3).
         floor: the absolute floor tau * max|lambda(H_eff)| used for all three operators.
         n_batch: samples of the batch the loss saw.
@@ -91,6 +115,7 @@ class Settings:
     """
 
     dtype: str | None = None
+    recurrence_dtype: str | None = None
     tau: float | None = None
     floor: float | None = None
     n_batch: int | None = None
@@ -118,7 +143,11 @@ class GeometryRecord:
         settings: what defines the numbers.
         metrics: flat ``name -> value``; ``None`` where a number is undefined (e.g. the
             condition number of an operator with no eigenvalue above the floor).
-        density: SLQ density of H_eff (``nodes``, ``weights``), first and final record only.
+        density: SLQ density of H_eff (``nodes``, ``weights``) where the record holds one.
+        parts: which of :data:`PARTS` the record holds (empty when skipped).
+        deferred_parts: ``part -> reason`` for each due part this record does not hold
+            because the time budget deferred it (a ``budget:`` reason); the spectra and rho
+            then come in a later record, the statistics never wait.
         final: the measurement at the end of fit.
         head: name of the measured head.
         n_skipped: skipped measurements so far in the run, this one included.
@@ -134,6 +163,8 @@ class GeometryRecord:
     settings: Settings = field(default_factory=Settings)
     metrics: dict[str, Scalar] = field(default_factory=dict)
     density: dict[str, list[float]] | None = None
+    parts: list[str] = field(default_factory=list)
+    deferred_parts: dict[str, str] = field(default_factory=dict)
     final: bool = False
     head: str | None = None
     n_skipped: int = 0
@@ -144,11 +175,18 @@ class GeometryRecord:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise RecordsError(f"status: unknown value {self.status!r}; choose from {STATUSES}")
+        unknown = sorted((set(self.parts) | set(self.deferred_parts)) - set(PARTS))
+        if unknown:
+            raise RecordsError(f"parts: unknown {unknown}; choose from {list(PARTS)}")
 
     @property
     def ok(self) -> bool:
         """Whether the measurement succeeded."""
         return self.status == "ok"
+
+    def holds(self, part: str) -> bool:
+        """Whether the record holds ``part`` (one of :data:`PARTS`)."""
+        return self.ok and part in self.parts
 
     def value(self, key: str) -> float | None:
         """A metric as a float, None when absent, undefined or not a number."""
@@ -168,6 +206,10 @@ class GeometryRecord:
             raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
         _check_schema(data, where)
         data = dict(data)
+        if data["schema"] == 1:  # upgraded: the parts it held, read off its metrics
+            ok = data.get("status") == "ok"
+            data["parts"] = _parts_of(data.get("metrics") or {}, data.get("density")) if ok else []
+            data["schema"] = SCHEMA_VERSION
         data["settings"] = _from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
         try:
             return _from_dict(cls, data, where)
@@ -218,8 +260,8 @@ def read_records(
                 raise RecordsError(f"{where}: not a JSON record ({err.msg})") from err
             problems.append((number, f"not JSON ({err.msg})"))
             continue
-        if isinstance(data, Mapping) and data.get("schema") != SCHEMA_VERSION:
-            _check_schema(data, where)  # never tolerated: the reader cannot guess
+        if isinstance(data, Mapping):
+            _check_schema(data, where)  # an unknown version is never tolerated: no guessing
         try:
             records.append(GeometryRecord.from_dict(data, where))
         except RecordsError as err:
@@ -280,7 +322,7 @@ class ProbeTable:
     rows: list[ProbeRow]
     orbits: list[OrbitRow] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
-    schema: int = SCHEMA_VERSION
+    schema: int = PROBES_SCHEMA_VERSION
 
     def accuracy(self, features: str, probe: str, target: str) -> float | None:
         """Held-out accuracy of one fit, None if it did not run."""
@@ -306,7 +348,7 @@ class ProbeTable:
         """Parse ``probes.json``; raises :class:`RecordsError` naming what is wrong."""
         if not isinstance(data, Mapping):
             raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        _check_schema(data, where)
+        _check_schema(data, where, (PROBES_SCHEMA_VERSION,))
         body = {k: v for k, v in data.items() if k != "gaps"}
         body["rows"] = [_from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
         body["orbits"] = [_from_dict(OrbitRow, r, f"{where}.orbits")

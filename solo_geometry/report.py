@@ -206,6 +206,25 @@ def _probe_html(run: RunData) -> str:
     return out
 
 
+def _last_html(records: list[GeometryRecord]) -> list[str]:
+    """The last record's metrics, completed by the last one holding the spectra (if older)."""
+    last = records[-1]
+    spectral = next((r for r in reversed(records) if r.holds("hessian")), last)
+    rows: list[list[Any]] = []
+    for rec in [last] if spectral is last else [last, spectral]:
+        shown = {row[0] for row in rows}
+        rows += [[k, v, rec.step] for k in rec.metrics
+                 if k not in shown and (v := rec.value(k)) is not None]  # fmt: skip
+    waited = [r.step for r in records if r.deferred_parts and not r.final]
+    note = (f"; at {len(waited)} due step(s) the budget deferred the spectra and rho (the "
+            f"statistics were taken)" if waited else "")  # fmt: skip
+    head = (
+        f"<p>{len(records)} measurements, {sum(r.holds('hessian') for r in records)} with "
+        f"spectra{note}; last (step {last.step}), spectra from step {spectral.step}:</p>"
+    )
+    return [head, _table(["metric", "value", "step"], rows)]
+
+
 def _run_html(run: RunData) -> str:
     parts = [f"<h3>{html.escape(run.name)} <small>{html.escape(str(run.path))}</small></h3>"]
     parts += [f"<p class='note'>{html.escape(n)}</p>" for n in run.notes]
@@ -218,10 +237,7 @@ def _run_html(run: RunData) -> str:
                         for r in run.skipped)  # fmt: skip
         parts.append(f"<div class='note'>skipped by the monitor:<ul>{items}</ul></div>")
     if run.records:
-        last = run.records[-1]
-        rows = [[k, v] for k in last.metrics if (v := last.value(k)) is not None]
-        parts.append(f"<p>{len(run.records)} measurements; last (step {last.step}):</p>")
-        parts.append(_table(["metric", "value"], rows))
+        parts += _last_html(run.records)
     parts.append("<h4>Probes and orbits</h4>" + _probe_html(run))
     if run.config is not None:
         parts.append(f"<details><summary>config.yaml</summary><pre>{html.escape(run.config)}"

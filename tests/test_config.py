@@ -42,7 +42,7 @@ class TestGeometryConfig:
     def test_defaults(self) -> None:
         g = GeometryConfig()
         assert (g.enabled, g.every_n_steps, g.max_samples, g.lanczos_max_steps, g.dtype) == (
-            True, 50, 16, 200, "float64",
+            True, 50, 16, 200, "float32",
         )  # fmt: skip
         assert g.head.name == "projector"  # geometry on never changes the experiment
         assert not g.init.pseudo_collapse and g.init.alpha == 0.1

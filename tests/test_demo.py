@@ -30,10 +30,15 @@ def _fake_run(run: Path) -> Path:
     run.mkdir(parents=True)
     folder = RunFolder(run)
     for record in (
-        GeometryRecord(0, 0, "ok", metrics={"m/lambda_min": -0.25, "interaction_ratio": 0.5}),
+        GeometryRecord(0, 0, "ok", metrics={"m/lambda_min": -0.25, "interaction_ratio": 0.5},
+                       parts=["stats", "hessian"]),
         GeometryRecord(5, 0, "skipped", reason="x"),
-        GeometryRecord(10, 1, "ok", metrics={"m/lambda_min": -0.125, "interaction_ratio": 0.75}),
-    ):
+        GeometryRecord(10, 1, "ok", metrics={"m/lambda_min": -0.125, "interaction_ratio": 0.75},
+                       parts=["stats", "hessian"]),
+        # the budget deferred the final record's spectra: the findings skip it
+        GeometryRecord(12, 1, "ok", metrics={"z/cond": 3.0}, parts=["stats"], final=True,
+                       deferred_parts={"hessian": "budget: ..."}),
+    ):  # fmt: skip
         folder.append_record(record)
     rows = [ProbeRow("z", "linear", "class", 0.9, 0.1), ProbeRow("h", "linear", "class", 0.8, 0.1),
             ProbeRow("z", "linear", "rotation", 0.7, 0.25)]  # fmt: skip
@@ -45,7 +50,7 @@ def _fake_run(run: Path) -> Path:
 class TestFindings:
     def test_reads_first_and_last_ok_record(self, tmp_path: Path) -> None:
         result = findings(_fake_run(tmp_path / "run"))
-        assert result["n_records"] == 2
+        assert result["n_records"] == 3
         assert [g["step"] for g in result["geometry"]] == [0, 10]
         assert result["geometry"][1]["m/lambda_min"] == -0.125
         assert result["orbits"] == {"brightness": (2.5, 2.75, 0.5)}

@@ -189,18 +189,56 @@ class TestMonitorConfig:
         assert [r.metrics["stats/n_samples"] for r in records] == [16, 48, 48]
         assert records[1].metrics["z/n_samples"] == 48
 
-    def test_budget_defers_measurements(self, tmp_path: Path) -> None:
-        # a budget no measurement can keep: the first and the final measurement only
-        _fit(tmp_path, [GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=1,
+    def test_budget_defers_the_spectra_not_the_statistics(self, tmp_path: Path) -> None:
+        # a budget no spectrum can keep: statistics at every due step, spectra at step 0 only
+        _fit(tmp_path, [GeometryMonitor(_config(tmp_path, every_n_steps=1,
                                                 budget=1e-9))], steps=6)  # fmt: skip
         records = read_records(tmp_path)
-        assert [r.step for r in records] == [0, 6]
-        first, final = records
-        assert first.ok and first.settings.budget == 1e-9 and first.settings.deferred == 0
+        assert [r.step for r in records] == [0, 1, 2, 3, 4, 5, 6]
+        assert all(r.ok for r in records)
+        first, *mid, final = records
+        assert first.settings.budget == 1e-9 and first.settings.deferred == 0
+        assert first.parts == ["stats", "hessian", "augment"] and first.deferred_parts == {}
         assert first.density is None  # a density is taken only where the budget holds it
-        # the final measurement would break the budget too: on record as skipped, saying why
-        assert final.final and not final.ok and final.reason.startswith("budget: ")
-        assert final.n_skipped == 1
+        for record in [*mid, final]:  # the statistics of every due step, the rest deferred
+            assert record.parts == ["stats"], record
+            assert sorted(record.deferred_parts) == ["augment", "hessian"]
+            assert all(v.startswith("budget: ") for v in record.deferred_parts.values())
+            assert all(record.value(k) is not None for k in STATS_KEYS)
+            assert (
+                record.value("heff/lambda_max") is None and "rho/brightness" not in record.metrics
+            )
+        assert final.final and final.n_skipped == 0
+        # the statistics of a deferred step are those of its own batch, not a copy
+        assert len({r.value("z/normalized_std") for r in records}) == len(records)
+
+    def test_deferred_spectra_come_at_the_first_step_that_fits(self, tmp_path: Path) -> None:
+        # the spectra due at step 2 wait; the stats of step 2 do not; at step 3 the budget
+        # (simulated: the clock says so) holds the spectra, recorded as deferred by 1 step
+        monitor = GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=2, budget=0.5))
+        fits = iter([False, True])
+        monitor._fits = lambda trainer, runs: next(fits, True)  # type: ignore[method-assign]
+        _fit(tmp_path, [monitor], CapturingGeometry, steps=4)
+        records = read_records(tmp_path)
+        assert [(r.step, r.parts) for r in records] == [
+            (0, ["stats", "hessian"]), (2, ["stats"]), (3, ["stats", "hessian", "density"]),
+            (4, ["stats", "hessian", "density"]),
+        ]  # fmt: skip
+        assert records[1].deferred_parts["hessian"].startswith("budget: ")
+        assert "due since step 2" in records[1].deferred_parts["hessian"]
+        assert records[2].settings.deferred == 1 and records[2].deferred_parts == {}
+
+    def test_final_density_deferred_says_so(self, tmp_path: Path) -> None:
+        # the budget holds one more Lanczos run, not a density's: the final record has the
+        # spectra and says why it has no density
+        monitor = GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=10, budget=0.5))
+        monitor._fits = lambda trainer, runs: runs == 1  # type: ignore[method-assign]
+        _fit(tmp_path, [monitor], steps=3)
+        first, final = read_records(tmp_path)
+        assert (first.step, first.parts, first.deferred_parts) == (0, ["stats", "hessian"], {})
+        assert final.final and final.parts == ["stats", "hessian"] and final.density is None
+        assert list(final.deferred_parts) == ["density"]
+        assert final.deferred_parts["density"].startswith("budget: the density")
 
     def test_budget_places_the_densities(self, tmp_path: Path) -> None:
         # density_probes = 1: a measurement with a density is 2 Lanczos runs, 1 s each

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from solo_geometry.records import (
+    PROBES_SCHEMA_VERSION,
     SCHEMA_VERSION,
     GeometryRecord,
     OrbitRow,
@@ -171,7 +172,33 @@ class TestGeometryRecord:
         with pytest.raises(RecordsError, match="^rec: .*epoch"):
             GeometryRecord.from_dict({"schema": SCHEMA_VERSION, "step": 0, "status": "ok"}, "rec")
 
-    @pytest.mark.parametrize("schema", [None, 0, 99, "1"])
+    def test_version_1_is_read_with_the_parts_it_held(self) -> None:
+        # a version-1 record held every configured part; the reader says which from its names
+        v1 = {"schema": 1, "step": 3, "epoch": 0, "status": "ok",
+              "metrics": {"heff/lambda_max": 1.0, "z/cond": 2.0, "rho/hue": 0.1},
+              "density": {"nodes": [0.0], "weights": [1.0]}}  # fmt: skip
+        record = GeometryRecord.from_dict(v1)
+        assert record.schema == SCHEMA_VERSION == 2
+        assert record.parts == ["stats", "hessian", "augment", "density"]
+        assert record.deferred_parts == {}
+        stats_only = GeometryRecord.from_dict({**v1, "metrics": {"h/rank": 3}, "density": None})
+        assert stats_only.parts == ["stats"] and stats_only.holds("stats")
+        skipped = GeometryRecord.from_dict({**v1, "status": "skipped", "metrics": {}})
+        assert skipped.parts == [] and not skipped.holds("stats")
+
+    def test_parts_and_deferred_parts_round_trip(self) -> None:
+        why = {"hessian": "budget: ...", "augment": "budget: ..."}
+        record = GeometryRecord(5, 0, "ok", parts=["stats"], deferred_parts=why)
+        back = GeometryRecord.from_dict(json.loads(record.to_json()))
+        assert back == record and back.holds("stats") and not back.holds("hessian")
+
+    @pytest.mark.parametrize("field", ["parts", "deferred_parts"])
+    def test_unknown_part_rejected_naming_the_choices(self, field: str) -> None:
+        value: Any = ["spectra"] if field == "parts" else {"spectra": "budget"}
+        with pytest.raises(RecordsError, match=r"unknown \['spectra'\]; choose from \['stats'"):
+            GeometryRecord(0, 0, "ok", **{field: value})
+
+    @pytest.mark.parametrize("schema", [None, 0, 99, "1", True])
     def test_unknown_schema_rejected_naming_it(self, schema: Any) -> None:
         data = {**json.loads(_record(0).to_json()), "schema": schema}
         with pytest.raises(RecordsError, match=f"schema version {re.escape(repr(schema))}"):
@@ -296,4 +323,4 @@ class TestProbeTable:
     def test_to_dict_carries_gaps(self) -> None:
         data = _probe_table().to_dict()
         assert data["gaps"] == _probe_table().gaps()
-        assert data["schema"] == SCHEMA_VERSION
+        assert data["schema"] == PROBES_SCHEMA_VERSION == 1

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from solo_geometry import plots
 from solo_geometry.cli import main as cli_main
 from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
 from solo_geometry.report import write_report
@@ -44,8 +47,18 @@ def _record(
         dens = {"nodes": nodes.tolist(), "weights": (np.ones(40) / 40).tolist()}
     floor = tau * max(abs(rec["heff/lambda_min"]), abs(rec["heff/lambda_max"]))
     settings = Settings(dtype="float64" if tau == 1e-10 else "float32", tau=tau, floor=floor)
+    parts = ["stats", "hessian", "augment"] + ["density"] * density
     return GeometryRecord(step, step // 100, "ok", settings=settings, metrics=rec, density=dens,
-                          head="smooth_mlp")  # fmt: skip
+                          head="smooth_mlp", parts=parts)  # fmt: skip
+
+
+def _statistics_only(record: GeometryRecord) -> GeometryRecord:
+    """``record`` as the monitor writes it when the budget defers its spectra and rho."""
+    kept = {k: v for k, v in record.metrics.items() if k.startswith(("z/", "h/"))}
+    why = "budget: the measurement would take the measurements over 0.02"
+    return dataclasses.replace(record, metrics=kept, density=None, parts=["stats"],
+                               settings=Settings(dtype=record.settings.dtype),
+                               deferred_parts={"hessian": why, "augment": why})  # fmt: skip
 
 
 def _probe_table() -> ProbeTable:
@@ -137,6 +150,37 @@ class TestWriteReport:
         assert "Z - H" in page and "compression" in page and "method: simclr" in page
         assert "step 125: non-finite Lanczos" in page
 
+    def test_statistics_of_every_due_step_spectra_where_taken(self, tmp_path: Path) -> None:
+        # the budget deferred the spectra of steps 30, 60, 90 and the final 130 (taken at 95)
+        rng = np.random.default_rng(0)
+        full = {0: _record(0, 1.0, rng, False), 95: _record(95, 1.0, rng, True)}
+        records = [full.get(s) or _statistics_only(_record(s, 1.0, rng, False))
+                   for s in (0, 30, 60, 90, 95, 120, 130)]  # fmt: skip
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "geometry.jsonl").write_text("".join(r.to_json() + "\n" for r in records))
+        read = RunFolder(run).records(ok_only=True)
+        assert [r.parts for r in read][:3] == [["stats", "hessian", "augment"], ["stats"],
+                                               ["stats"]]  # fmt: skip
+        drawn: list[tuple[str, list[float]]] = []
+        real = plots.plt.Axes.plot
+
+        def spy(ax: Any, x: Any, y: Any, *args: Any, **kwargs: Any) -> Any:
+            drawn.append((str(kwargs.get("label", "")), list(np.asarray(x, dtype=float))))
+            return real(ax, x, y, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(plots.plt.Axes, "plot", spy)
+            index = write_report([run])
+        every = [0, 30, 60, 90, 95, 120, 130]
+        # std and effective rank of Z and H, condition numbers of Z and H: every due step
+        assert sum(x == every for label, x in drawn if label == "run") == 6, drawn
+        spectra = [x for label, x in drawn if label.startswith("run lambda")]
+        assert spectra and all(x == [0, 95] for x in spectra)  # where they were taken
+        page = index.read_text()
+        assert "7 measurements, 2 with spectra" in page and "deferred the spectra" in page
+        assert "spectra from step 95" in page
+
     def test_corrupt_lines_named_and_rest_drawn(self, tmp_path: Path) -> None:
         run = make_run(tmp_path, "relu", corrupt=True, n_features=None)
         with pytest.warns(UserWarning, match="unusable lines 3, 6"):
@@ -176,7 +220,6 @@ class TestFloor:
 
     @staticmethod
     def _floor_curve(run: Path, tmp: Path) -> np.ndarray:
-        from solo_geometry import plots
 
         drawn: list[np.ndarray] = []
         real = plots.plt.Axes.plot

@@ -13,8 +13,9 @@ as many steps; never a count of Ritz values, which grows with the number of step
 
 Cost: the head and the loss are evaluated once, every product of the three operators reuses that
 one graph (M has its own graph on top of it, without the loss's second derivatives), no product
-is taken twice, and float32 products are allowed (the floor is then 1e-5, far above float32
-round-off of M for linear and ReLU heads).
+is taken twice, and float32 products are allowed (about half the cost of float64's on a CPU; the
+floor is then 1e-5, far above float32 round-off of M for linear and ReLU heads) under float64
+Lanczos recurrences and basis, whose cost is small next to a product's.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.linalg.lanczos import LanczosResult, lanczos
+from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos
 from solo_geometry.linalg.operators import LossFn, block_indices, head_operators, restrict_to_block
 from solo_geometry.linalg.slq import SpectralDensity
 
@@ -287,8 +288,12 @@ class _Runner:
                 tol=tol,
                 atol=atol,
                 generator=self.generator,
-                dtype=self.dtype,
+                dtype=torch.float64,  # Krylov basis and recurrences
                 device=self.device,
+                matvec_dtype=self.dtype,  # the products
+                # on a CPU a check (a small eigh) costs nothing next to a product: stop at the
+                # first step both extremes have converged; on a GPU check every few steps
+                check_every=1 if self.device.type == "cpu" else CHECK_EVERY,
             )
 
         extremes = one(self.max_steps, self.tol, atol)
@@ -329,7 +334,9 @@ def effective_hessian_spectrum(
         tol: relative residual tolerance: an extreme has converged when its residual bound is
             under tol times its operator's max|lambda| (or under the floor); it then lies within
             that of an eigenvalue.
-        dtype: torch.float64 or torch.float32 for the products and Krylov vectors.
+        dtype: torch.float64 or torch.float32 for the operator products; the Krylov
+            vectors, their recurrences and reorthogonalisation are float64 either way (so
+            float32 products lose no orthogonality), the tridiagonal solved in float64.
         max_samples: if set and smaller than N, restrict the operators to the coordinates of
             ``max_samples`` evenly spaced samples (every view), i.e. their principal sub-block.
             The loss still sees the whole batch (features, BatchNorm batch statistics and

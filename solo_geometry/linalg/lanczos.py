@@ -124,7 +124,13 @@ def _check(alpha: Tensor, beta: Tensor, k: int, tol: float, atol: float) -> _Che
 
 
 def _run(
-    matvec: MatVec, v0: Tensor, max_steps: int, tol: float, atol: float, check_every: int
+    matvec: MatVec,
+    v0: Tensor,
+    max_steps: int,
+    tol: float,
+    atol: float,
+    check_every: int,
+    matvec_dtype: torch.dtype,
 ) -> tuple[Tensor, _Check, int, bool]:
     """Lanczos from ``v0`` until both extremes converge, breakdown, or ``max_steps``.
 
@@ -135,11 +141,12 @@ def _run(
     basis = v0.new_zeros(min(max_steps, _INITIAL_CAPACITY), dim)  # rows contiguous for matvec
     alpha, beta = v0.new_zeros(max_steps), v0.new_zeros(max_steps)
     broken = torch.zeros(max_steps, dtype=torch.bool, device=v0.device)
-    eps = torch.finfo(v0.dtype).eps * 10.0 * math.sqrt(dim)
+    # breakdown at the products' round-off: a float32 product of a zero operator is not 0
+    eps = max(torch.finfo(v0.dtype).eps, torch.finfo(matvec_dtype).eps) * 10.0 * math.sqrt(dim)
     size = v0.new_zeros(())  # largest tridiagonal entry so far: the breakdown scale
     basis[0] = v0 / torch.linalg.vector_norm(v0)
     for j in range(max_steps):
-        w = matvec(basis[j]).reshape(-1).to(v0)
+        w = matvec(basis[j].to(matvec_dtype)).reshape(-1).to(v0)
         alpha[j] = basis[j] @ w
         q = basis[: j + 1]  # (j + 1, dim)
         w = w - q.T @ (q @ w)
@@ -188,6 +195,7 @@ def lanczos(
     check_every: int = CHECK_EVERY,
     return_vectors: bool = False,
     v0: Tensor | None = None,
+    matvec_dtype: torch.dtype | None = None,
 ) -> LanczosResult:
     """Extreme eigenvalues of a symmetric operator, run until both have converged.
 
@@ -206,7 +214,11 @@ def lanczos(
         tol: relative residual tolerance; 0 runs to ``max_steps`` (or an invariant subspace).
         generator: draws the Gaussian start vector (on the generator's device, then moved);
             None uses a fresh generator seeded 0. The global RNG is never used.
-        dtype: dtype of the Krylov vectors (the tridiagonal is always float64).
+        dtype: dtype of the Krylov vectors and the recurrences (the tridiagonal is always
+            solved in float64).
+        matvec_dtype: dtype the product is taken in (the vector is cast to it, the product
+            back to ``dtype``), e.g. float32 products under float64 recurrences; None:
+            ``dtype``. The breakdown test then works at the coarser of the two round-offs.
         device: device of the Krylov vectors.
         atol: absolute residual tolerance: a floor under which residuals count as converged
             whatever the operator's own scale (e.g. the resolution of a larger operator this one
@@ -234,7 +246,8 @@ def lanczos(
     elif v0.numel() != dim:
         raise ValueError(f"v0 must have {dim} elements; got {v0.numel()}")
     v0 = v0.reshape(-1).to(dtype=dtype, device=device if device is not None else v0.device)
-    basis, last, k, invariant = _run(matvec, v0, min(max_steps, dim), tol, atol, check_every)
+    basis, last, k, invariant = _run(matvec, v0, min(max_steps, dim), tol, atol, check_every,
+                                     matvec_dtype or dtype)  # fmt: skip
     vectors = basis[:k].T @ last.s.to(basis) if return_vectors else None  # (dim, k)
     return LanczosResult(
         ritz_values=last.theta,

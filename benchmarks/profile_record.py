@@ -1,0 +1,135 @@
+"""Where one geometry record's time goes, on solo-learn's own cifar recipes (CPU).
+
+Per recipe: the model is built as solo-learn's ``main_pretrain.py`` builds it (``+geometry=on``
+at the defaults), one batch of 32 random 32 x 32 images in the recipe's views; the training
+step (forward and backward, captured features) is timed, then every part of a record from
+that step's captured view: the representation statistics, the augmentation tangents (rho),
+building the operators' graphs, one product of each operator (H_eff, GN, M) in float64 and
+float32, and the Lanczos runs of the extremes (steps per operator) at the configured dtype.
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/profile_record.py --solo-root /work/solo-learn
+    PYTHONPATH=. python benchmarks/profile_record.py --recipes simclr vicreg --dtype float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from solo_geometry.config import GeometryConfig
+from solo_geometry.geometry.spectrum import effective_hessian_spectrum
+from solo_geometry.linalg.operators import block_indices, head_operators, restrict_to_block
+from solo_geometry.measure import _rho, _stats, measure
+
+RECIPES = ("simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino")
+CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]
+
+
+def build(method: str, solo_root: Path, batch_size: int) -> Any:
+    """The geometry-aware solo-learn model of ``method``'s cifar recipe."""
+    from solo.args.pretrain import parse_cfg
+    from solo.methods import METHODS
+
+    from solo_geometry.hosts.solo import install
+    from solo_geometry.recipe import load_recipe
+
+    install()
+    path = solo_root / "scripts" / "pretrain" / "cifar" / f"{method}.yaml"
+    cfg = load_recipe(path, [*CPU, "data.dataset=custom", "data.train_path=/tmp",
+                             "data.val_path=null", "data.format=image_folder",
+                             "wandb.enabled=False", "auto_resume.enabled=False",
+                             f"optimizer.batch_size={batch_size}", "+geometry=on",
+                             "geometry.probes.enabled=false"])  # fmt: skip
+    cfg = parse_cfg(cfg)
+    torch.manual_seed(0)
+    return METHODS[cfg.method](cfg)
+
+
+def timed(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
+    """Median CPU seconds of ``repeats`` calls of ``fn`` and its last result."""
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.process_time()
+        out = fn()
+        times.append(time.process_time() - start)
+    return statistics.median(times), out
+
+
+def training_step(model: Any, batch: list[Any]) -> float:
+    """CPU seconds of one forward and backward of the training step, features captured."""
+    model.geometry_capture(True)
+    start = time.process_time()
+    loss = model.training_step(batch, 0)
+    loss = loss["loss"] if isinstance(loss, dict) else loss
+    torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad],
+                        allow_unused=True)  # fmt: skip
+    return time.process_time() - start
+
+
+def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The cost breakdown of one record of ``method``'s recipe, in CPU seconds."""
+    model = build(method, args.solo_root, args.batch_size)
+    model.train()
+    cfg = GeometryConfig(dtype=args.dtype)  # the defaults, at the dtype asked for
+    g = torch.Generator().manual_seed(0)
+    views = model.num_large_crops + model.num_small_crops
+    X = [torch.randn(args.batch_size, 3, 32, 32, generator=g) for _ in range(views)]
+    batch = [torch.arange(args.batch_size), X, torch.zeros(args.batch_size, dtype=torch.long)]
+    step = statistics.median(training_step(model, batch) for _ in range(3))
+    view = model.geometry_view(batch)
+    Z = view.features.detach()
+    out: dict[str, Any] = {"recipe": method, "step": step, "shape": list(Z.shape)}
+    out["stats"], _ = timed(lambda: _stats(view, []))
+    out["rho"], _ = timed(lambda: _rho(view, Z, cfg, torch.Generator().manual_seed(0)), 1)
+    index = block_indices(Z.shape[1], cfg.max_samples)
+    for dtype in (torch.float64, torch.float32):
+        name = str(dtype).removeprefix("torch.")
+        make = functools.partial(head_operators, view.head, view.loss_of_outputs, Z, dtype=dtype)
+        out[f"build/{name}"], ops = timed(make, 1)
+        dim = Z.shape[0] * (index.numel() if index is not None else Z.shape[1]) * Z.shape[2]
+        v = torch.randn(dim, generator=g, dtype=torch.float64).to(dtype)
+        for op in ("heff", "gn", "m"):
+            product = restrict_to_block(getattr(ops, op), ops.shape, index)
+            product(v)  # builds the operator's graph
+            out[f"{op}/{name}"], _ = timed(functools.partial(product, v))
+    start = time.process_time()
+    spec = effective_hessian_spectrum(
+        view.head, view.loss_of_outputs, Z, max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol,
+        dtype=getattr(torch, cfg.dtype), max_samples=cfg.max_samples,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    out["spectra"] = time.process_time() - start
+    for op, s in spec.operators.items():
+        out[f"{op}/steps"], out[f"{op}/seconds"] = s.steps, s.seconds
+    out["record"], _ = timed(lambda: measure(view, cfg, density=False), 1)
+    out["record_density"], _ = timed(lambda: measure(view, cfg, density=True), 1)
+    model.geometry_capture(False)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipes", nargs="+", default=list(RECIPES))
+    parser.add_argument("--solo-root", type=Path, required=True)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    for method in args.recipes:
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                          for k, v in profile(method, args).items()}), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The default measurement (float32 products, float64 recurrences) against a float64 reference.
+
+On solo-learn's own cifar recipes (their heads and losses, projector widths made CPU-small, a
+batch of 8), the extreme eigenvalues of H_eff, GN and M that the default settings record as
+converged lie within ``lanczos_tol`` times the operator's spectral scale (or the floor) of a
+float64 Lanczos run to 1e-10, and the record says how it was computed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from solo_recipes import batch, cifar_overrides, recipe
+from test_solo_helpers import SOLO_REASON, write_digits
+
+pytest.importorskip("solo", reason=SOLO_REASON)
+
+from solo.args.pretrain import parse_cfg  # noqa: E402
+from solo.methods import METHODS  # noqa: E402
+
+from solo_geometry.config import GeometryConfig  # noqa: E402
+from solo_geometry.geometry.spectrum import effective_hessian_spectrum  # noqa: E402
+from solo_geometry.hosts.solo import install  # noqa: E402
+from solo_geometry.measure import measure  # noqa: E402
+from solo_geometry.recipe import load_recipe  # noqa: E402
+
+install()
+
+RECIPES = ["simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino"]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_digits(tmp_path_factory)
+
+
+def _view(method: str, digits: Path) -> Any:
+    """The captured view of one training step of ``method``'s cifar recipe, geometry on."""
+    overrides = [*cifar_overrides(method, digits / "train"), "+geometry=on",
+                 "geometry.probes.enabled=false"]  # fmt: skip
+    torch.manual_seed(0)
+    cfg = parse_cfg(load_recipe(recipe(method), overrides))
+    model = METHODS[cfg.method](cfg)  # barlow.yaml builds barlow_twins
+    model.train()
+    b = batch(n=8, size=8)
+    model.geometry_capture(True)
+    with torch.no_grad():
+        model.training_step(b, 0)
+    view = model.geometry_view(b)
+    model.geometry_capture(False)
+    return view
+
+
+@pytest.mark.parametrize("method", RECIPES)
+def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits: Path) -> None:
+    view = _view(method, digits)
+    cfg = GeometryConfig()
+    assert cfg.dtype == "float32"  # the default: float32 products under float64 recurrences
+    Z = view.features.detach()
+
+    def spectrum(**kw: Any) -> Any:
+        return effective_hessian_spectrum(view.head, view.loss_of_outputs, Z,
+                                          max_samples=cfg.max_samples,
+                                          generator=torch.Generator().manual_seed(0),
+                                          **kw)  # fmt: skip
+
+    got = spectrum(max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol, dtype=torch.float32)
+    ref = spectrum(max_steps=400, tol=1e-10, dtype=torch.float64, tau=1e-5)
+    assert ref.floor == pytest.approx(got.floor, rel=1e-3)
+    for name, op in got.operators.items():
+        truth = ref.operators[name]
+        assert truth.lambda_min is not None and truth.lambda_max is not None, name
+        assert op.lambda_min is not None and op.lambda_max is not None, (name, op)  # converged
+        bound = max(cfg.lanczos_tol * max(abs(op.ritz_min), abs(op.ritz_max)), got.floor)
+        assert abs(op.lambda_min - truth.lambda_min) <= bound, (name, op, truth)
+        assert abs(op.lambda_max - truth.lambda_max) <= bound, (name, op, truth)
+        # the residual bounds hold: an eigenvalue lies within each of the reference's extremes
+        assert op.ritz_min - op.residual_min <= truth.lambda_min + 1e-6 * bound
+        assert op.ritz_max + op.residual_max >= truth.lambda_max - 1e-6 * bound
+
+
+def test_record_says_how_it_was_computed(digits: Path) -> None:
+    result = measure(_view("simclr", digits), GeometryConfig(), density=False)
+    s = result.settings
+    assert (s.dtype, s.recurrence_dtype, s.tau) == ("float32", "float64", 1e-5)
+    assert s.lanczos_tol == 1e-3 and s.lanczos_max_steps == 200
+    for op in ("heff", "gn", "m"):
+        assert result.metrics[f"{op}/steps"] >= 1
+        assert isinstance(result.metrics[f"{op}/converged_min"], bool)
