@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -419,17 +418,13 @@ def _finite(value: Any) -> Any:
 
 
 def run_invariance(args: argparse.Namespace) -> int:
-    """Entry of ``solo-geometry reproduce invariance``; bad input: one line, status 2."""
+    """Entry of ``solo-geometry reproduce invariance`` (bad input raises: cli.main's one line)."""
     settings = QUICK if args.quick else FULL
     if args.seeds is not None:
         settings = replace(settings, seeds=args.seeds)
-    try:
-        result = run_invariance_experiment(
-            args.out, settings, dataset=args.dataset, data_root=args.data_root
-        )
-    except (ValueError, FileNotFoundError) as err:
-        print(f"solo-geometry reproduce invariance: error: {err}", file=sys.stderr)
-        return 2
+    result = run_invariance_experiment(
+        args.out, settings, dataset=args.dataset, data_root=args.data_root
+    )
     print(format_verdicts(result["claims"]))
     return 0
 
