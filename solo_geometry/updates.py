@@ -1,8 +1,9 @@
 """Per-epoch gradient norms and relative update sizes of the head and the backbone.
 
 The paper's collapse experiment (experiments.py, ``run_collapse_experiment``) tracks, at every
-step after the backward and before the optimiser step, for the projector ("head") and the
-backbone separately, and averages them over the epoch's steps:
+step after the backward and before the optimiser step, for the projection head ("head", the
+host's ``geometry_head()``) and the backbone separately, and averages them over the epoch's
+steps:
 
 * ``grad_norm``: ||g||_2 over every parameter with a gradient (the paper's "residual gradient
   norm" of the head, ``proj_update_norms_unnormalized``);
@@ -36,13 +37,15 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 from typing_extensions import override
 
+from solo_geometry.measure import backbone_and_head
 from solo_geometry.run_folder import RunFolder
 
 __all__ = ["PARTS", "UPDATES_SCHEMA", "UpdateRecord", "UpdateSizeMonitor", "read_update_records"]
 
 UPDATES_SCHEMA = 1
-# The parts tracked: the LightningModule's attribute for each.
-PARTS = {"head": "projector", "backbone": "backbone"}
+# The parts tracked: the head is the host's ``geometry_head()`` (DINO's ``head``), the backbone
+# its ``backbone`` (``measure.backbone_and_head``).
+PARTS = ("head", "backbone")
 _EPS = 1e-7  # the paper's guard in lr ||g|| / (||w|| + 1e-7)
 
 
@@ -119,7 +122,7 @@ class UpdateSizeMonitor(Callback):
         run_dir: the run folder for ``updates.jsonl``; None: the trainer's root dir.
 
     Raises:
-        ValueError: in ``setup``, if the module lacks a ``backbone`` or ``projector`` module.
+        ValueError: in ``setup``, if the module lacks a ``backbone`` or a ``geometry_head()``.
     """
 
     def __init__(self, run_dir: str | Path | None = None) -> None:
@@ -131,16 +134,12 @@ class UpdateSizeMonitor(Callback):
         self._weights: dict[str, float] = {}
 
     def _parts(self, pl_module: pl.LightningModule) -> dict[str, list[Tensor]]:
-        return {part: _params(getattr(pl_module, attr)) for part, attr in PARTS.items()}
+        backbone, head = backbone_and_head(pl_module, "update sizes")
+        return {"head": _params(head), "backbone": _params(backbone)}
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        bad = [a for a in PARTS.values() if not isinstance(getattr(pl_module, a, None), nn.Module)]
-        if bad:
-            raise ValueError(
-                f"{type(pl_module).__name__}: update sizes need nn.Module attributes "
-                f"{sorted(PARTS.values())}; missing or not a module: {bad}"
-            )
+        backbone_and_head(pl_module, "update sizes")
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
