@@ -11,7 +11,8 @@ over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recip
 * the monitor every ``every_n_steps`` steps (spectra of H_eff and M, std and condition numbers of
   Z and H) and the update-size callback every step (:mod:`solo_geometry.updates`);
 * the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
-  in a process pool by the project's launcher plugin (``hydra/launcher=solo_geometry_pool``).
+  on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
+  (:mod:`solo_geometry.sweeps`: ``submitit_local``, ``submitit_slurm``).
 
 A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
 interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
@@ -49,6 +50,7 @@ from solo_geometry.reproduce.collapse_summary import (
     summarise,
     write_summary,
 )
+from solo_geometry.sweeps import launch_overrides
 
 __all__ = [
     "ALPHA",
@@ -237,7 +239,7 @@ def run_cell(cfg: DictConfig) -> str:
             f"escaped={row['escaped']} ({seconds:.0f} s)")  # fmt: skip
 
 
-# The Hydra application: run_cell stays importable by name (the pool pickles it by reference).
+# The Hydra application: run_cell stays importable by name (launchers pickle it by reference).
 _app = hydra.main(version_base=None, config_path=None, config_name="reproduce_collapse")(run_cell)
 
 
@@ -355,9 +357,8 @@ def reproduce_collapse(
         *grid_overrides(protocol), f"out={out}", f"train_path={train_path}", f"dataset={dataset}",
         f"host={host}", f"epochs={protocol.epochs}", f"steps_per_epoch={protocol.steps_per_epoch}",
         f"batch_size={protocol.batch_size}", f"every_n_steps={protocol.every_n_steps}",
-        f"threads={threads}", "hydra/launcher=solo_geometry_pool",
-        f"hydra.launcher.n_jobs={'null' if jobs is None else jobs}",
-        f"hydra.launcher.threads_per_job={threads}", f"hydra.sweep.dir={out / 'hydra'}",
+        f"threads={threads}", *launch_overrides(jobs, threads, extra),
+        f"hydra.sweep.dir={out / 'hydra'}",
         "hydra.sweep.subdir=${hydra.job.num}", "hydra/job_logging=disabled",
         "hydra/hydra_logging=disabled", *extra,
     ]  # fmt: skip

@@ -1,6 +1,6 @@
 """``solo-geometry reproduce collapse``: a real sweep end to end, resume, and bad input.
 
-The sweep runs the real Hydra multirun (the pool launcher, the lightly host, real Lightning
+The sweep runs the real Hydra multirun (Hydra's joblib launcher, the lightly host, real Lightning
 Trainers on the digits), two cells of one epoch of two steps. Every number in ``summary.json`` is
 recomputed here from the run folders' own files, read as plain JSON (not through the package's
 readers), with the criterion and definitions re-implemented from README.
@@ -21,8 +21,6 @@ from solo_geometry.reproduce.collapse import Protocol, reproduce_collapse
 from solo_geometry.reproduce.collapse_page import FIGURES, page_body
 from solo_geometry.reproduce.collapse_summary import cell_record
 from solo_geometry.reproduce.paper import write_page
-
-hydra_plugins = pytest.importorskip("hydra_plugins.solo_geometry_launcher.solo_geometry_launcher")
 
 TINY = Protocol(epochs=2, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
                 lr_factors=(1.0,), heads=("linear", "swish"), norms=("none",))  # fmt: skip
@@ -157,6 +155,7 @@ class TestSweep:
         printed = capfd.readouterr().out
         assert "swish-none-lr0.05-s0: finished earlier, skipped" in printed
         assert "linear-none-lr0.05-s0: std(H)" in printed  # trained again
+        assert re.search(r"\[sweep\] [12]/2 done \(\d+ s\): linear-none-lr0.05-s0", printed)
         assert kept.is_dir()
         swish = [r for r in again["rows"] if r["head"] == "swish"]
         assert swish == [r for r in summary["rows"] if r["head"] == "swish"]
@@ -192,17 +191,6 @@ class TestBadInput:
         code = cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"), "--jobs", "0"])
         assert code == 2 and "--jobs" in capsys.readouterr().err
         assert not (tmp_path / "o").exists()
-
-
-class TestPoolSize:
-    def test_sizes(self) -> None:
-        size = hydra_plugins.pool_size
-        assert size(3, 1, 10) == 3
-        assert size(8, 1, 2) == 2  # never more workers than jobs
-        assert size(None, 1, 100) == hydra_plugins.available_cores()
-        assert size(None, 64, 100) == 1
-        with pytest.raises(ValueError, match="n_jobs"):
-            size(0, 1, 3)
 
 
 class TestSoloHost:
