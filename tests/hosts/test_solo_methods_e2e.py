@@ -23,6 +23,7 @@ from solo_geometry.records import read_records
 from solo_geometry.run_folder import RunFolder
 
 pytest.importorskip("solo", reason=SOLO_REASON)
+pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
 
 from solo_geometry.hosts.solo import SUPPORTED  # noqa: E402 - after the skip
 
@@ -56,7 +57,6 @@ def overrides(method: str, folders: Path) -> list[str]:
             *NEEDS.get(method, []), "+geometry=on"]  # fmt: skip
 
 
-@pytest.mark.solo
 @pytest.mark.parametrize("method", sorted(SUPPORTED))
 def test_cifar_recipe_geometry_defaults(method: str, folders: Path, tmp_path: Path) -> None:
     assert recipe(RECIPE[method]).is_file()

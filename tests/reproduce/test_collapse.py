@@ -193,6 +193,7 @@ class TestBadInput:
         assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.solo
 class TestSoloHost:
     def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
         from solo_geometry.pretrain import solo_available
