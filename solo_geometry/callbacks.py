@@ -96,12 +96,12 @@ class ProbeCallback(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        backbone_and_head(pl_module, "probes")
         folders = self.data if isinstance(self.data, tuple) else (self.data,)
         for folder in folders:
             if folder is not None and not Path(folder).is_dir():
                 key = "geometry.probes.data" if self.cfg.data else "data.train_path/val_path"
                 raise ValueError(f"{key}: probe folder {str(folder)!r} does not exist")
+        backbone_and_head(pl_module, "probes")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
