@@ -38,6 +38,7 @@ import hydra
 import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.singleton import Singleton
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -260,6 +261,7 @@ def _multirun(overrides: Sequence[str]) -> None:
     """
     argv = sys.argv
     sys.argv = ["solo-geometry-reproduce-collapse", "--multirun", *overrides]
+    state = Singleton.get_state()  # joblib runs a single job in this process: leave no trace
     try:
         _app()
     except SystemExit as err:
@@ -267,6 +269,7 @@ def _multirun(overrides: Sequence[str]) -> None:
             raise RuntimeError(f"the collapse sweep failed (Hydra exit {err.code})") from None
     finally:
         sys.argv = argv
+        Singleton.set_state(state)
 
 
 def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from joblib.externals.loky import get_reusable_executor
 
 from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import Protocol, reproduce_collapse
@@ -151,6 +152,8 @@ class TestSweep:
         out, summary, _ = sweep
         (out / "cells" / "linear-none-lr0.05-s0.json").unlink()  # as if interrupted
         kept = out / next(r["run"] for r in summary["rows"] if r["head"] == "swish")
+        # the cells print from joblib's worker processes: fresh ones, so that capfd sees them
+        get_reusable_executor().shutdown(wait=True)
         again = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY)
         printed = capfd.readouterr().out
         assert "swish-none-lr0.05-s0: finished earlier, skipped" in printed
