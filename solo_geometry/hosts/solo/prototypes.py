@@ -120,7 +120,7 @@ def _deepcluster(model: Any, ctx: Context, H: Tensor) -> Tensor:
         z = F.normalize(H[v])
         return torch.stack([frozen(p, z) for p in model.prototypes])  # (P, N, C)
 
-    preds = rearrange(torch.stack([logits(0), logits(1)]), "v p n c -> p v 1 n c")  # solo's layout
+    preds = torch.stack([logits(0).unsqueeze(1), logits(1).unsqueeze(1)], dim=1)  # (P, 2, 1, N, C)
     return deepclusterv2_loss_func(preds, ctx["assignments"], model.temperature)
 
 
