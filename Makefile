@@ -1,6 +1,7 @@
 # solo-geometry: README's two commands.
 #   make demo   set up, then run the main job on the embedded digits data
-#   make test   set up, then run the whole test suite
+#   make test   set up, then run the whole test suite; with SOLO_LEARN_ROOT naming a solo-learn
+#               checkout, solo-learn is installed from it first and its tests run too
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ PY := $(VENV)/bin/python
 # multi-GB build to satisfy a looser requirement later.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup demo test lint clean
+.PHONY: setup solo demo test lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +20,23 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# solo-learn 1.0.6 is not on the package index: install it from the checkout SOLO_LEARN_ROOT
+# names (never a copy in this repository), then only those of its requirements that are missing,
+# by name, with torch and lightning held at their installed versions (solo-learn pins
+# lightning==2.1.2; pip must not downgrade it). Nothing happens without SOLO_LEARN_ROOT.
+solo: setup
+ifdef SOLO_LEARN_ROOT
+	$(PY) -m pip install -q --no-deps --no-build-isolation "$(SOLO_LEARN_ROOT)"
+	$(PY) -m pip freeze | grep -iE '^(torch|torchvision|lightning)==' > $(VENV)/solo-constraints.txt
+	missing="$$($(PY) .ci/solo_requirements.py "$(SOLO_LEARN_ROOT)/requirements.txt")"; \
+	if [ -n "$$missing" ]; then \
+	    $(PY) -m pip install -q -c $(VENV)/solo-constraints.txt $$missing; fi
+endif
+
 demo: setup
 	$(PY) -m solo_geometry.cli demo $(DEMO_ARGS)
 
-test: setup
+test: solo
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

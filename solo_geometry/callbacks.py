@@ -11,9 +11,10 @@
    ``geometry.report`` is off, as in the reproduce sweeps, which draw a page of their own).
 
 Their inputs are checked in ``setup``, before the first training step: a module without a
-``backbone`` and a ``projector`` module, or a probe folder that does not exist, is an error
-naming the value. Failures after training (probes, report) are warnings: they never turn a
-finished training run into a failed one. Output on rank zero only.
+``backbone`` and a head named by its ``geometry_head()`` (DINO's is ``head``, never looked up
+by an attribute name), or a probe folder that does not exist, is an error naming the value.
+Failures after training (probes, report) are warnings: they never turn a finished training run
+into a failed one. Output on rank zero only.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from torch import nn
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig, ProbesConfig
 from solo_geometry.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.evaluation import evaluate
+from solo_geometry.measure import backbone_and_head
 from solo_geometry.monitor import GeometryMonitor
 from solo_geometry.report import write_report
 from solo_geometry.run_folder import RunFolder
@@ -43,18 +44,6 @@ __all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"
 
 def _run_of(run_dir: Path | None, trainer: pl.Trainer) -> RunFolder:
     return RunFolder(run_dir or Path(trainer.default_root_dir))
-
-
-def _modules(pl_module: pl.LightningModule) -> tuple[nn.Module, nn.Module]:
-    """The module's ``backbone`` and ``projector``; ValueError naming what is missing."""
-    found = {name: getattr(pl_module, name, None) for name in ("backbone", "projector")}
-    bad = sorted(k for k, v in found.items() if not isinstance(v, nn.Module))
-    if bad:
-        raise ValueError(
-            f"{type(pl_module).__name__}: geometry needs nn.Module attributes 'backbone' and "
-            f"'projector'; missing or not a module: {bad}"
-        )
-    return found["backbone"], found["projector"]  # type: ignore[return-value]
 
 
 def probe_data(
@@ -86,7 +75,7 @@ class ProbeCallback(Callback):
     Raises:
         TypeError: if ``cfg`` is not a :class:`ProbesConfig`.
         ValueError: in ``setup``, for a probe folder that does not exist or a module without
-            ``backbone`` and ``projector``.
+            a ``backbone`` and a ``geometry_head()``.
     """
 
     def __init__(
@@ -107,12 +96,12 @@ class ProbeCallback(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        _modules(pl_module)
         folders = self.data if isinstance(self.data, tuple) else (self.data,)
         for folder in folders:
             if folder is not None and not Path(folder).is_dir():
                 key = "geometry.probes.data" if self.cfg.data else "data.train_path/val_path"
                 raise ValueError(f"{key}: probe folder {str(folder)!r} does not exist")
+        backbone_and_head(pl_module, "probes")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -122,7 +111,7 @@ class ProbeCallback(Callback):
             rank_zero_info("solo-geometry: probes skipped, no labelled image folder")
             return
         run = _run_of(self.run_dir, trainer)
-        backbone, head = _modules(pl_module)
+        backbone, head = backbone_and_head(pl_module, "probes")
         try:
             with preserved_state(pl_module):
                 pl_module.eval()

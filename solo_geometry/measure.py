@@ -31,7 +31,15 @@ from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitenin
 from solo_geometry.heads import MetricLinearHead
 from solo_geometry.records import Scalar, Settings
 
-__all__ = ["GeometryAware", "GeometryView", "Measurement", "checked", "measure", "outputs"]
+__all__ = [
+    "GeometryAware",
+    "GeometryView",
+    "Measurement",
+    "backbone_and_head",
+    "checked",
+    "measure",
+    "outputs",
+]
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,41 @@ class GeometryAware(Protocol):
     def geometry_view(self, batch: Any) -> GeometryView:
         """Return the :class:`GeometryView` of ``batch`` (a training batch)."""
         ...
+
+
+def backbone_and_head(module: Any, user: str) -> tuple[nn.Module, nn.Module]:
+    """The module's ``backbone`` and the head its host names in ``geometry_head()``.
+
+    The head is never looked up by an attribute name: DINO's is ``head`` (projector and
+    prototypes), a user's module may call it anything.
+
+    Args:
+        module: the LightningModule being trained.
+        user: what needs them, for the error (e.g. ``"probes"``).
+
+    Raises:
+        ValueError: naming what is missing or not an ``nn.Module``.
+    """
+    name = type(module).__name__
+    get_head = getattr(module, "geometry_head", None)
+    if not callable(get_head):
+        raise ValueError(
+            f"{name}: {user} need the module's head from geometry_head(); the module has no "
+            "geometry_head() method (mix in solo_geometry.hosts.base.GeometryHost or define it)"
+        )
+    try:
+        head = get_head()
+    except AttributeError as err:  # the host's default head, ``projector``, is missing
+        head = err
+    backbone = getattr(module, "backbone", None)
+    bad = [f"backbone: {type(backbone).__name__}"] if not isinstance(backbone, nn.Module) else []
+    if not isinstance(head, nn.Module):
+        got = head if isinstance(head, AttributeError) else type(head).__name__
+        bad.append(f"geometry_head(): {got}")
+    if bad:
+        raise ValueError(f"{name}: {user} need nn.Module backbone and head; {'; '.join(bad)}")
+    assert isinstance(backbone, nn.Module) and isinstance(head, nn.Module)
+    return backbone, head
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 A probe is fitted on features of a train split and scored on a held-out split. Both probes
 standardise the features with train statistics (a constant feature stays 0, so pseudo-collapsed
 features score at chance) and carve a stratified validation split from train with a seeded
-generator: the linear probe picks its L2 strength there, the MLP probe stops early there.
+generator: the linear probe picks its L2 strength there; the MLP probe fits every train row to
+convergence (its ``stop="val"`` option stops early on such a split instead).
 Nothing touches the global RNG, so every result is a deterministic function of the seed.
 
 References:
@@ -181,37 +182,60 @@ def _make_mlp(d: int, hidden: int, n_classes: int, seed: int, dev: torch.device)
         return build_mlp([d, hidden, n_classes]).to(dev)
 
 
-def _train_mlp(
-    model: nn.Module,
-    data: tuple[Tensor, Tensor, Tensor, Tensor],
-    gen: torch.Generator,
-    lr: float,
-    weight_decay: float,
+def _epoch(
+    model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, gen: torch.Generator,
     batch_size: int,
-    max_epochs: int,
-    patience: int,
-) -> tuple[float, int, int]:
-    """Adam with early stopping; leaves the best-validation weights in eval mode."""
-    xf, yf, xv, yv = data
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+) -> float:  # fmt: skip
+    """One pass of Adam over shuffled minibatches; the epoch's mean training loss."""
+    model.train()
+    total = x.new_zeros(())
+    for batch in torch.randperm(len(y), generator=gen).to(x.device).split(batch_size):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[batch]), y[batch])
+        loss.backward()
+        opt.step()
+        total += loss.detach() * len(batch)
+    return float(total) / len(y)
+
+
+def _train_to_convergence(
+    model: nn.Module, x: Tensor, y: Tensor, gen: torch.Generator, cfg: MlpProbeConfig
+) -> dict[str, Any]:
+    """Adam on every row until the mean training loss stops improving (scikit-learn's rule).
+
+    Stops once the epoch's loss has not fallen below the best so far minus ``cfg.tol`` for
+    ``cfg.patience`` epochs in a row, or at ``cfg.max_epochs`` (then ``converged`` is False).
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    best, stale, epochs, loss = math.inf, 0, 0, math.inf
+    while stale < cfg.patience and epochs < cfg.max_epochs:
+        loss = _epoch(model, opt, x, y, gen, cfg.batch_size)
+        stale = stale + 1 if loss > best - cfg.tol else 0
+        best, epochs = min(best, loss), epochs + 1
+    model.eval()
+    return {"epochs": epochs, "train_loss": loss, "converged": stale >= cfg.patience}
+
+
+def _train_early_stopped(
+    model: nn.Module, x: Tensor, y: Tensor, gen: torch.Generator, cfg: MlpProbeConfig
+) -> dict[str, Any]:
+    """Adam with early stopping on a validation split; leaves the best-validation weights."""
+    fit, val = (i.to(x.device) for i in stratified_split(y, cfg.val_fraction, gen))
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     best_acc, best_epoch, best_state = -1.0, 0, copy.deepcopy(model.state_dict())
     epoch = 0
-    for epoch in range(1, max_epochs + 1):
-        model.train()
-        for batch in torch.randperm(len(yf), generator=gen).to(xf.device).split(batch_size):
-            opt.zero_grad()
-            F.cross_entropy(model(xf[batch]), yf[batch]).backward()
-            opt.step()
+    for epoch in range(1, cfg.max_epochs + 1):
+        _epoch(model, opt, x[fit], y[fit], gen, cfg.batch_size)
         model.eval()
         with torch.no_grad():
-            acc = _accuracy(model(xv), yv)
+            acc = _accuracy(model(x[val]), y[val])
         if acc > best_acc:
             best_acc, best_epoch, best_state = acc, epoch, copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= patience:
+        elif epoch - best_epoch >= cfg.patience:
             break
     model.load_state_dict(best_state)
     model.eval()
-    return best_acc, best_epoch, epoch
+    return {"epochs": epoch, "best_epoch": best_epoch, "val_accuracy": best_acc}
 
 
 def mlp_probe(
@@ -225,10 +249,12 @@ def mlp_probe(
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> ProbeResult:
-    """One-hidden-layer ReLU MLP trained with Adam, early-stopped on a validation split.
+    """One-hidden-layer ReLU MLP trained with Adam, to convergence by default.
 
-    The weights of the epoch with the best validation accuracy (ties to the earlier epoch)
-    are restored before scoring the held-out split.
+    ``cfg.stop="loss"`` (default): every train row is fitted until the mean training loss
+    stops improving, the rule of scikit-learn's ``MLPClassifier``, which the probe matches on
+    real features (tests/test_probes.py). ``cfg.stop="val"``: early stopping on a stratified
+    validation split carved from train, the best-validation weights restored.
 
     Args:
         x_tr: train features (N, d).
@@ -236,15 +262,16 @@ def mlp_probe(
         x_te: held-out features (M, d).
         y_te: held-out labels (M,).
         cfg: the probe's options (``geometry.probes.mlp``): hidden width, Adam learning rate
-            and weight decay, minibatch size, epoch cap, patience, validation share; None:
-            defaults.
+            and weight decay, minibatch size, stopping rule, epoch cap, patience, tolerance;
+            None: defaults.
         seed: fixes the split, the initialisation and the minibatch order.
         device: where to fit (default: the features' device).
         dtype: compute dtype.
 
     Returns:
-        ProbeResult with held-out accuracy and details ``best_epoch``, ``epochs``,
-        ``val_accuracy``, ``hidden``.
+        ProbeResult with held-out accuracy and details ``epochs``, ``hidden``, ``stop``,
+        ``train_accuracy`` and ``train_loss``, ``converged`` (stop="loss") or ``best_epoch``,
+        ``val_accuracy`` (stop="val").
 
     Raises:
         ValueError: on mismatched shapes (the config validates its own values).
@@ -253,20 +280,13 @@ def mlp_probe(
     _check_inputs(x_tr, y_tr, x_te, y_te)
     dev, xtr, ytr, xte, yte, n_classes = _prepare(x_tr, y_tr, x_te, y_te, device, dtype)
     gen = torch.Generator().manual_seed(seed)
-    fit_idx, val_idx = (i.to(dev) for i in stratified_split(ytr, cfg.val_fraction, gen))
     model = _make_mlp(xtr.shape[1], cfg.hidden, n_classes, seed, dev).to(dtype)
     work = float(cfg.batch_size) * cfg.hidden * (xtr.shape[1] + n_classes)
+    train = _train_to_convergence if cfg.stop == "loss" else _train_early_stopped
     with threads_for(work if dev.type == "cpu" else math.inf, SMALL_STEP_WORK):
-        best_acc, best_epoch, epoch = _train_mlp(
-            model, (xtr[fit_idx], ytr[fit_idx], xtr[val_idx], ytr[val_idx]), gen,
-            cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.max_epochs, cfg.patience,
-        )  # fmt: skip
+        details = train(model, xtr, ytr, gen, cfg)
         with torch.no_grad():
             accuracy = _accuracy(model(xte), yte)
-    details = {
-        "best_epoch": best_epoch,
-        "epochs": epoch,
-        "val_accuracy": best_acc,
-        "hidden": cfg.hidden,
-    }
+            details["train_accuracy"] = _accuracy(model(xtr), ytr)
+    details |= {"hidden": cfg.hidden, "stop": cfg.stop}
     return ProbeResult(accuracy, details)

@@ -1,8 +1,9 @@
 """Per-epoch gradient norms and relative update sizes of the head and the backbone.
 
 The paper's collapse experiment (experiments.py, ``run_collapse_experiment``) tracks, at every
-step after the backward and before the optimiser step, for the projector ("head") and the
-backbone separately, and averages them over the epoch's steps:
+step after the backward and before the optimiser step, for the projection head ("head", the
+host's ``geometry_head()``) and the backbone separately, and averages them over the epoch's
+steps:
 
 * ``grad_norm``: ||g||_2 over every parameter with a gradient (the paper's "residual gradient
   norm" of the head, ``proj_update_norms_unnormalized``);
@@ -45,6 +46,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from typing_extensions import override
 
+from solo_geometry.measure import backbone_and_head
 from solo_geometry.run_folder import RunFolder
 
 __all__ = [
@@ -58,8 +60,9 @@ __all__ = [
 ]
 
 UPDATES_SCHEMA = 1
-# The parts tracked: the LightningModule's attribute for each.
-PARTS = {"head": "projector", "backbone": "backbone"}
+# The parts tracked: the head is the host's ``geometry_head()`` (DINO's ``head``), the backbone
+# its ``backbone`` (``measure.backbone_and_head``).
+PARTS = ("head", "backbone")
 _EPS = 1e-7  # the paper's guard in lr ||g|| / (||w|| + 1e-7)
 
 
@@ -172,7 +175,7 @@ class UpdateSizeMonitor(Callback):
         run_dir: the run folder for ``updates.jsonl``; None: the trainer's root dir.
 
     Raises:
-        ValueError: in ``setup``, if the module lacks a ``backbone`` or ``projector`` module.
+        ValueError: in ``setup``, if the module lacks a ``backbone`` or a ``geometry_head()``.
     """
 
     def __init__(self, run_dir: str | Path | None = None) -> None:
@@ -187,19 +190,14 @@ class UpdateSizeMonitor(Callback):
         self._hook: torch.utils.hooks.RemovableHandle | None = None
 
     def _parts(self, pl_module: pl.LightningModule) -> dict[str, list[Tensor]]:
-        return {part: _params(getattr(pl_module, attr)) for part, attr in PARTS.items()}
+        backbone, head = backbone_and_head(pl_module, "update sizes")
+        return {"head": _params(head), "backbone": _params(backbone)}
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        bad = [a for a in PARTS.values() if not isinstance(getattr(pl_module, a, None), nn.Module)]
-        if bad:
-            raise ValueError(
-                f"{type(pl_module).__name__}: update sizes need nn.Module attributes "
-                f"{sorted(PARTS.values())}; missing or not a module: {bad}"
-            )
-        projector = getattr(pl_module, PARTS["head"])
-        if self._hook is None and isinstance(projector, nn.Module):  # checked above
-            self._hook = projector.register_forward_hook(self._capture)
+        _, head = backbone_and_head(pl_module, "update sizes")  # the host's geometry_head()
+        if self._hook is None:
+            self._hook = head.register_forward_hook(self._capture)
 
     def _capture(self, module: nn.Module, inputs: Any, output: Any) -> None:
         """Keep the projector's output of the training forward (a reference, detached)."""

@@ -1,8 +1,14 @@
-"""Shared test fixtures: the four SSL losses written out by hand, as functions of H (V, N, p)."""
+"""Shared test fixtures: the four SSL losses written out by hand, as functions of H (V, N, p).
+
+Also the run's count of solo-learn tests (marked ``solo``), printed in the terminal summary, so a
+CI log says whether the solo-learn host was tested at all.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -69,3 +75,30 @@ def ssl_loss(request: pytest.FixtureRequest) -> Callable[[Tensor], Tensor]:
 def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
     """All four hand-written SSL losses by name."""
     return SSL_LOSSES
+
+
+def _solo_reason(report: Any) -> str | None:
+    """The skip reason of a report if it names solo-learn, else None."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason if "solo-learn" in reason or "SOLO_LEARN_ROOT" in reason else None
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    """Print how many solo-learn tests passed, failed and skipped (and modules skipped whole)."""
+    counts: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            marked = "solo" in getattr(report, "keywords", {})
+            reason = _solo_reason(report) if outcome == "skipped" else None
+            if marked or reason:
+                counts["modules skipped" if report.when == "collect" else outcome] += 1
+            if reason:
+                reasons[reason.removeprefix("Skipped: ")] += 1
+    ran = counts["passed"] + counts["failed"] + counts["error"]
+    line = ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped",
+                                                   "modules skipped") if counts[k])  # fmt: skip
+    terminalreporter.write_sep("-", f"solo-learn tests: {ran} ran ({line or 'none collected'})")
+    for reason, n in reasons.most_common():
+        terminalreporter.write_line(f"  skipped ({n}): {reason}")

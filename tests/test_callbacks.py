@@ -81,29 +81,16 @@ class TestSetupChecks:
             _fit(tmp_path, [callback])
         assert not (tmp_path / "geometry.jsonl").exists()
 
-    def test_module_without_projector(self, tmp_path: Path) -> None:
-        class NoHead(BoringGeometry):
-            def __init__(self) -> None:
-                super().__init__()
-                self.head = self.projector
-                del self.projector
-
-            def geometry_view(self, batch: Any) -> Any:  # pragma: no cover - never reached
-                raise AssertionError
-
-            def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-                _, X, _ = batch
-                return self.ssl_loss(torch.stack([self.head(self.backbone(x)) for x in X]))
-
+    def test_module_without_geometry_head(self, tmp_path: Path) -> None:
         steps: list[int] = []
 
         class Spy(pl.Callback):
             def on_train_batch_start(self, *args: Any) -> None:
                 steps.append(1)
 
-        with pytest.raises(ValueError, match=r"'projector'"):
+        with pytest.raises(ValueError, match=r"BoringGeometry: probes need .*geometry_head\(\)"):
             _fit(tmp_path, [ProbeCallback(ProbesConfig(), None, tmp_path, IMAGENET_MEAN_STD),
-                            Spy()], make=NoHead)  # fmt: skip
+                            Spy()])  # fmt: skip
         assert steps == []  # no training step ran
 
     def test_rejects_bad_config(self) -> None:
@@ -113,3 +100,6 @@ class TestSetupChecks:
 
 class _Digits(BoringGeometry):
     """BoringGeometry on 8x8 images (the digits folder's size) for the probe run."""
+
+    def geometry_head(self) -> torch.nn.Module:
+        return self.projector

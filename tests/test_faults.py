@@ -132,6 +132,7 @@ class TestLightlyHostFaults:
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)
 class TestSoloHostFaults:
     """solo-learn's own main_pretrain.py, the faults installed in its process."""

@@ -59,6 +59,7 @@ class TestSoloGeometrySearchPathPlugin:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "[]"
 
+    @pytest.mark.solo
     def test_patches_solo_methods_in_place(self) -> None:
         pytest.importorskip("solo", reason="solo-learn 1.0.6 not importable")
         proc = _python(

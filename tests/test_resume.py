@@ -46,7 +46,9 @@ TEAR_AT = 3  # after the checkpoint of epoch 0 (global step 2)
 CLI = "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
 HOSTS = [
     "lightly",
-    pytest.param("solo", marks=pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)),
+    pytest.param(
+        "solo", marks=[pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)]
+    ),
 ]
 
 
@@ -158,6 +160,7 @@ class TestResumeAfterKill:
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)
 class TestSoloAutoResume:
     def test_main_pretrain_auto_resume(self, digits: Path, tmp_path: Path) -> None:

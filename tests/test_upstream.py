@@ -86,6 +86,7 @@ def _ruff() -> str | None:
     return str(local) if local.exists() else shutil.which("ruff")
 
 
+@pytest.mark.solo
 class TestExport:
     def test_series_and_description(self, exported) -> None:
         names = [p.name for p in exported.patches]
@@ -137,6 +138,7 @@ class TestExport:
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.solo
 class TestBackwardCompatibility:
     def test_default_projectors_identical(
         self,

@@ -1,7 +1,7 @@
 """The paper's experiments as one command each: ``solo-geometry reproduce <action>``.
 
 * :mod:`.collapse`: SimSiam from pseudo-collapse, heads x norms x learning rates x seeds, a Hydra
-  multirun sweep (the project's own launcher runs the cells in a process pool);
+  multirun sweep (on Hydra's joblib launcher, or submitit's, local or Slurm);
 * :mod:`.invariance`: SimCLR with the paper's augmentations, guillotine probes, the orbit table,
   rotation-sweep curvature, head depth and whitening;
 * ``verdicts collapse FILE``, ``verdicts invariance PATH...``: the claims judged on saved

@@ -11,7 +11,8 @@ over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recip
 * the monitor every ``every_n_steps`` steps (spectra of H_eff and M, std and condition numbers of
   Z and H) and the update-size callback every step (:mod:`solo_geometry.updates`);
 * the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
-  in a process pool by the project's launcher plugin (``hydra/launcher=solo_geometry_pool``).
+  on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
+  (:mod:`solo_geometry.sweeps`: ``submitit_local``, ``submitit_slurm``).
 
 A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
 interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
@@ -38,6 +39,7 @@ import torch
 import torchvision
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.singleton import Singleton
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -63,6 +65,7 @@ from solo_geometry.reproduce.collapse_summary import (
     write_summary,
 )
 from solo_geometry.reproduce.collapse_verdicts import load_runs, summary_runs
+from solo_geometry.sweeps import launch_overrides
 
 __all__ = [
     "DATA_CHOICES",
@@ -232,7 +235,7 @@ def run_cell(cfg: DictConfig) -> str:
             f"{row['steps']} steps, {seconds:.0f} s)")  # fmt: skip
 
 
-# The Hydra application: run_cell stays importable by name (the pool pickles it by reference).
+# The Hydra application: run_cell stays importable by name (launchers pickle it by reference).
 _app = hydra.main(version_base=None, config_path=None, config_name="reproduce_collapse")(run_cell)
 
 
@@ -252,6 +255,7 @@ def _multirun(overrides: Sequence[str]) -> None:
     """
     argv = sys.argv
     sys.argv = ["solo-geometry-reproduce-collapse", "--multirun", *overrides]
+    state = Singleton.get_state()  # joblib runs a single job in this process: leave no trace
     try:
         _app()
     except SystemExit as err:
@@ -259,6 +263,7 @@ def _multirun(overrides: Sequence[str]) -> None:
             raise RuntimeError(f"the collapse sweep failed (Hydra exit {err.code})") from None
     finally:
         sys.argv = argv
+        Singleton.set_state(state)
 
 
 def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
@@ -382,9 +387,8 @@ def reproduce_collapse(
         f"batch_size={protocol.batch_size}", f"every_n_steps={protocol.every_n_steps}",
         f"proj_hidden_dim={hidden}", f"proj_output_dim={output}", f"pred_hidden_dim={pred}",
         f"crop_size={protocol.crop_size}", f"factor={factor}",
-        f"threads={threads}", "hydra/launcher=solo_geometry_pool",
-        f"hydra.launcher.n_jobs={'null' if jobs is None else jobs}",
-        f"hydra.launcher.threads_per_job={threads}", f"hydra.sweep.dir={out / 'hydra'}",
+        f"threads={threads}", *launch_overrides(jobs, threads, extra),
+        f"hydra.sweep.dir={out / 'hydra'}",
         "hydra.sweep.subdir=${hydra.job.num}", "hydra/job_logging=disabled",
         "hydra/hydra_logging=disabled", *extra,
     ]  # fmt: skip

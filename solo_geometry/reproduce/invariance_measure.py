@@ -106,7 +106,8 @@ def probe_rows(
     cfg = ProbesConfig(
         targets=list(targets),
         probes=list(probes),
-        mlp=MlpProbeConfig(max_epochs=mlp_epochs, patience=mlp_patience),
+        # early-stopped on validation, as the reproduction's patience was calibrated
+        mlp=MlpProbeConfig(stop="val", max_epochs=mlp_epochs, patience=mlp_patience),
         orbits=OrbitsConfig(families=[]),  # the paper's orbits are measured per seed below
     )
     table = evaluate(

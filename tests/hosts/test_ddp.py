@@ -81,6 +81,7 @@ def _check_faulty(records: list[GeometryRecord], log: str) -> None:
     assert log.count("report written to") == 1, log[-3000:]
 
 
+@pytest.mark.solo
 class TestSoloDDP:
     """solo-learn's own main_pretrain.py and SimCLR under 2-process CPU DDP."""
 

@@ -28,6 +28,7 @@ from test_solo_helpers import (
 from solo_geometry.records import GeometryRecord, read_records
 
 pytest.importorskip("solo", reason=SOLO_REASON)
+pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
 
 DOCUMENTED = [
     *(f"{op}/{q}" for op in ("heff", "gn", "m")
@@ -248,7 +249,7 @@ class TestLauncher:
         from solo_geometry.hosts.solo import find_solo_root
 
         root = solo_root()
-        assert find_solo_root() == root  # next to the installed package
+        assert find_solo_root() == root  # $SOLO_LEARN_ROOT, else next to the installed package
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("SOLO_LEARN_ROOT", str(root))
             assert find_solo_root() == root

@@ -40,19 +40,27 @@ GEOMETRY_CHEAP = [
 
 
 def solo_root() -> Path:
-    """The solo-learn checkout of the installed ``solo`` package (skips when absent)."""
+    """The solo-learn checkout: ``$SOLO_LEARN_ROOT``, else next to the installed ``solo``.
+
+    A ``pip install`` (not editable) of the checkout, as CI does, puts ``solo`` in
+    site-packages, away from ``main_pretrain.py``: CI names the checkout in the variable.
+    Skips when solo-learn is not importable or no candidate holds ``main_pretrain.py``.
+    """
     solo = pytest.importorskip("solo", reason=SOLO_REASON)
-    root = Path(solo.__file__).resolve().parents[1]
-    if not (root / "main_pretrain.py").is_file():
-        pytest.skip(f"solo-learn checkout with main_pretrain.py not found next to {root}")
-    return root
+    named = os.environ.get("SOLO_LEARN_ROOT")
+    candidates = [Path(named)] if named else []
+    candidates.append(Path(solo.__file__).resolve().parents[1])
+    for root in candidates:
+        if (root / "main_pretrain.py").is_file():
+            return root.resolve()
+    pytest.skip(f"no solo-learn checkout with main_pretrain.py in {[str(c) for c in candidates]}; "
+                "set SOLO_LEARN_ROOT")  # fmt: skip
 
 
 def env(block_plugin: bool = False) -> dict[str, str]:
     """Environment of a subprocess: this repository importable (or explicitly not)."""
     out = dict(os.environ)
     out["PYTHONPATH"] = "" if block_plugin else str(REPO)
-    out.pop("SOLO_LEARN_ROOT", None)
     return out
 
 

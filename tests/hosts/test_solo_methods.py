@@ -16,6 +16,7 @@ from solo_recipes import ssl_loss
 from test_solo_helpers import RECIPES, SOLO_REASON, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
+pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
 
 from solo.args.pretrain import parse_cfg  # noqa: E402
 from solo.methods import METHODS  # noqa: E402

@@ -1,9 +1,12 @@
-"""solo-learn's own cifar recipes of the queue, prototype and centring methods, geometry on.
+"""Every solo-learn method with geometry runs its own cifar recipe, geometry at its defaults.
 
-Each runs through solo-learn's unmodified ``main_pretrain.py`` with ``+geometry=on`` and the
-overrides a new user would pass on a CPU (``data.dataset=custom`` on an image folder written to
-disk, ``accelerator=cpu "devices=[0]" strategy=auto precision=32 sync_batchnorm=False``), a step
-or two of batch 8, and must write finite records.
+Each of the 17 methods of ``SUPPORTED`` runs solo-learn's unmodified ``main_pretrain.py`` on
+its unmodified ``scripts/pretrain/cifar/<method>.yaml`` with ``+geometry=on`` and what a new user
+passes on a CPU: ``data.dataset=custom`` on an image folder written to disk,
+``accelerator=cpu "devices=[0]" strategy=auto precision=32 sync_batchnorm=False``, plus the
+fewest overrides that keep it short (batch 8, two steps, no workers, no wandb or checkpoints).
+The monitor, the probes, the orbit table, the report and the update sizes stay at their
+defaults, and the run must write finite records, probes and a report.
 """
 
 from __future__ import annotations
@@ -13,60 +16,83 @@ import shutil
 from pathlib import Path
 
 import pytest
-from solo_recipes import cifar_overrides
-from test_solo_helpers import (
-    GEOMETRY_CHEAP,
-    NEW_METHODS,
-    SOLO_REASON,
-    run,
-    solo_root,
-    tail,
-    write_digits,
-)
+from solo_recipes import CPU, recipe
+from test_solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 
 from solo_geometry.records import read_records
+from solo_geometry.run_folder import RunFolder
 
 pytest.importorskip("solo", reason=SOLO_REASON)
+pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
 
-METHODS = NEW_METHODS
-GEOMETRY = [*GEOMETRY_CHEAP, "geometry.measure.augment_families=[brightness]",
-            "geometry.measure.augment_samples=2"]  # fmt: skip
+from solo_geometry.hosts.solo import SUPPORTED  # noqa: E402 - after the skip
+
+# The recipe file of each method (solo-learn names barlow_twins' file barlow.yaml).
+RECIPE = {name: "barlow" if name == "barlow_twins" else name for name in SUPPORTED}
+# What makes a method's run possible at all on 16 images (never a geometry setting):
+# DeepClusterV2 clusters the whole dataset at each epoch start into its 3 x 3000 prototypes
+# and has no loss before epoch 1.
+NEEDS = {"deepclusterv2": ["max_epochs=2", "method_kwargs.num_prototypes=[12,12,12]"]}
+# Known failures at the defaults, each a bug to fix (the test then passes and strict xfail fails).
+KNOWN = {
+    "vibcreg": "the recipe's IterNorm (solo.utils.whitening, a custom autograd Function that "
+    "updates its running buffers in place) makes the Hessian products raise 'modified by an "
+    "inplace operation': every record is skipped",
+}
+METHODS = [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]) if m in KNOWN
+                        else ()) for m in sorted(SUPPORTED)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """16 of the digits (2 classes x 8) as an image folder: two batches of 8 per epoch."""
-    digits = write_digits(tmp_path_factory) / "train"
-    out = tmp_path_factory.mktemp("folder") / "train"
-    for cls in sorted(p for p in digits.iterdir() if p.is_dir())[:2]:
-        (out / cls.name).mkdir(parents=True)
-        for png in sorted(cls.glob("*.png"))[:8]:
-            shutil.copy(png, out / cls.name / png.name)
+def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Digits of 2 classes as image folders: train 2 x 8 (two batches of 8), val 2 x 12."""
+    digits = write_digits(tmp_path_factory)
+    out = tmp_path_factory.mktemp("folders")
+    for split, n in (("train", 8), ("val", 12)):
+        for cls in sorted(p for p in (digits / split).iterdir() if p.is_dir())[:2]:
+            (out / split / cls.name).mkdir(parents=True)
+            for png in sorted(cls.glob("*.png"))[:n]:
+                shutil.copy(png, out / split / cls.name / png.name)
     return out
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def numba_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One numba cache for the 17 runs: the report's UMAP compiles once, not 17 times."""
+    return tmp_path_factory.mktemp("numba")
+
+
+def overrides(method: str, folders: Path) -> list[str]:
+    """The CPU overrides and the fewest that make ``method``'s recipe short."""
+    return [*CPU, "data.dataset=custom", f"data.train_path={folders / 'train'}",
+            f"data.val_path={folders / 'val'}", "data.num_workers=0", "optimizer.batch_size=8",
+            "max_epochs=1", "wandb.enabled=False", "checkpoint.enabled=False",
+            "auto_resume.enabled=False", "++enable_progress_bar=False",
+            *NEEDS.get(method, []), "+geometry=on"]  # fmt: skip
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_cifar_recipe_geometry_on(method: str, folder: Path, tmp_path: Path) -> None:
-    # DeepClusterV2's loss exists from epoch 1 on (k-means at its start): two epochs for it
-    steps = ["max_epochs=2", "geometry.every_n_steps=2"] if method == "deepclusterv2" else [
-        "max_epochs=1", "+limit_train_batches=1", "geometry.every_n_steps=1"]  # fmt: skip
-    args = [str(solo_root() / "main_pretrain.py"), "--config-path",
-            str(solo_root() / "scripts" / "pretrain" / "cifar"), "--config-name", method,
-            f"hydra.run.dir={tmp_path}", *cifar_overrides(method, folder),
-            "++enable_progress_bar=False", *steps, *GEOMETRY]  # fmt: skip
-    proc = run(args, tmp_path)
+def test_cifar_recipe_geometry_defaults(
+    method: str, folders: Path, numba_cache: Path, tmp_path: Path
+) -> None:
+    assert recipe(RECIPE[method]).is_file()
+    args = [str(solo_root() / "main_pretrain.py"), "--config-path", str(recipe(method).parent),
+            "--config-name", RECIPE[method], f"hydra.run.dir={tmp_path}",
+            *overrides(method, folders)]  # fmt: skip
+    proc = run(args, tmp_path, env={**env(), "NUMBA_CACHE_DIR": str(numba_cache)})
     assert proc.returncode == 0, tail(proc)
+    folder = RunFolder(tmp_path)
     records = read_records(tmp_path)
-    if method == "deepclusterv2":
-        assert [r.step for r in records] == [0, 2, 4]
-        assert not records[0].ok and "k-means" in str(records[0].reason)
-        records = records[1:]
-    else:
-        assert [r.step for r in records] == [0, 1]
-    for r in records:
-        assert r.ok, r.reason
+    assert records and records[-1].final, [(r.step, r.reason) for r in records]
+    ok = [r for r in records if r.ok]
+    assert ok, [(r.step, r.reason) for r in records]
+    for r in ok:
         assert r.meta is None or r.meta["method"] == method
-        values = [v for k, v in r.metrics.items() if not k.endswith("/cond") and v is not None]
-        assert values and all(math.isfinite(v) for v in values if isinstance(v, float))
-        assert math.isfinite(r.metrics["z/normalized_std"])  # an unconverged extreme is null
+        values = [v for v in r.metrics.values() if isinstance(v, float)]
+        assert values and all(math.isfinite(v) for v in values), r.metrics
+        assert math.isfinite(r.metrics["z/normalized_std"])
+    probes = folder.read_probes()
+    assert probes is not None and {r.features for r in probes.rows} == {"z", "h"}, tail(proc)
+    assert all(math.isfinite(r.accuracy) for r in probes.rows)
+    assert probes.orbits and all(math.isfinite(o.compression) for o in probes.orbits)
+    assert (folder.report / "index.html").is_file(), tail(proc)

@@ -1,6 +1,6 @@
 """``solo-geometry reproduce collapse``: a real sweep end to end, resume, and bad input.
 
-The sweep runs the real Hydra multirun (the pool launcher, the lightly host, real Lightning
+The sweep runs the real Hydra multirun (Hydra's joblib launcher, the lightly host, real Lightning
 Trainers on the digits), two cells of one epoch of two steps. Every number in ``summary.json`` is
 recomputed here from the run folders' own files, read as plain JSON (not through the package's
 readers), with the criterion and definitions re-implemented from README.
@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from joblib.externals.loky import get_reusable_executor
 
 from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import reproduce_collapse
@@ -24,7 +25,6 @@ from solo_geometry.reproduce.collapse_summary import cell_record
 from solo_geometry.reproduce.paper import write_page
 
 AUTHORS = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
-hydra_plugins = pytest.importorskip("hydra_plugins.solo_geometry_launcher.solo_geometry_launcher")
 
 TINY = Protocol(epochs=2, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
                 grid=(Block(("linear", "swish"), ("none",), (1.0,)),))  # fmt: skip
@@ -167,6 +167,8 @@ class TestSweep:
         out, summary, _ = sweep
         (out / "cells" / "linear-none-lr0.05-s0.json").unlink()  # as if interrupted
         kept = out / next(r["run"] for r in summary["rows"] if r["head"] == "swish")
+        # the cells print from joblib's worker processes: fresh ones, so that capfd sees them
+        get_reusable_executor().shutdown(wait=True)
         again = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY,
                                    compare=AUTHORS)  # fmt: skip
         printed = capfd.readouterr().out
@@ -175,6 +177,7 @@ class TestSweep:
         assert "fig1_compare.png" in (out / "index.html").read_text()
         assert "swish-none-lr0.05-s0: finished earlier, skipped" in printed
         assert "linear-none-lr0.05-s0: std(H) epoch 0" in printed  # trained again
+        assert re.search(r"\[sweep\] [12]/2 done \(\d+ s\): linear-none-lr0.05-s0", printed)
         assert kept.is_dir()
         swish = [r for r in again["rows"] if r["head"] == "swish"]
         assert swish == [r for r in summary["rows"] if r["head"] == "swish"]
@@ -212,17 +215,7 @@ class TestBadInput:
         assert not (tmp_path / "o").exists()
 
 
-class TestPoolSize:
-    def test_sizes(self) -> None:
-        size = hydra_plugins.pool_size
-        assert size(3, 1, 10) == 3
-        assert size(8, 1, 2) == 2  # never more workers than jobs
-        assert size(None, 1, 100) == hydra_plugins.available_cores()
-        assert size(None, 64, 100) == 1
-        with pytest.raises(ValueError, match="n_jobs"):
-            size(0, 1, 3)
-
-
+@pytest.mark.solo
 class TestSoloHost:
     def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
         from solo_geometry.pretrain import solo_available

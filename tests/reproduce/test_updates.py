@@ -24,19 +24,24 @@ STEPS, LR, MOMENTUM = 3, 0.1, 0.9
 
 
 class Tiny(pl.LightningModule):
+    """Its head is ``head`` (as DINO's), named to the monitor by ``geometry_head()`` only."""
+
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.backbone = nn.Linear(5, 4)
-        self.projector = nn.Sequential(nn.Linear(4, 6), nn.SiLU(), nn.Linear(6, 3))
+        self.head = nn.Sequential(nn.Linear(4, 6), nn.SiLU(), nn.Linear(6, 3))
+
+    def geometry_head(self) -> nn.Module:
+        return self.head
 
     def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
         (x,) = batch
-        return self.projector(self.backbone(x)).pow(2).mean()
+        return self.head(self.backbone(x)).pow(2).mean()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(
-            [{"params": self.backbone.parameters()}, {"params": self.projector.parameters()}],
+            [{"params": self.backbone.parameters()}, {"params": self.head.parameters()}],
             lr=LR, momentum=MOMENTUM,
         )  # fmt: skip
 
@@ -59,7 +64,7 @@ def _reference() -> dict[str, float]:
         opt.zero_grad()
         model.training_step((x,), 0).backward()
         for part in ("head", "backbone"):
-            mod = model.projector if part == "head" else model.backbone
+            mod = model.head if part == "head" else model.backbone
             params = list(mod.parameters())
             g, w = _norm([p.grad for p in params]), _norm(params)
             before = [p.detach().clone() for p in params]
@@ -69,7 +74,7 @@ def _reference() -> dict[str, float]:
             sums[f"{part}/w"] = w
         opt.step()
         for part in ("head", "backbone"):
-            mod = model.projector if part == "head" else model.backbone
+            mod = model.head if part == "head" else model.backbone
             delta = _norm(
                 [p - b for p, b in zip(mod.parameters(), sums[f"{part}/before"], strict=True)]
             )
@@ -112,13 +117,15 @@ def test_unknown_schema_is_rejected(tmp_path: Path) -> None:
         read_update_records(tmp_path)
 
 
-def test_module_without_projector_fails_at_setup(tmp_path: Path) -> None:
-    model = Tiny()
-    del model.projector
+class NoHead(Tiny):
+    geometry_head = None  # type: ignore[assignment]
+
+
+def test_module_without_geometry_head_fails_at_setup(tmp_path: Path) -> None:
     trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
                          enable_progress_bar=False, accelerator="cpu")  # fmt: skip
-    with pytest.raises(ValueError, match="projector"):
-        trainer.fit(model, _data())
+    with pytest.raises(ValueError, match=r"NoHead: update sizes need .*geometry_head\(\)"):
+        trainer.fit(NoHead(), _data())
 
 
 class TwoViews(Tiny):
@@ -127,12 +134,12 @@ class TwoViews(Tiny):
 
     def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
         (x,) = batch
-        h1, h2 = self.projector(self.backbone(x)), self.projector(self.backbone(x.flip(0) * 2))
+        h1, h2 = self.head(self.backbone(x)), self.head(self.backbone(x.flip(0) * 2))
         return -torch.nn.functional.cosine_similarity(h1, h2.detach() + 1).mean()
 
     def on_after_backward(self) -> None:
         with torch.no_grad():
-            self.projector(torch.randn(7, 4))  # a measurement's forward: must not be counted
+            self.head(torch.randn(7, 4))  # a measurement's forward: must not be counted
 
 
 def test_output_std_is_the_papers_statistic_of_the_steps_forward(tmp_path: Path) -> None:
@@ -147,8 +154,8 @@ def test_output_std_is_the_papers_statistic_of_the_steps_forward(tmp_path: Path)
     opt, stds = replay.configure_optimizers(), []
     for (x,) in _data():
         z1, z2 = (
-            replay.projector(replay.backbone(x)),
-            replay.projector(replay.backbone(x.flip(0) * 2)),
+            replay.head(replay.backbone(x)),
+            replay.head(replay.backbone(x.flip(0) * 2)),
         )
         z = torch.cat([z1, z2]).detach().double()
         z = z / z.norm(dim=1, keepdim=True)

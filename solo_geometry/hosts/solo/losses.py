@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from einops import rearrange
 from torch import Tensor
 
 from solo_geometry.distributed import rank_chunks
@@ -66,7 +67,7 @@ def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -
 def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.simclr import simclr_loss_func
 
-    z = H.reshape(-1, H.shape[-1])  # (V * N, p), views concatenated as solo-learn does
+    z = rearrange(H, "v n p -> (v n) p")  # views concatenated as solo-learn does
     indexes = ctx["indexes"].repeat(H.shape[0])
     return simclr_loss_func(z, indexes=indexes, temperature=model.temperature)
 

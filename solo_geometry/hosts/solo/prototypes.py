@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor
 
 from solo_geometry.hosts.solo import spec
@@ -72,13 +73,13 @@ def _dino_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Co
 
 
 def _dino_merge(contexts: Sequence[Context]) -> Context:
-    views = [c["teacher"].unflatten(0, (2, -1)) for c in contexts]  # R x (2, N, K)
-    return {"teacher": torch.cat(views, dim=1).flatten(0, 1)}  # (2 * R * N, K), view-major
+    teacher = torch.stack([c["teacher"] for c in contexts])  # (ranks, 2 * N, K), each view-major
+    return {"teacher": rearrange(teacher, "r (v n) k -> (v r n) k", v=2)}  # global, view-major
 
 
 def _dino(model: Any, ctx: Context, H: Tensor) -> Tensor:
     loss = model.dino_loss_func
-    student = torch.cat(list(H))  # (V * N, K), views concatenated as the training step does
+    student = rearrange(H, "v n k -> (v n) k")  # views concatenated as the training step does
     return dino_loss(student, ctx["teacher"].to(H), loss.student_temp, loss.num_large_crops)
 
 
