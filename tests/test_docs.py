@@ -25,7 +25,10 @@ class TestSite:
     def test_builds_in_strict_mode(self, tmp_path: Path) -> None:
         proc = subprocess.run(
             [*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-            cwd=ROOT, capture_output=True, text=True, timeout=600,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert (tmp_path / "site" / "design" / "index.html").is_file()
@@ -40,7 +43,10 @@ class TestSite:
             f.write("\nSee [the missing page](no-such-page.md).\n")
         proc = subprocess.run(
             [*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         )
         assert proc.returncode != 0
