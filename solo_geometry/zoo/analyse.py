@@ -3,7 +3,7 @@
 Loads a checkpoint of any layout of :data:`solo_geometry.zoo.layouts.LAYOUTS` (solo-learn and
 lightly-host runs, the published full checkpoints of VICReg, Barlow Twins and DINO), then
 measures backbone-vs-head probes, the orbit table, representation statistics and rho_aug
-(:func:`solo_geometry.zoo.measurements.measure`) and writes ``analysis.json`` (with
+(:func:`solo_geometry.zoo.measurements.measure_model`) and writes ``analysis.json`` (with
 ``probes.json`` and ``features.pt``) into ``--out``.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from solo_geometry.zoo.layouts import load_checkpoint
-from solo_geometry.zoo.measurements import MeasureSettings, measure
+from solo_geometry.zoo.measurements import MeasureSettings, measure_model
 
 __all__ = ["ANALYSIS_FILE", "analyse", "format_analysis"]
 
@@ -60,7 +60,7 @@ def analyse(
     for note in model.notes:
         print(f"solo-geometry analyse: {note}", file=sys.stderr)
     out = Path(out)
-    results = measure(model.backbone, model.head, data, settings, mean_std=model.mean_std,
+    results = measure_model(model.backbone, model.head, data, settings, mean_std=model.mean_std,
                       out_dir=out, progress=progress)  # fmt: skip
     result = {"checkpoint": str(checkpoint), "layout": found, "notes": model.notes,
               "settings": settings.to_dict(), "measurements": results}  # fmt: skip

@@ -132,7 +132,7 @@ class ZooCard:
         provenance: see :func:`provenance`.
         training_record: the run's final ok geometry record (``geometry.jsonl``), as written.
         settings: :class:`~solo_geometry.zoo.measurements.MeasureSettings` as a dict.
-        measurements: what :func:`~solo_geometry.zoo.measurements.measure` returned.
+        measurements: what :func:`~solo_geometry.zoo.measurements.measure_model` returned.
         tolerances: field-name prefix -> [abs, rel].
         schema: :data:`CARD_SCHEMA`.
     """

@@ -38,7 +38,7 @@ from solo_geometry.zoo.card import (
     render_readme,
     tree_sha256,
 )
-from solo_geometry.zoo.measurements import MeasureSettings, measure
+from solo_geometry.zoo.measurements import MeasureSettings, measure_model
 
 __all__ = ["digits_data", "head_name", "load_card_model", "write_card"]
 
@@ -128,7 +128,7 @@ def write_card(
             folder = Path(data) if data is not None else digits_data(Path(scratch), 32)
             if not folder.is_dir():
                 raise ValueError(f"--data {str(folder)!r} does not exist or is not a directory")
-            results = measure(model.backbone, model.head, folder, settings,
+            results = measure_model(model.backbone, model.head, folder, settings,
                               mean_std=model.mean_std, progress=progress)  # fmt: skip
             data_record = _data_record(folder)
         _write_folder(tmp, model, cfg, run)

@@ -44,7 +44,7 @@ from solo_geometry.geometry import (
 from solo_geometry.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
-__all__ = ["MeasureSettings", "flatten", "measure", "probes_config"]
+__all__ = ["MeasureSettings", "flatten", "measure_model", "probes_config"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def _t(values: Any) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.float32).view(1, -1, 1, 1)
 
 
-def measure(
+def measure_model(
     backbone: nn.Module,
     head: nn.Module,
     data: str | Path,

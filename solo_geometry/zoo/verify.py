@@ -22,7 +22,7 @@ from pathlib import Path
 
 from solo_geometry.zoo.card import CARD_FILES, ZooCard, file_sha256, render_readme, tree_sha256
 from solo_geometry.zoo.folder import digits_data, load_card_model
-from solo_geometry.zoo.measurements import MeasureSettings, flatten, measure
+from solo_geometry.zoo.measurements import MeasureSettings, flatten, measure_model
 
 __all__ = ["Mismatch", "compare", "verify_card"]
 
@@ -113,6 +113,6 @@ def verify_card(folder: str | Path, *, data: str | Path | None = None) -> list[M
         digest = tree_sha256(Path(data))
         if digest != card.data.get("sha256"):
             found.append(Mismatch("data/sha256", card.data.get("sha256"), digest))
-        results = measure(model.backbone, model.head, data, settings,
+        results = measure_model(model.backbone, model.head, data, settings,
                           mean_std=tuple(card.mean_std))  # type: ignore[arg-type]  # fmt: skip
     return found + compare(flatten(card.measurements), flatten(results), card.tolerances)
