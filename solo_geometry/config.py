@@ -96,7 +96,8 @@ def _fraction(value: Any, key: str) -> None:
 class MeasureConfig:
     """Which measurements the monitor takes at its cadence."""
 
-    # Spectra of H_eff, GN and M plus ||M||/||H_eff|| (DESIGN.md section 3): the headline numbers.
+    # Spectra of H_eff, GN and M plus ||M||/||H_eff|| (docs/design.md section 3): the headline
+    # numbers.
     hessian: bool = True
     # Normalised std, covariance condition number and effective rank of Z and of H: cheap.
     stats: bool = True
@@ -109,7 +110,7 @@ class MeasureConfig:
     augment_samples: int = 8
     # SLQ probes for the H_eff density stored in the first and the final record.
     density_probes: int = 2
-    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: DESIGN.md's default
+    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: docs/design.md's default
     # (1e-10 in float64, 1e-5 in float32).
     tau: float | None = None
     # Per-epoch gradient norms and relative update sizes of head and backbone (the paper's
@@ -142,7 +143,8 @@ class HeadConfig:
     """Projection head used while geometry is on."""
 
     # "projector": keep the recipe's own projector, so switching geometry on never changes the
-    # experiment it measures (DESIGN.md section 5). Otherwise a key of solo_geometry.heads.HEADS.
+    # experiment it measures (docs/design.md section 5). Otherwise a key of
+    # solo_geometry.heads.HEADS.
     name: str = "projector"
     # Smooth activations (swish, gelu, softplus) make collapse a strict saddle; relu cannot.
     activation: str = "swish"
@@ -285,7 +287,7 @@ class MlpProbeConfig:
 
 @dataclass
 class OrbitsConfig:
-    """The orbit table at the end of fit (DESIGN.md section 3, "Orbits")."""
+    """The orbit table at the end of fit (docs/design.md section 3, "Orbits")."""
 
     # Augmentation families; [] skips the table.
     families: list[str] = field(default_factory=lambda: list(FAMILY_CHOICES))
@@ -340,7 +342,7 @@ class GeometryConfig:
     # Measurement cadence in optimiser steps; step 0 is before the first step.
     every_n_steps: int = 50
     # Samples whose rows form the Hessian operators' principal sub-block (operator dim =
-    # V * max_samples * d); the loss always sees the whole batch (DESIGN.md section 3).
+    # V * max_samples * d); the loss always sees the whole batch (docs/design.md section 3).
     max_samples: int = 16
     # Lanczos (full reorthogonalisation) runs per operator until both extreme Ritz values have a
     # residual bound under lanczos_tol times the operator's spectral scale (or under the floor),

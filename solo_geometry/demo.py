@@ -65,7 +65,8 @@ class DemoSettings:
 
 
 # 6 epochs of 45 BYOL steps of 32 images (the whole train split each epoch), a measurement
-# every 30 steps. `make demo` on an idle 2-core machine: see README (well under 10 minutes).
+# every 30 steps. `make demo` on an idle 2-core machine: see docs/getting-started.md (well under
+# 10 minutes).
 FULL = DemoSettings(
     max_epochs=6,
     limit_train_batches=45,

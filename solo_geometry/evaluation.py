@@ -2,7 +2,7 @@
 
 :func:`evaluate` fits the probes of :mod:`solo_geometry.probes` on Z and on H for every
 configured target (class, quarter-turn rotation, binned brightness jitter) and measures the
-orbit table (DESIGN.md section 3, "Orbits") on held-out images, then writes both into the run
+orbit table (docs/design.md section 3, "Orbits") on held-out images, then writes both into the run
 folder's ``probes.json`` as a :class:`~solo_geometry.records.ProbeTable`. Features go through
 the run's feature cache, so evaluating again costs no forward pass.
 

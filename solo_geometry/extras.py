@@ -14,7 +14,10 @@ __all__ = ["EXTRAS", "require"]
 
 # top-level module -> (pip extra, what installs it)
 EXTRAS: dict[str, tuple[str, str]] = {
-    "solo": ("solo", "solo-learn 1.0.6 from its repository (see README, section solo-learn)"),
+    "solo": (
+        "solo",
+        "solo-learn 1.0.6 from its repository (see docs/getting-started.md, section solo-learn)",
+    ),
     "lightly": ("lightly", "pip install 'solo-geometry[lightly]'"),
     "umap": ("umap", "pip install 'solo-geometry[umap]'"),
 }

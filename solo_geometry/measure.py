@@ -2,7 +2,7 @@
 
 A LightningModule offers a :class:`GeometryView` of a training batch (the backbone features of
 the whole batch, the head, the loss closures); :func:`measure` takes every configured number of
-DESIGN.md section 3 from it and says which settings define them:
+docs/design.md section 3 from it and says which settings define them:
 
 * the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff||, on the principal sub-block
   of ``max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;

@@ -3,7 +3,7 @@
 The monitor needs one thing from the LightningModule: ``geometry_view(batch)`` returning a
 :class:`GeometryView` (backbone features of the batch, the head, a loss closure). Every
 ``every_n_steps`` optimiser steps (step 0 is before the first step) and once at the end of fit
-it measures the current batch (:func:`solo_geometry.measure.measure`, DESIGN.md section 3):
+it measures the current batch (:func:`solo_geometry.measure.measure`, docs/design.md section 3):
 
 * the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff|| of the whole-batch loss,
   restricted to a principal sub-block of ``max_samples`` samples' rows;

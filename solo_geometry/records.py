@@ -1,4 +1,4 @@
-"""Run records: the versioned schema of what a run writes (DESIGN.md section 7).
+"""Run records: the versioned schema of what a run writes (docs/design.md section 7).
 
 Every file a run writes is a schema defined here, written and read only through this module and
 :class:`solo_geometry.run_folder.RunFolder`, which owns the paths:
@@ -99,7 +99,7 @@ class Settings:
             ``float32``).
         recurrence_dtype: arithmetic of the Lanczos recurrences, Krylov basis and
             reorthogonalisation (``float64``; the tridiagonal is always solved in float64).
-        tau: relative negativity floor (DESIGN.md section 3).
+        tau: relative negativity floor (docs/design.md section 3).
         floor: the absolute floor tau * max|lambda(H_eff)| used for all three operators.
         n_batch: samples of the batch the loss saw.
         n_block: samples whose rows form the operators' principal sub-block.
@@ -285,7 +285,7 @@ class ProbeRow:
 
 @dataclass(frozen=True)
 class OrbitRow:
-    """The orbit statistics of one augmentation family (DESIGN.md section 3, "Orbits").
+    """The orbit statistics of one augmentation family (docs/design.md section 3, "Orbits").
 
     Attributes:
         family: augmentation family.

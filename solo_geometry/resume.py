@@ -1,6 +1,6 @@
 """Where a killed run resumes from: ``solo-geometry pretrain --resume RUN`` on either host.
 
-A run folder (DESIGN.md section 7) holds what a resumed run needs: its checkpoints (the newest
+A run folder (docs/design.md section 7) holds what a resumed run needs: its checkpoints (the newest
 one is resumed, through Lightning's ``ckpt_path``), the recipe it was composed from, and which
 host trained it. :func:`resume_point` finds and checks all three before anything is written, so
 a wrong folder or a truncated checkpoint is a one-line error and the run is left as it was. The

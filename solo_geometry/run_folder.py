@@ -1,4 +1,4 @@
-"""The run folder: one run's files and every path in it (DESIGN.md section 7).
+"""The run folder: one run's files and every path in it (docs/design.md section 7).
 
 ``<root>/<name>-<YYYYmmdd-HHMMSS>/`` holds ``config.yaml`` (the resolved recipe),
 ``geometry.jsonl`` and ``probes.json`` (schemas of :mod:`solo_geometry.records`),
@@ -40,7 +40,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 @dataclass(frozen=True)
 class RunFolder:
-    """One run's folder and every path in it (DESIGN.md section 7).
+    """One run's folder and every path in it (docs/design.md section 7).
 
     While a run is being set up or trained the folder holds a ``.incomplete`` marker;
     :meth:`finish` removes it on success, and on failure removes the whole folder unless

@@ -1,6 +1,6 @@
 """The one state guard: whatever a measurement touches is as it was afterwards.
 
-Measurements run inside training (DESIGN.md section 4): they may switch modules to training
+Measurements run inside training (docs/design.md section 4): they may switch modules to training
 mode (BatchNorm batch statistics), run forwards that update running statistics, enable grad and
 draw random numbers. :func:`preserved_state` puts all of that back on exit, normal or not, so
 the step that follows is exactly the step that would have run without the measurement. It never

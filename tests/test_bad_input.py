@@ -1,6 +1,6 @@
 """Bad input across every command: one line naming the value, exit status 2, nothing written.
 
-One table, :data:`CASES`, drives the test and README's table "Failures and bad input"
+One table, :data:`CASES`, drives the test and the table of docs/failures.md
 (:func:`bad_input_table`; ``test_readme_table`` checks the block between its markers). Each
 case runs the real command line, ``solo_geometry.cli.main``, in a folder (the "world") holding a
 recipe, the digits data, run folders, checkpoints and array files, good, damaged and crafted; the
@@ -33,7 +33,7 @@ from solo_geometry.cli import main  # noqa: E402
 from solo_geometry.datasets import make_digits  # noqa: E402
 from solo_geometry.pretrain import solo_available  # noqa: E402
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+FAILURES = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
 HOSTS = ("lightly", "solo")
 SOLO = solo_available()
@@ -401,7 +401,7 @@ def test_unwritable_runs_root(world: Path, tmp_path: Path, capsys) -> None:
 
 
 def bad_input_table() -> str:
-    """README's table of the cases above (markdown)."""
+    """docs/failures.md's table of the cases above (markdown)."""
     rows = ["| command | input | hosts | message (contains) | exit |", "|---|---|---|---|---|"]
     for c in CASES:
         hosts = ", ".join(c.hosts) if c.hosts else "-"
@@ -414,8 +414,8 @@ def bad_input_table() -> str:
     return "\n".join(rows)
 
 
-def test_readme_table() -> None:
-    text = README.read_text()
-    assert START in text and END in text, f"README.md lacks the {START} ... {END} block"
+def test_docs_table() -> None:
+    text = FAILURES.read_text()
+    assert START in text and END in text, f"docs/failures.md lacks the {START} ... {END} block"
     block = text.split(START, 1)[1].split(END, 1)[0].strip()
     assert block == bad_input_table(), "regenerate: python -c 'import tests.test_bad_input'"

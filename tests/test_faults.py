@@ -35,7 +35,7 @@ from solo_geometry.monitor import GeometryMonitor  # noqa: E402
 from solo_geometry.records import GeometryRecord, read_records  # noqa: E402
 
 HAS_SOLO = importlib.util.find_spec("solo") is not None
-SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', see README.md)"
+SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', docs/getting-started.md)"
 FAULTS = ["oom", "nan_features", "nan_loss", "error"]
 # Statistics and H_eff spectra at every step, 4 steps: one fault per measurement, then a final one.
 GEOMETRY = [

@@ -1,4 +1,4 @@
-"""The direction of imports (DESIGN.md section 2), checked on the source without importing it.
+"""The direction of imports (docs/design.md section 2), checked on the source without importing it.
 
 Every ``.py`` under ``solo_geometry/`` is parsed with :mod:`ast`; each import statement, at
 module level or inside a function, becomes an edge from its module to the module it names.

@@ -33,7 +33,7 @@ from solo_geometry.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_SOLO = importlib.util.find_spec("solo") is not None
-SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', see README.md)"
+SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', docs/getting-started.md)"
 # Cheap records (statistics only) at every step; 2 epochs of 2 steps, a checkpoint per epoch:
 # records at steps 0, 1, 2, 3 and the final one at 4; the checkpoint of epoch 0 holds step 2.
 CHEAP = [

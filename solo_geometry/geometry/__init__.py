@@ -1,4 +1,4 @@
-"""The quantities of DESIGN.md section 3, built on :mod:`solo_geometry.linalg`."""
+"""The quantities of docs/design.md section 3, built on :mod:`solo_geometry.linalg`."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ pixel saturates.
 
 The tangent of a family at x is v_aug(x) = d f(normalise(aug(x, t))) / dt at t = 0, in the
 backbone's feature space Z, with the recipe's normalisation between the augmentation and the
-backbone f, in the BatchNorm mode of the point it differentiates at (DESIGN.md section 3).
+backbone f, in the BatchNorm mode of the point it differentiates at (docs/design.md section 3).
 ``metric_singularity`` compares the head's pullback metric G = J^T J along these tangents with
 random directions (rho_aug).
 """
@@ -274,10 +274,10 @@ def augmentation_tangents(
     """Tangents v_aug(x) = d backbone(normalise(aug(x, t))) / dt at t = 0, in Z.
 
     The augmentation acts on the unnormalised image (pixel space), then comes the recipe's
-    normalisation, then the backbone (DESIGN.md section 3). With ``normalize = (mean, std)`` and
-    ``images_normalized`` (a training batch, normalised by the recipe) the images are first
-    mapped back to pixel space, x = images * std + mean; with ``images_normalized=False`` they
-    are taken as pixels. With ``normalize=None`` the images are pixels the backbone reads as
+    normalisation, then the backbone (docs/design.md section 3). With ``normalize = (mean, std)``
+    and ``images_normalized`` (a training batch, normalised by the recipe) the images are first
+    mapped back to pixel space, x = images * std + mean; with ``images_normalized=False`` they are
+    taken as pixels. With ``normalize=None`` the images are pixels the backbone reads as
     they are.
 
     The backbone runs in the BatchNorm mode of the point it differentiates at: batch statistics

@@ -4,7 +4,7 @@ experiments.py, ``run_curvature_experiment``: each image rotated by 10 angles ev
 45 degrees (torchvision's ``rotate``), r_i the L2-normalised representation at angle i,
 kappa = mean over interior i of ||r_{i+1} - 2 r_i + r_{i-1}|| (no division by the step), in Z and
 in H = head(raw z), as that code feeds the head; the ratio kappa(H) / (kappa(Z) + 1e-8). The
-paper reports 1.93x on CIFAR-10 (DESIGN.md section 3, "Curvature of a sweep").
+paper reports 1.93x on CIFAR-10 (docs/design.md section 3, "Curvature of a sweep").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Augmentation orbits: the paper's statistics and protocols.
 
-An orbit is K augmented copies of one image along one family (DESIGN.md section 3). The
+An orbit is K augmented copies of one image along one family (docs/design.md section 3). The
 statistics are exactly those of the paper's code (plot_results.py,
 ``_calculate_geometric_metrics``), on the rows L2-normalised, in float64:
 

@@ -1,6 +1,6 @@
 """Spectra of the effective Hessian and of its Gauss-Newton and interaction parts.
 
-Implements "Spectra" of DESIGN.md section 3 on the operators of
+Implements "Spectra" of docs/design.md section 3 on the operators of
 :mod:`solo_geometry.linalg.operators`. Per operator (H_eff, GN, M), one Lanczos run with full
 reorthogonalisation until both extreme Ritz values converge (residual bound under ``tol`` times
 the operator's spectral scale max|lambda|, or under the negativity floor) or ``max_steps``;
@@ -321,7 +321,7 @@ def effective_hessian_spectrum(
     Each operator runs until both its extremes have a residual bound under tol times its own
     spectral scale, or under the floor. H_eff runs first: its largest |Ritz value| sets the
     floor tau * max|lambda(H_eff)| below which an eigenvalue of any of the three counts as
-    negative (DESIGN.md section 3), and under which a residual needs no further steps (so M of
+    negative (docs/design.md section 3), and under which a residual needs no further steps (so M of
     a linear or ReLU head, pure round-off, converges at once). Start vectors are drawn in turn from
     ``generator``: H_eff's, its density probes, then GN's, then M's. Leaves the head, its
     ``.grad``, BatchNorm running statistics, train/eval mode and the global RNG state as found.

@@ -1,4 +1,4 @@
-"""Representation statistics, the whitening score and a metric's spectrum (DESIGN.md section 3).
+"""Representation statistics, whitening score, a metric's spectrum (docs/design.md section 3).
 
 Representation statistics are taken over every sample given: features (M, d), or (V, N, d) whose
 views are pooled into M = V * N rows, as the paper's code concatenates ``[z1, z2]``. Each is

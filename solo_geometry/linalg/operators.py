@@ -1,7 +1,7 @@
 """Matrix-free curvature operators of an SSL loss with respect to the backbone features.
 
 For backbone features Z (V, N, d), a projection head h applied per view (H[v] = h(Z[v])) and a
-loss L(Z) = loss(H), this module builds the products of DESIGN.md section 3 on flat vectors of
+loss L(Z) = loss(H), this module builds the products of docs/design.md section 3 on flat vectors of
 length V * N * d, never materialising a matrix:
 
 * ``heff(v)``      H_eff v = d2L/dZ2 v (exact Hessian-vector product, double backward);

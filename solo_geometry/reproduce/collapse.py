@@ -435,7 +435,7 @@ def add_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--scale",
         choices=sorted(SCALES),
         default="cpu",
-        help="cpu (default; README) or paper (the authors' setup, for a GPU)",
+        help="cpu (default; docs/reproducing.md) or paper (the authors' setup, for a GPU)",
     )
     parser.add_argument(
         "--grid",

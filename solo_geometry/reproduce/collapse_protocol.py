@@ -81,7 +81,8 @@ class Protocol:
                 for f in b.lr_factors for s in self.seeds]  # fmt: skip
 
 
-# The CPU scale (README "Collapse": chosen by the pilot in benchmarks/pilot_collapse.py):
+# The CPU scale (docs/reproducing.md, "Collapse": chosen by the pilot in
+# benchmarks/pilot_collapse.py):
 # ResNet-18 on the digits at 16 px, batch 16, 3,000 steps per cell.
 CPU = Protocol(epochs=34, steps_per_epoch=89, batch_size=16, every_n_steps=34 * 89,
                seeds=SEEDS, crop_size=16)  # fmt: skip  # 89: the digits' 1,438 images // 16

@@ -4,7 +4,7 @@ Everything here is computed from a run folder's own files (``geometry.jsonl`` th
 :func:`solo_geometry.records.read_records`, ``updates.jsonl`` through
 :func:`solo_geometry.updates.read_update_records`); nothing is asserted.
 
-Definitions (the paper's where it has one, README "Reproducing the paper"):
+Definitions (the paper's where it has one, docs/reproducing.md):
 
 * the paper's curve, ``std_curve``: the per-epoch mean of the per-step std of the L2-normalised
   projector outputs over both views, from each training step's own forward

@@ -4,7 +4,7 @@ Each follows the paper's reference code (experiments.py, head_depth_ablations.py
 package's own pieces:
 
 * probes: :func:`solo_geometry.evaluation.evaluate` fits linear and MLP probes on Z and on H
-  for the class and the 4-way rotation target (DESIGN.md section 3, "Probes");
+  for the class and the 4-way rotation target (docs/design.md section 3, "Probes");
 * orbits: the paper's protocol (5 classes x 3 images x 12 rotations) and its statistics, once
   per sampling seed, under both inputs of the head: unit z (the paper's code) and raw z (as in
   training), with the mean norm of raw training features and the cosine of H's rows with their

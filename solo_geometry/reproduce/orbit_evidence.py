@@ -1,10 +1,10 @@
 """Orbit summaries small enough to store, and the noise of the orbit claims computed from them.
 
-The paper's orbit statistics (DESIGN.md section 3) need, per orbit, only its spread, its D_intra,
-its class, its size and its mean point: a class centroid is the size-weighted mean of its orbits'
-means, so D_inter is a function of the orbit means. Distances among those means are unchanged by
-expressing them in an orthonormal basis of their span (at most one vector per orbit), so an
-:class:`OrbitSummary` of the paper's 15 orbits is 15 x 15 numbers per space instead of 180 x
+The paper's orbit statistics (docs/design.md section 3) need, per orbit, only its spread, its
+D_intra, its class, its size and its mean point: a class centroid is the size-weighted mean of its
+orbits' means, so D_inter is a function of the orbit means. Distances among those means are
+unchanged by expressing them in an orthonormal basis of their span (at most one vector per orbit),
+so an :class:`OrbitSummary` of the paper's 15 orbits is 15 x 15 numbers per space instead of 180 x
 2048, and reproduces the paper's table exactly. Released arrays reduce to fixtures this way.
 
 Noise, for a verdict (:func:`orbit_evidence`):

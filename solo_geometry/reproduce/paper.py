@@ -55,8 +55,8 @@ DEPARTURES = (
     "last included), built by this package's smooth_mlp head in place of the recipe's projector; "
     "the geometry monitor is on for them (statistics only, at the first and the last step)",
     "probes: the paper's (raw features, Linear with bias and MLP 256 on Z / 512 on H, Adam 1e-3, "
-    "5 epochs, batch 256) and, beside them, DESIGN.md's (L2-tuned logistic regression by L-BFGS "
-    "on standardised features, an MLP early-stopped on validation)",
+    "5 epochs, batch 256) and, beside them, docs/design.md's (L2-tuned logistic regression by "
+    "L-BFGS on standardised features, an MLP early-stopped on validation)",
     "orbits: each table twice, the head fed unit z (the paper's code) and raw z (as in "
     "training), with the raw training feature norm and H's cosine with its mean",
     "seeds: one pretraining per experiment; the spread is over draws of the orbit images and "

@@ -298,7 +298,7 @@ def render_readme(card: ZooCard) -> str:
         *_evaluation(card), "",
         "## Geometry", "",
         f"Representation statistics over {s.get('stats_images')} held-out images (rows "
-        f"L2-normalised), rho_aug over {s.get('rho_images')} images, orbit table as DESIGN.md "
+        f"L2-normalised), rho_aug over {s.get('rho_images')} images, orbit table as docs/design.md "
         "section 3 defines it. `zoo verify` recomputes every number below within the "
         "tolerances of `geometry.json`.", "",
         *_geometry(card), "",

@@ -1,4 +1,4 @@
-"""Key layouts of SSL checkpoints, and loading them as backbone + head (DESIGN.md ``external``).
+"""Key layouts of SSL checkpoints, loaded as backbone + head (docs/design.md section 2, ``zoo/``).
 
 Each layout is a fact of the repository that writes it; the checkpoint is recognised by its keys
 and every module is rebuilt from the tensors' shapes, then loaded with ``strict=True``:

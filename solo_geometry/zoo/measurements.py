@@ -1,7 +1,7 @@
 """The geometry of a trained backbone + head on a labelled image folder, from the weights alone.
 
 What ``solo-geometry analyse`` prints and what a zoo card records (and ``zoo verify``
-recomputes), each following DESIGN.md section 3:
+recomputes), each following docs/design.md section 3:
 
 * ``probes``: the backbone-vs-head probe table and orbit table of
   :func:`solo_geometry.evaluation.evaluate` (linear and MLP probes on Z and H per target);

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "zoo" / "recipes" / "digits"
 METHODS4 = ("simclr", "byol", "vicreg", "barlow_twins")
 SOLO_REASON = (
-    "solo-learn 1.0.6 is not importable (pip install '.[solo]', see README.md, section solo-learn)"
+    "solo-learn 1.0.6 is not importable (pip install '.[solo]', see docs/getting-started.md, "
+    "section solo-learn)"
 )
 # Tiny, CPU-sized runs: a few steps of batch 8 on 32x32 digits.
 TINY = [

@@ -1,4 +1,4 @@
-"""README's table of solo-learn methods is the one the code generates (no solo-learn needed)."""
+"""docs/methods.md's table of solo-learn methods is the one the code generates (no solo-learn)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ from pathlib import Path
 
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, methods_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+METHODS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
 START, END = "<!-- methods-table:start -->\n", "\n<!-- methods-table:end -->"
 
 
 class TestMethodsTable:
     def test_readme_block_is_generated(self) -> None:
-        text = README.read_text()
+        text = METHODS_PAGE.read_text()
         block = text[text.index(START) + len(START) : text.index(END)]
         assert block == methods_table(), (
-            "README's methods table is out of date; replace the block between the markers by "
+            "docs/methods.md's methods table is out of date; replace the block between the "
+            "markers by "
             "the output of solo_geometry.hosts.solo.losses.methods_table()"
         )
 

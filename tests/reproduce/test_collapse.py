@@ -3,7 +3,7 @@
 The sweep runs the real Hydra multirun (Hydra's joblib launcher, the lightly host, real Lightning
 Trainers on the digits), two cells of one epoch of two steps. Every number in ``summary.json`` is
 recomputed here from the run folders' own files, read as plain JSON (not through the package's
-readers), with the criterion and definitions re-implemented from README.
+readers), with the criterion and definitions re-implemented from docs/reproducing.md.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _lines(path: Path) -> list[dict]:
 
 
 def _expected_row(run: Path) -> dict:
-    """The row's numbers recomputed from the run folder's files (README's definitions)."""
+    """The row's numbers recomputed from the run folder's files (docs/reproducing.md)."""
     records = [r for r in _lines(run / "geometry.jsonl") if r["status"] == "ok"]
     start, final = records[0], records[-1]
     assert start["step"] == 0

@@ -1,6 +1,6 @@
 """The second host: solo-learn recipes trained on lightly, torchvision and Lightning.
 
-For machines where solo-learn cannot be installed (DESIGN.md section 6). ``launch`` reads the
+For machines where solo-learn cannot be installed (docs/design.md section 6). ``launch`` reads the
 same recipe files as solo-learn (its schema, Hydra overrides, ``+geometry=on``), trains SimCLR,
 BYOL, VICReg or Barlow Twins with lightly's losses, LARS, momentum updates and schedules, and
 writes the same run folder as the solo-learn host::
@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.datasets import check_image_folder, mean_std_of
+from solo_geometry.datasets import check_image_folder
 from solo_geometry.hosts.lightly.data import build_train_loader, num_classes
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe

@@ -1,7 +1,7 @@
 """The solo-learn host: run a recipe through solo-learn's own ``main_pretrain.py``.
 
 :func:`launch` checks the recipe and the overrides in-process (so bad input fails before any
-run folder exists), creates the run folder (DESIGN.md section 7) and runs solo-learn's
+run folder exists), creates the run folder (docs/design.md section 7) and runs solo-learn's
 ``main_pretrain.py`` *by module* (``python -m main_pretrain``) from the solo-learn checkout, with
 this package and the checkout on ``PYTHONPATH``: Hydra discovers the plugin, which wraps
 ``solo.methods.METHODS`` (:mod:`solo_geometry.hosts.solo.methods`), and DDP's re-launched ranks,

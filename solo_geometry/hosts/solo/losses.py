@@ -19,7 +19,8 @@ Supported methods (``SUPPORTED``): simclr, supcon, byol, mocov3, simsiam, vicreg
 barlow_twins here; the queue methods (mocov2plus, ressl, nnclr, nnbyol, nnsiam) in
 :mod:`.queues`, the prototype and centring methods (dino, swav, deepclusterv2) in
 :mod:`.prototypes`, all4one in :mod:`.all4one`. Each spec says what it holds fixed
-(:func:`methods_table`, README's table). Refused, with the reason (``UNSUPPORTED``): mae, wmse.
+(:func:`methods_table`, docs/methods.md's table). Refused, with the reason (``UNSUPPORTED``):
+mae, wmse.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ UNSUPPORTED: dict[str, str] = {
 
 
 def methods_table() -> str:
-    """README's table of solo-learn methods: supported or refused, what each holds fixed.
+    """docs/methods.md's table of solo-learn methods: supported or refused, what each holds fixed.
 
     Returns:
         A Markdown table, one row per method (supported first, each group sorted by name).

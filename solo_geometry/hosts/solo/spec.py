@@ -94,7 +94,8 @@ class LossSpec:
         snapshots: attribute paths of tensors cloned at the start of a captured training step.
         setup: called with the module once it is built (e.g. to register hooks that keep what
             the step computes inside a submodule), or None.
-        held: what the closure holds fixed besides the parameters, and why (README's table).
+        held: what the closure holds fixed besides the parameters, and why (docs/methods.md's
+            table).
         merge: the ranks' contexts -> the global batch's (DDP); None: not measurable across
             ranks, for the reason ``ranks``.
         ranks: why the method cannot be measured across ranks (when ``merge`` is None).
