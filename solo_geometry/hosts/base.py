@@ -131,6 +131,13 @@ class GeometryHost:
         module: Any = self
         return module.projector
 
+    def geometry_measured_head(self) -> torch.nn.Module:
+        """The head the Hessian products run through: ``geometry_head()`` by default.
+
+        A host may give a twice-differentiable twin of it (same tensors, same outputs).
+        """
+        return self.geometry_head()
+
     def geometry_normalization(self) -> MeanStd | None:
         """The recipe's input ``(mean, std)`` (pixel-space tangents); None: images are pixels."""
         return None
@@ -163,7 +170,7 @@ class GeometryHost:
         if len(set(sizes)) > 1:
             raise ValueError(f"the ranks' features differ in shape: {sizes}")
         Z = torch.cat([p.features for p in parts], dim=1)  # (views, ranks * batch, d)
-        head = global_head(self.geometry_head(), len(parts), Z.shape[1])
+        head = global_head(self.geometry_measured_head(), len(parts), Z.shape[1])
         loss_of_outputs = self.geometry_global_loss([p.context for p in parts])
         return assemble_view(Z, head, loss_of_outputs, module.backbone, parts[0].images,
                              self.geometry_normalization())  # fmt: skip

@@ -34,11 +34,7 @@ RECIPE = {name: "barlow" if name == "barlow_twins" else name for name in SUPPORT
 # and has no loss before epoch 1.
 NEEDS = {"deepclusterv2": ["max_epochs=2", "method_kwargs.num_prototypes=[12,12,12]"]}
 # Known failures at the defaults, each a bug to fix (the test then passes and strict xfail fails).
-KNOWN = {
-    "vibcreg": "the recipe's IterNorm (solo.utils.whitening, a custom autograd Function that "
-    "updates its running buffers in place) makes the Hessian products raise 'modified by an "
-    "inplace operation': every record is skipped",
-}
+KNOWN: dict[str, str] = {}
 METHODS = [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]) if m in KNOWN
                         else ()) for m in sorted(SUPPORTED)]  # fmt: skip
 

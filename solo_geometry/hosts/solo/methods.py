@@ -36,6 +36,7 @@ from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.distributed import ranks_of
 from solo_geometry.heads import build_configured_head, build_configured_predictor
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
+from solo_geometry.hosts.solo.iternorm import differentiable_head
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
 from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
 from solo_geometry.run_folder import RunFolder
@@ -154,6 +155,10 @@ class GeometryMethod(GeometryHost):
     def geometry_head(self) -> nn.Module:
         """The measured head: the projector, or the module holding it and the prototypes."""
         return attrgetter(self._spec.head)(self)
+
+    def geometry_measured_head(self) -> nn.Module:
+        """The head with solo-learn's IterNorm (VIbCReg) as a twice-differentiable twin."""
+        return differentiable_head(self.geometry_head())
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         """solo-learn's ``training_step``, the state it updates in place kept first.
