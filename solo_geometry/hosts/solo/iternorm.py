@@ -16,6 +16,7 @@ solo-learn's hand-written gradient.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -36,7 +37,7 @@ class IterNormTwin(nn.Module):
 
     def forward(self, X: Tensor) -> Tensor:
         """Whiten X (N, C, ...) in groups of ``num_channels``, as ``IterNorm.forward`` does."""
-        o = self.original
+        o: Any = self.original  # solo.utils.whitening.IterNorm
         g = X.size(1) // o.num_channels
         x = X.transpose(0, 1).contiguous().view(g, o.num_channels, -1)  # (groups, d, N * ...)
         d, m = x.shape[1:]
