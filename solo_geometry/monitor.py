@@ -74,9 +74,13 @@ class GeometryMonitor(Callback):
         ``converged_min``, ``converged_max``, ``steps``, ``cond`` (null unless the operator is
         definite beyond the floor and its extremes converged), ``neg_fraction`` with
         ``neg_fraction_std`` and ``neg_fraction_quad`` (SLQ), ``seconds``; ``interaction_ratio``,
-        ``z/{normalized_std,cond,rank,effective_rank}``, the same for ``h/``,
-        ``stats/n_samples``, ``rho/<family>`` per configured colour family,
-        ``head/weight_norm`` (norm of the head's Linear weights, which pseudo-collapse scales).
+        ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}``, the
+        same for ``h/``, ``stats/n_samples``, ``whitening/{score,rank,cond_z,cond_h}`` (how much
+        more isotropic H is than Z), ``metric/{min,max,cond,rank,effective_rank}`` (the metric
+        W^T W of a metric-linear head only), ``rho/<family>`` per configured colour family,
+        ``head/weight_norm`` (norm of the head's Linear weights, which pseudo-collapse scales);
+        with every record ``geometry/n_skipped`` (records skipped so far) and
+        ``geometry/seconds`` (the record's measuring time).
 
     Args:
         config: the ``geometry`` config node (validated); None for the defaults.
