@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -14,22 +15,24 @@ ROOT = Path(__file__).resolve().parents[1]
 CODE = ("solo_geometry", "hydra_plugins", "scripts", "benchmarks", "tests")
 
 
-def _mkdocs() -> list[str]:
+def _build(root: Path, site: Path, env: dict[str, str] | None = None) -> CompletedProcess:
+    """``mkdocs build --strict`` of the site in ``root`` into ``site``."""
     exe = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.fail("mkdocs is not installed: `pip install -e '.[docs]'` (make setup does)")
-    return [exe]
+    return subprocess.run(
+        [exe, "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 class TestSite:
     def test_builds_in_strict_mode(self, tmp_path: Path) -> None:
-        proc = subprocess.run(
-            [*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        proc = _build(ROOT, tmp_path / "site")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert (tmp_path / "site" / "design" / "index.html").is_file()
         api = (tmp_path / "site" / "api" / "heads" / "index.html").read_text()
@@ -41,14 +44,8 @@ class TestSite:
         shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
         with (docs / "options.md").open("a") as f:
             f.write("\nSee [the missing page](no-such-page.md).\n")
-        proc = subprocess.run(
-            [*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        )
+        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+        proc = _build(tmp_path, tmp_path / "site", env)
         assert proc.returncode != 0
         assert "no-such-page.md" in proc.stdout + proc.stderr
 
