@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from solo_geometry.reproduce.collapse import Protocol, reproduce_collapse
+from solo_geometry.reproduce.collapse import reproduce_collapse
+from solo_geometry.reproduce.collapse_protocol import Block, Protocol
 from solo_geometry.sweeps import PROGRESS_CALLBACK, available_cores, launch_overrides, sweep_size
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def test_user_sweep_on_joblib_prints_progress(tmp_path: Path) -> None:
 def test_collapse_sweep_on_submitit_local(tmp_path: Path) -> None:
     """Two cells through submitit's executor: the path a Slurm cluster takes, on one machine."""
     two = Protocol(epochs=1, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
-                   lr_factors=(1.0,), heads=("linear", "swish"), norms=("none",))  # fmt: skip
+                   grid=(Block(("linear", "swish"), ("none",), (1.0,)),))  # fmt: skip
     extra = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"]
     summary = reproduce_collapse(tmp_path, quick=True, host="lightly", protocol=two, extra=extra)
     assert sorted(r["head"] for r in summary["rows"]) == ["linear", "swish"]
