@@ -20,6 +20,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
+from solo_geometry.cli import main as cli_main
 from solo_geometry.orbits_cli import add_orbits_parser
 from solo_geometry.reproduce.invariance import (
     QUICK,
@@ -206,14 +207,17 @@ class TestInvarianceInput:
         out = tmp_path / "out"
         empty = tmp_path / "empty"
         empty.mkdir()
-        code = cli("--quick", "--out", str(out), "--dataset", "cifar10", "--data-root", str(empty))
+        code = cli_main(["reproduce", "invariance", "--quick", "--out", str(out), "--dataset",
+                         "cifar10", "--data-root", str(empty)])  # fmt: skip
         err = capsys.readouterr().err.strip()
         assert code == 2
         assert len(err.splitlines()) == 1 and "cifar10" in err and "never downloads" in err
         assert not out.exists()
 
     def test_cifar_without_data_root(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-        assert cli("--quick", "--out", str(tmp_path / "o"), "--dataset", "cifar100") == 2
+        argv = ["reproduce", "invariance", "--quick", "--out", str(tmp_path / "o"), "--dataset",
+                "cifar100"]  # fmt: skip
+        assert cli_main(argv) == 2
         assert "--data-root" in capsys.readouterr().err
         assert not (tmp_path / "o").exists()
 
