@@ -24,10 +24,12 @@ setup: $(VENV)/.installed
 # solo-learn 1.0.6 is not on the package index: install it from the checkout SOLO_LEARN_ROOT
 # names (never a copy in this repository), then only those of its requirements that are missing,
 # by name, with torch and lightning held at their installed versions (solo-learn pins
-# lightning==2.1.2; pip must not downgrade it). Nothing happens without SOLO_LEARN_ROOT.
+# lightning==2.1.2; pip must not downgrade it). Editable, so that its main_pretrain.py lies next
+# to the `solo` package, where the tests find it. Nothing happens without SOLO_LEARN_ROOT.
 solo: setup
 ifdef SOLO_LEARN_ROOT
-	$(PY) -m pip install -q --no-deps --no-build-isolation "$(SOLO_LEARN_ROOT)"
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e "$(SOLO_LEARN_ROOT)" \
+	    --config-settings editable_mode=compat
 	$(PY) -m pip freeze | grep -iE '^(torch|torchvision|lightning)==' > $(VENV)/solo-constraints.txt
 	missing="$$($(PY) .ci/solo_requirements.py "$(SOLO_LEARN_ROOT)/requirements.txt")"; \
 	if [ -n "$$missing" ]; then \
