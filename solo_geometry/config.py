@@ -31,6 +31,7 @@ __all__ = [
     "PARAMETRIZATION_CHOICES",
     "PREDICTOR_CHOICES",
     "PROBE_CHOICES",
+    "PROBE_PROTOCOLS",
     "TARGET_CHOICES",
     "GeometryConfig",
     "HeadConfig",
@@ -62,6 +63,7 @@ TARGET_CHOICES = ("class", "rotation", "jitter")
 PROBE_CHOICES = ("linear", "mlp")
 MLP_STOP_CHOICES = ("loss", "val")
 ORBIT_PROTOCOLS = ("default", "paper")
+PROBE_PROTOCOLS = ("package", "paper", "both")
 _TRUE = ("true", "on", "yes", "1")
 _FALSE = ("false", "off", "no", "0")
 
@@ -319,6 +321,9 @@ class ProbesConfig:
     seed: int = 0
     targets: list[str] = field(default_factory=lambda: list(TARGET_CHOICES))
     probes: list[str] = field(default_factory=lambda: list(PROBE_CHOICES))
+    # "package": the probes above; "paper": the paper's rotation probes (paper_probes.py)
+    # instead; "both": both, the paper's under probes.json's "paper".
+    protocol: str = "package"
     # The "jitter" target: brightness t uniform in [-jitter_max, jitter_max], binned.
     jitter_bins: int = 4
     jitter_max: float = 0.4
@@ -330,6 +335,7 @@ class ProbesConfig:
         _at_least(self.batch_size, "geometry.probes.batch_size")
         _choices(self.targets, TARGET_CHOICES, "geometry.probes.targets")
         _choices(self.probes, PROBE_CHOICES, "geometry.probes.probes")
+        _choice(self.protocol, PROBE_PROTOCOLS, "geometry.probes.protocol")
         _at_least(self.jitter_bins, "geometry.probes.jitter_bins", 2)
         _positive(self.jitter_max, "geometry.probes.jitter_max")
 

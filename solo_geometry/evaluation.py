@@ -40,6 +40,7 @@ from solo_geometry.geometry.orbits import (
     orbit_images,
     orbit_representations,
 )
+from solo_geometry.paper_probes import PaperProbeSettings, paper_rotation_probes
 from solo_geometry.probes import linear_probe, mlp_probe
 from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run_folder import RunFolder
@@ -120,6 +121,10 @@ def evaluate(
 ) -> ProbeTable:
     """Backbone-vs-head probes and the orbit table; writes the run's ``probes.json``.
 
+    ``cfg.protocol`` picks the probes: this package's (``package``, the default), the paper's
+    rotation probes (``paper``: :mod:`solo_geometry.paper_probes`, under ``probes.json``'s
+    ``paper``, no package rows) or ``both``.
+
     Args:
         backbone: images (N, 3, H, W) -> Z (N, d); put in eval mode, mode restored.
         head: Z (N, d) -> H (N, p); same.
@@ -148,23 +153,27 @@ def evaluate(
             name=name, tag=tag, mean_std=mean_std, extras=extras, progress=progress,
         )  # fmt: skip
 
-    rows = _probe_rows(extract, splits, cfg, device)
+    rows = [] if cfg.protocol == "paper" else _probe_rows(extract, splits, cfg, device)
+    paper = None
+    if cfg.protocol in ("paper", "both"):  # the authors' probes, on the same two splits
+        paper = paper_rotation_probes(backbone, head, splits["train"][0], splits["test"][0],
+                                      normalize=mean_std,
+                                      settings=PaperProbeSettings(seed=cfg.seed))  # fmt: skip
     test_x, test_y = splits["test"]
     if cfg.orbits.protocol == "paper":
         orbits = [_paper_orbits(backbone, head, test_x, test_y, mean_std, cfg.seed)]
-        return _write(run, cfg, rows, orbits, data, mean_std, splits, 15)
+        return _write(run, cfg, (rows, orbits, paper), data, mean_std, splits, 15)
     n_orbit = min(cfg.orbits.images, len(test_y) - 1)
     pick = stratified_split(test_y, min(0.99, n_orbit / len(test_y)),
                             torch.Generator().manual_seed(cfg.seed))[1][:n_orbit]  # fmt: skip
     orbits = orbit_table(extract, test_x[pick], test_y[pick], cfg.orbits)
-    return _write(run, cfg, rows, orbits, data, mean_std, splits, len(pick))
+    return _write(run, cfg, (rows, orbits, paper), data, mean_std, splits, len(pick))
 
 
 def _write(
     run: RunFolder,
     cfg: ProbesConfig,
-    rows: list[ProbeRow],
-    orbits: list[OrbitRow],
+    parts: tuple[list[ProbeRow], list[OrbitRow], dict[str, Any] | None],
     data: Any,
     mean_std: MeanStd,
     splits: dict[str, tuple[Tensor, Tensor]],
@@ -173,7 +182,8 @@ def _write(
     settings = {"data": str(data), "mean_std": [list(m) for m in mean_std],
                 "n_train": len(splits["train"][1]), "n_test": len(splits["test"][1]),
                 "orbit_images": orbit_images, "probes": dataclasses.asdict(cfg)}  # fmt: skip
-    table = ProbeTable(rows, orbits, settings)
+    rows, orbits, paper = parts
+    table = ProbeTable(rows, orbits, settings, paper)
     run.write_probes(table)
     return table
 

@@ -60,11 +60,13 @@ def _features(
     backbone: nn.Module, head: nn.Module, x: Tensor, normalize: Normalization | None
 ) -> tuple[Tensor, Tensor]:
     zs, hs = [], []
+    device = next(backbone.parameters()).device  # features come back to the CPU for the probes
     with deterministic_mode(nn.ModuleList([backbone, head]), batch_stats=False):
         for chunk in x.split(256):
+            chunk = chunk.to(device)
             z = backbone(chunk if normalize is None else apply_normalization(chunk, normalize))
-            zs.append(z.flatten(1))
-            hs.append(head(z.flatten(1)))
+            zs.append(z.flatten(1).cpu())
+            hs.append(head(z.flatten(1)).cpu())
     return torch.cat(zs), torch.cat(hs)
 
 

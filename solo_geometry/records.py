@@ -316,12 +316,15 @@ class ProbeTable:
         rows: every probe fit.
         orbits: the orbit table, one row per family.
         settings: what defines the numbers (data folder, seed, split sizes, probe options).
+        paper: the paper's rotation probes (``geometry.probes.protocol`` ``paper`` or
+            ``both``; :func:`~solo_geometry.paper_probes.paper_rotation_probes`), else None.
         schema: the schema version.
     """
 
     rows: list[ProbeRow]
     orbits: list[OrbitRow] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    paper: dict[str, Any] | None = None
     schema: int = PROBES_SCHEMA_VERSION
 
     def accuracy(self, features: str, probe: str, target: str) -> float | None:

@@ -96,6 +96,9 @@ CASES: tuple[Case, ...] = (
             "geometry.every: Key 'every' not in 'GeometryConfig'"),
     _hosted("unknown geometry value", ("+geometry=on", "geometry.head.name=nope"),
             "geometry.head.name: unknown value 'nope'; choose from"),
+    _hosted("unknown probe protocol", ("+geometry=on", "geometry.probes.protocol=authors"),
+            "geometry.probes.protocol: unknown value 'authors'; choose from ['both', 'package', "
+            "'paper']"),
     _hosted("missing data folder", ("data.train_path={w}/nodata",),
             "data.train_path='{w}/nodata': data folder not found"),
     _hosted("empty class folder", ("data.train_path={w}/data-emptyclass/train",),
