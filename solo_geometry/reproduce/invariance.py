@@ -20,7 +20,7 @@ temperature 0.1, on the embedded digits (CIFAR-10/100 when torchvision's files a
 Everything lands in ``--out``: ``invariance.json`` (every number, with the paper's published
 value and a verdict computed per claim), the orbit and sweep arrays (``orbits_*.npz`` in the
 paper's layout: ``solo-geometry orbits FILE`` re-analyses them), the run folders, and the page
-``invariance.html`` (:mod:`solo_geometry.reproduce.paper`).
+``invariance.html`` (:mod:`solo_geometry.reproduce.invariance_page`).
 
 Seeds follow the paper's code: one pretraining, then ``seeds`` draws of the orbit images and of
 the curvature sweeps (experiments.py calls ``set_seed(seed_idx)`` before each draw).
@@ -38,10 +38,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from solo_geometry.checkpoint import LoadedModel, load_model
+from solo_geometry.checkpoint import load_model
 from solo_geometry.datasets import load_image_folder, make_digits
 from solo_geometry.extras import require
-from solo_geometry.paper_probes import paper_rotation_probes
 from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
@@ -58,12 +57,10 @@ from solo_geometry.reproduce.invariance_measure import (
     spectra_of,
     training_images,
 )
+from solo_geometry.reproduce.invariance_page import invariance_section, write_invariance_page
+from solo_geometry.reproduce.invariance_settings import FULL, QUICK, InvarianceSettings
 from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
-from solo_geometry.reproduce.paper import (
-    add_run_arguments,
-    invariance_section,
-    write_invariance_page,
-)
+from solo_geometry.reproduce.paper import add_run_arguments
 from solo_geometry.run_folder import RunFolder
 
 if TYPE_CHECKING:
@@ -86,84 +83,12 @@ SCHEMA = 1
 
 
 @dataclass(frozen=True)
-class InvarianceSettings:
-    """Sizes of one reproduction (everything else is the recipe's and the paper's).
-
-    Attributes:
-        batch_size: images per step (two views each); the paper's 256.
-        width: hidden and output width of every head; the paper's 2048.
-        epochs: guillotine pretraining epochs (the paper's 50).
-        depth_epochs: epochs of each head-depth run.
-        whitening_epochs: epochs of the metric-linear run (one checkpoint per epoch).
-        limit_batches: batches per epoch (None: the whole training set).
-        seeds: draws of orbit images and curvature sweeps (the paper's 3).
-        curvature_images: sweeps per draw (the paper's 200; 100 in its depth ablation).
-        mlp_epochs: epoch cap of the MLP probes (early-stopped on validation).
-        mlp_patience: epochs without validation gain before an MLP probe stops. With a few
-            thousand probe images an epoch is a few Adam steps; 15 stopped the digits' probes
-            3 to 11 points below scikit-learn's MLPClassifier on the same features.
-        probe_images: images per probe split (train, held-out): CIFAR's exported subsets; on
-            the digits a stratified subset where smaller than the split (quick form only).
-        num_workers: data-loading workers.
-    """
-
-    batch_size: int
-    width: int
-    epochs: int
-    depth_epochs: int
-    whitening_epochs: int
-    limit_batches: int | None
-    seeds: int
-    curvature_images: int
-    mlp_epochs: int
-    mlp_patience: int
-    probe_images: tuple[int, int]
-    num_workers: int
-
-
-# The CPU scale: 572 SimCLR steps of 64 digits in all (10 + 3 x 4 + 4 epochs of 22 steps), then
-# probes, 3 x 200 sweeps and 3 orbit draws per model; timed by benchmarks/bench_invariance.py
-# --full (target: under 45 minutes on 2 cores). 15 + 3 x 6 + 6 epochs took 25 minutes for the
-# guillotine run alone on 2 cores shared with other work (94 s per epoch), over the budget.
-FULL = InvarianceSettings(
-    batch_size=64,
-    width=512,
-    epochs=10,
-    depth_epochs=4,
-    whitening_epochs=4,
-    limit_batches=None,
-    seeds=3,
-    curvature_images=200,
-    mlp_epochs=400,
-    mlp_patience=100,
-    probe_images=(10000, 2000),
-    num_workers=2,
-)
-# CI: a handful of steps per run, everything else at its smallest meaningful size.
-QUICK = InvarianceSettings(
-    batch_size=16,
-    width=64,
-    epochs=1,
-    depth_epochs=1,
-    whitening_epochs=2,
-    limit_batches=2,
-    seeds=2,
-    curvature_images=8,
-    mlp_epochs=5,
-    mlp_patience=15,
-    probe_images=(300, 150),
-    num_workers=0,
-)
-
-
-@dataclass(frozen=True)
 class _Data:
     """Where pretraining and probes read their images."""
 
     dataset: str  # the recipe's data.dataset
     train_path: Path
     splits: Splits
-    train_x: Tensor  # probe-train images (the paper's probes read them in memory)
     norm_images: Tensor  # probe-train images whose raw feature norm each model records
 
 
@@ -192,7 +117,10 @@ def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]
 
 
 def _geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[str]:
-    """Geometry on for a swapped head: statistics only, no budget, no end-of-fit probes."""
+    """Geometry on for a swapped head: statistics only, no budget, no end-of-fit probes.
+
+    No run report either: the reproduction draws its own page.
+    """
     off = ["geometry.measure.hessian=false", "geometry.measure.augment=false"] if stats_only else []
     return [
         "+geometry=on",
@@ -200,6 +128,7 @@ def _geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[s
         f"geometry.every_n_steps={every}",
         "geometry.budget=null",
         "geometry.probes.enabled=false",
+        "geometry.report=false",
         "geometry.stats.queue=4",
         *off,
     ]
@@ -235,7 +164,7 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
     # the paper's ReLU + BN projector (run_guillotine_experiment), in place of the recipe's
     run = _pretrain(out, data, s, s.epochs, _geometry_on(paper_head("relu", 2), every=10**6))
     model = load_model(run)
-    probes = probe_rows(
+    probes, paper = probe_rows(
         model,
         data.splits,
         run,
@@ -249,7 +178,7 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
         "run": str(run),
         "head": "relu_bn",
         "probes": probes,
-        "probes_paper": _paper_probes(model, data),
+        "probes_paper": paper,
         "n_test": len(data.splits.test_y),
         "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
         "curvature": curvature_seeds(
@@ -258,18 +187,11 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
     }
 
 
-def _paper_probes(model: LoadedModel, data: _Data) -> dict[str, Any]:
-    """The paper's rotation probes (``probes.protocol=paper``) on the model's Z and H."""
-    return paper_rotation_probes(
-        model.backbone, model.head, data.train_x, data.splits.test_x, normalize=model.mean_std
-    )
-
-
 def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[str, Any]:
     head = paper_head("swish", depth)  # head_depth_ablations.py's FlexibleProjectionHead
     run = _pretrain(out, data, s, s.depth_epochs, _geometry_on(head, every=10**6))
     model = load_model(run)
-    probes = probe_rows(
+    probes, paper = probe_rows(
         model,
         data.splits,
         run,
@@ -288,7 +210,7 @@ def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[st
         "depth": depth,
         "run": str(run),
         "rotation_linear": probes[0],
-        "rotation_paper": _paper_probes(model, data),
+        "rotation_paper": paper,
         "compression": over["compression"],
         "compression_raw_z": orbits["raw_z"]["table"]["compression"],
         "separation_z": over["z"]["separation"],
@@ -341,8 +263,7 @@ def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSetti
         name, pretrain = dataset, data_root
     test_x, test_y, _ = load_image_folder(test)
     splits = Splits(train, test, test_x, test_y)
-    train_x, _, _ = load_image_folder(train)
-    return _Data(name, pretrain, splits, train_x, training_images(splits))
+    return _Data(name, pretrain, splits, training_images(splits))
 
 
 def run_invariance_experiment(

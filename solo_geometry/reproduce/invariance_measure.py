@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from solo_geometry.checkpoint import LoadedModel
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
@@ -38,10 +39,10 @@ from solo_geometry.features import extract_features
 from solo_geometry.geometry.augment import apply_normalization, deterministic_mode
 from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
 from solo_geometry.geometry.orbits import (
+    OrbitImages,
     mean_std,
     orbit_comparison,
     orbit_images,
-    orbit_representations,
 )
 from solo_geometry.geometry.stats import metric_spectrum, normalise_rows, whitening_score
 from solo_geometry.heads import MetricLinearHead
@@ -54,6 +55,7 @@ __all__ = [
     "READINGS",
     "curvature_seeds",
     "feature_norm",
+    "orbit_readings",
     "orbit_seeds",
     "probe_rows",
     "spectra_of",
@@ -87,8 +89,10 @@ def probe_rows(
     probes: Sequence[str],
     mlp_epochs: int,
     mlp_patience: int = MlpProbeConfig.patience,
-) -> list[dict[str, Any]]:
-    """Backbone-vs-head probes of a run (the run's ``probes.json`` and ``features.pt``).
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """This package's and the paper's probes of a run (``geometry.probes.protocol=both``).
+
+    Written to the run's ``probes.json`` (feature cache ``features.pt``).
 
     Args:
         model: the run's backbone and head.
@@ -101,11 +105,12 @@ def probe_rows(
 
     Returns:
         One dict per (target, probe): ``target``, ``probe``, ``z``, ``h``, ``gap`` (z - h),
-        ``chance``.
+        ``chance``; and the paper's rotation probes (``probes.json``'s ``paper``).
     """
     cfg = ProbesConfig(
         targets=list(targets),
         probes=list(probes),
+        protocol="both",
         # early-stopped on validation, as the reproduction's patience was calibrated
         mlp=MlpProbeConfig(stop="val", max_epochs=mlp_epochs, patience=mlp_patience),
         orbits=OrbitsConfig(families=[]),  # the paper's orbits are measured per seed below
@@ -136,7 +141,8 @@ def probe_rows(
                     "chance": chance[target],
                 }
             )
-    return out
+    assert table.paper is not None  # protocol "both"
+    return out, table.paper
 
 
 # The two inputs of the head in an orbit table: the paper's code feeds unit z, training fed raw z.
@@ -165,15 +171,34 @@ def training_images(splits: Splits, limit: int = 256) -> Tensor:
     return x[pick]
 
 
+@torch.no_grad()
+def orbit_readings(
+    model: LoadedModel, images: Tensor, batch_size: int = 256
+) -> dict[str, tuple[Tensor, Tensor]]:
+    """Z and H (unit rows) of orbit images under each reading, from one backbone pass.
+
+    The same numbers as ``orbit_representations(..., protocol=READINGS[reading])``; the
+    backbone, the costly part, runs once for both readings.
+    """
+    zs: list[Tensor] = []
+    hs: dict[str, list[Tensor]] = {name: [] for name in READINGS}
+    with deterministic_mode(nn.ModuleList([model.backbone, model.head]), batch_stats=False):
+        for chunk in images.split(batch_size):
+            x = chunk if model.mean_std is None else apply_normalization(chunk, model.mean_std)
+            z = model.backbone(x).flatten(1)
+            zn = F.normalize(z, dim=1)
+            zs.append(zn)
+            hs["unit_z"].append(F.normalize(model.head(zn), dim=1))
+            hs["raw_z"].append(F.normalize(model.head(z), dim=1))
+    Z = torch.cat(zs)
+    return {name: (Z, torch.cat(h)) for name, h in hs.items()}
+
+
 def _reading(
-    model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str, protocol: str
+    draws: list[tuple[OrbitImages, Tensor, Tensor]], folder: Path, stem: str
 ) -> dict[str, Any]:
     per_seed: list[dict[str, Any]] = []
-    for seed in range(seeds):
-        orb = orbit_images(splits.test_x, splits.test_y, protocol="paper", seed=seed)
-        Z, H = orbit_representations(
-            model.backbone, model.head, orb.images, protocol=protocol, normalize=model.mean_std
-        )
+    for seed, (orb, Z, H) in enumerate(draws):
         path = folder / f"{stem}_seed{seed}.npz"
         np.savez(
             path,
@@ -217,11 +242,15 @@ def orbit_seeds(
         compression), ``per_seed`` (the paper's table, ``file`` and an :class:`OrbitSummary`),
         ``feature_norm`` and ``h_cosine_to_mean`` (mean over seeds).
     """
+    draws: dict[str, list[tuple[OrbitImages, Tensor, Tensor]]] = {name: [] for name in READINGS}
+    for seed in range(seeds):
+        orb = orbit_images(splits.test_x, splits.test_y, protocol="paper", seed=seed)
+        for name, (Z, H) in orbit_readings(model, orb.images).items():
+            draws[name].append((orb, Z, H))
     out = {}
-    for name, protocol in READINGS.items():
+    for name in READINGS:
         suffix = "" if name == "unit_z" else f"_{name}"
-        reading = _reading(model, splits, folder, seeds, f"{stem}{suffix}", protocol)
-        out[name] = {**reading, "feature_norm": norm}
+        out[name] = {**_reading(draws[name], folder, f"{stem}{suffix}"), "feature_norm": norm}
     return out
 
 

@@ -11,6 +11,7 @@ grows: the compression measures r, not the head.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 
 from solo_geometry.checkpoint import LoadedModel
 from solo_geometry.geometry.orbits import orbit_representations
-from solo_geometry.reproduce.invariance_measure import READINGS, feature_norm
+from solo_geometry.reproduce.invariance_measure import READINGS, feature_norm, orbit_readings
 from solo_geometry.reproduce.orbit_evidence import OrbitSummary, orbit_evidence
 
 D, P = 32, 64
@@ -67,6 +68,7 @@ def head_trained_at(r: float, train: Tensor) -> nn.Sequential:
     """The paper's head with BatchNorm running statistics of features of norm r."""
     head = paper_head()
     for bn in (head[1], head[4]):
+        assert isinstance(bn, nn.BatchNorm1d)
         bn.momentum = None  # a cumulative average: the statistics of the whole set
     head.train()
     with torch.no_grad():
@@ -106,3 +108,27 @@ class TestUnitZArtefact:
         train, _, _, _ = data()
         model = LoadedModel(Scaled(3.0), paper_head(), Path("x"), Path("x"), None, [])  # type: ignore[arg-type]
         assert feature_norm(model, train.float()) == pytest.approx(3.0, rel=1e-6)
+
+
+class TestOneBackbonePass:
+    """``orbit_readings``: both readings from one backbone pass, as orbit_representations."""
+
+    @pytest.mark.parametrize("normalize", [None, ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))])
+    def test_equals_orbit_representations(self, normalize: Any) -> None:
+        torch.manual_seed(0)
+        bn2, bn1 = nn.BatchNorm2d(8), nn.BatchNorm1d(16)
+        for bn in (bn2, bn1):  # running statistics off the identity
+            assert bn.running_mean is not None and bn.running_var is not None
+            bn.running_mean.uniform_(0.0, 2.0)
+            bn.running_var.uniform_(0.5, 2.0)
+        backbone = nn.Sequential(nn.Conv2d(3, 8, 3), bn2, nn.ReLU(), nn.Flatten())
+        head = nn.Sequential(nn.Linear(8 * 6 * 6, 16, bias=False), bn1)
+        images = torch.rand(300, 3, 8, 8)  # two chunks of 256
+        model = LoadedModel(backbone, head, Path("x"), Path("x"), normalize, [])
+        got = orbit_readings(model, images)
+        assert set(got) == set(READINGS)
+        for name, protocol in READINGS.items():
+            Z, H = orbit_representations(backbone, head, images, protocol=protocol,
+                                         normalize=normalize)  # fmt: skip
+            assert torch.equal(got[name][0], Z) and torch.equal(got[name][1], H), name
+        assert not torch.allclose(got["unit_z"][1], got["raw_z"][1])  # two different readings

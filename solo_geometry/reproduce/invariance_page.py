@@ -1,0 +1,362 @@
+"""The invariance reproduction's page: its tables and figures next to the paper's numbers.
+
+``write_invariance_page(out, result)`` writes ``out/invariance.html`` (and its PNGs under
+``out/figures/``) from the result ``invariance.json`` holds; every number on it is read from
+that result. The page frame and the shared table helpers are :mod:`solo_geometry.reproduce.paper`'s.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from solo_geometry.reproduce.invariance_claims import PUBLISHED, PUBLISHED_DEPTH  # noqa: E402
+from solo_geometry.reproduce.paper import Section, _pm, _save, _table, write_page  # noqa: E402
+
+__all__ = ["DEPARTURES", "invariance_section", "write_invariance_page"]
+
+
+# How this reproduction differs from the paper's code (experiments.py, head_depth_ablations.py).
+DEPARTURES = (
+    "data: the embedded digits (1,797 scans, 32x32) by default, not CIFAR-10; widths, batch and "
+    "epochs at CPU scale (see the settings; the paper: 2048-wide heads, batch 256, 50 epochs; "
+    "its depth ablation batch 512 and 100 sweeps in one draw)",
+    "as the paper: its loss (one-directional cross-view cross-entropy at temperature 0.1), its "
+    "CIFAR stem (3x3 stride 1 padding 1, no max-pool) and its input (no normalisation)",
+    "heads: the paper's layers (Linear without bias, then BatchNorm, after every Linear, the "
+    "last included), built by this package's smooth_mlp head in place of the recipe's projector; "
+    "the geometry monitor is on for them (statistics only, at the first and the last step)",
+    "probes: the paper's (raw features, Linear with bias and MLP 256 on Z / 512 on H, Adam 1e-3, "
+    "5 epochs, batch 256) and, beside them, docs/design.md's (L2-tuned logistic regression by "
+    "L-BFGS on standardised features, an MLP early-stopped on validation)",
+    "orbits: each table twice, the head fed unit z (the paper's code) and raw z (as in "
+    "training), with the raw training feature norm and H's cosine with its mean",
+    "seeds: one pretraining per experiment; the spread is over draws of the orbit images and "
+    "sweeps, as the paper's code seeds them",
+)
+
+
+_VERDICT_CLASS = {"held": "held", "not held": "not", "undecidable": "undecided"}
+
+
+def _claims_html(verdicts: list[dict[str, Any]]) -> str:
+    rows = [
+        (
+            html.escape(v["claim"]),
+            f'<b class="{_VERDICT_CLASS.get(v["verdict"], "")}">{html.escape(v["verdict"])}</b>',
+            html.escape(v["evidence"]),
+        )
+        for v in verdicts
+    ]
+    return _table(("claim", "verdict", "evidence (this run)"), rows)
+
+
+def _probes_html(probes: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in probes:
+        pub = PUBLISHED.get(f"{r['target']}_{r['probe']}", (None, None))
+        paper = "—" if pub[0] is None else f"{pub[0]:.4f} / {pub[1]:.4f}"
+        rows.append(
+            (
+                r["target"],
+                r["probe"],
+                f"{r['z']:.4f}",
+                f"{r['h']:.4f}",
+                f"{r['gap']:+.4f}",
+                f"{r['chance']:.3f}",
+                paper,
+            )
+        )
+    return _table(("target", "probe", "Z", "H", "Z - H", "chance", "paper Z / H"), rows)
+
+
+def _orbits_html(orbits: dict[str, Any]) -> str:
+    first, over = orbits["per_seed"][0], orbits["table"]
+    forms = {"spread": "{:.3e}", "d_intra": "{:.4f}", "d_inter": "{:.4f}", "separation": "{:.2f}"}
+    rows = []
+    for key, fmt in forms.items():
+        pub = PUBLISHED[key]
+        paper = (
+            f"{_pm(pub[0], fmt)} / {_pm(pub[1], fmt)}"
+            if key == "separation"
+            else f"{fmt.format(pub[0])} / {fmt.format(pub[1])}"
+        )
+        rows.append(
+            (
+                key,
+                _pm(first["z"][key], fmt),
+                _pm(first["h"][key], fmt),
+                _pm(over["z"][key], fmt),
+                _pm(over["h"][key], fmt),
+                paper,
+            )
+        )
+    rows.append(
+        (
+            "compression",
+            f"{first['compression']:.2f}x",
+            "",
+            _pm(over["compression"], "{:.2f}"),
+            "",
+            f"{PUBLISHED['compression']:.2f}x",
+        )
+    )
+    header = (
+        "statistic",
+        "Z (seed 0, ± over orbits)",
+        "H (seed 0)",
+        "Z (mean ± std over seeds)",
+        "H (over seeds)",
+        "paper Z / H",
+    )
+    return _table(header, rows)
+
+
+def _reading_note(orbits: dict[str, Any]) -> str:
+    unit, raw = orbits["unit_z"], orbits["raw_z"]
+    return (
+        f"<p>Mean norm of raw training features {unit['feature_norm']:.2f}. Cosine of H's rows "
+        f"with their mean: {unit['h_cosine_to_mean']:.3f} (unit z), "
+        f"{raw['h_cosine_to_mean']:.3f} (raw z); the authors' released table: 0.992.</p>"
+    )
+
+
+def _curvature_html(curv: dict[str, Any]) -> str:
+    rows = [
+        (
+            f"seed {i}",
+            f"{r['kappa_z']:.4f}",
+            f"{r['kappa_h']:.4f}",
+            f"{r['ratio']:.3f}",
+            r["n_sweeps"],
+        )
+        for i, r in enumerate(curv["per_seed"])
+    ]
+    rows.append(
+        ("over seeds", _pm(curv["kappa_z"]), _pm(curv["kappa_h"]), _pm(curv["ratio"], "{:.3f}"), "")
+    )
+    rows.append(
+        (
+            "paper",
+            _pm(PUBLISHED["curvature_z"]),
+            _pm(PUBLISHED["curvature_h"]),
+            _pm(PUBLISHED["curvature_ratio"], "{:.3f}"),
+            200,
+        )
+    )
+    return _table(("", "kappa(Z)", "kappa(H)", "kappa(H) / kappa(Z)", "sweeps"), rows)
+
+
+def _depth_html(depth: list[dict[str, Any]]) -> str:
+    rows = []
+    for d in depth:
+        p, r = PUBLISHED_DEPTH[d["depth"]], d["rotation_linear"]
+        rows.append(
+            (
+                d["depth"],
+                f"{r['z']:.3f} / {r['h']:.3f}",
+                f"{r['gap']:+.3f}",
+                _pm(d["compression"], "{:.2f}"),
+                _pm(d["separation_z"], "{:.2f}"),
+                _pm(d["separation_h"], "{:.2f}"),
+                _pm(d["curvature_ratio"], "{:.3f}"),
+                f"{p['z']:.3f} / {p['h']:.3f}",
+                f"{p['compression']:.1f}x",
+                f"{p['separation_z']:.2f} / {p['separation_h']:.2f}",
+                f"{p['curvature_ratio']:.2f}x",
+            )
+        )
+    header = (
+        "depth",
+        "rotation linear Z / H",
+        "gap",
+        "compression",
+        "separation Z",
+        "separation H",
+        "curvature ratio",
+        "paper Z / H",
+        "paper compr.",
+        "paper sep. Z / H",
+        "paper curv.",
+    )
+    return _table(header, rows)
+
+
+def _whitening_html(wh: dict[str, Any]) -> str:
+    rows = []
+    for e in wh["epochs"]:
+        w, m = e["whitening"], e.get("metric", {})
+        rows.append(
+            (
+                e["epoch"],
+                f"{w['score']:.3f}",
+                f"{w['cond_z']:.1f}",
+                f"{w['cond_h']:.1f}",
+                w["rank"],
+                f"{m.get('cond', float('nan')):.2f}",
+                f"{m.get('effective_rank', float('nan')):.1f}",
+                e["n_samples"],
+            )
+        )
+    header = (
+        "epoch",
+        "whitening score",
+        "cond Cov(Z)",
+        "cond Cov(H)",
+        "shared rank",
+        "cond W^T W",
+        "eff. rank W",
+        "images",
+    )
+    return _table(header, rows)
+
+
+def _fig_orbits(out: Path, result: dict[str, Any]) -> Path:
+    """PCA of the seed-0 orbits in Z and in H, one colour per class (the paper's figure 3)."""
+    data = np.load(out / result["guillotine"]["orbits"]["unit_z"]["per_seed"][0]["file"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, key, title in zip(
+        axes, ("orbits_z", "orbits_h"), ("backbone Z", "head H"), strict=True
+    ):
+        X = data[key] - data[key].mean(axis=0)
+        xy = X @ np.linalg.svd(X, full_matrices=False)[2][:2].T  # (M, 2) first two PCs
+        classes = sorted(set(data["orbit_labels"].tolist()))
+        for oid in np.unique(data["orbit_ids"]):
+            m = data["orbit_ids"] == oid
+            c = plt.cm.tab10(classes.index(int(data["orbit_labels"][m][0])))
+            ax.plot(xy[m, 0], xy[m, 1], "-o", color=c, ms=3, lw=1, alpha=0.8)
+            ax.plot(xy[m, 0][:1], xy[m, 1][:1], "*", color=c, ms=11, mec="k")
+        ax.set_title(f"rotation orbits in {title} (PCA; star: 0 degrees)")
+    return _save(fig, out / "figures" / "orbits.png")
+
+
+def _fig_depth(out: Path, depth: list[dict[str, Any]]) -> Path:
+    ds = [d["depth"] for d in depth]
+    panels = [
+        (
+            "rotation probe gap Z - H",
+            [d["rotation_linear"]["gap"] for d in depth],
+            None,
+            [PUBLISHED_DEPTH[k]["z"] - PUBLISHED_DEPTH[k]["h"] for k in ds],
+        ),
+        (
+            "orbit compression",
+            [d["compression"][0] for d in depth],
+            [d["compression"][1] for d in depth],
+            [PUBLISHED_DEPTH[k]["compression"] for k in ds],
+        ),
+        (
+            "separation in H",
+            [d["separation_h"][0] for d in depth],
+            [d["separation_h"][1] for d in depth],
+            [PUBLISHED_DEPTH[k]["separation_h"] for k in ds],
+        ),
+        (
+            "curvature ratio",
+            [d["curvature_ratio"][0] for d in depth],
+            [d["curvature_ratio"][1] for d in depth],
+            [PUBLISHED_DEPTH[k]["curvature_ratio"] for k in ds],
+        ),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    for ax, (title, ours, err, paper) in zip(axes, panels, strict=True):
+        ax.errorbar(ds, ours, yerr=err, fmt="-o", capsize=3, label="this run (± over seeds)")
+        ax.plot(ds, paper, "--s", color="gray", label="paper (CIFAR-10)")
+        ax.set_xticks(ds)
+        ax.set_xlabel("head depth")
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    return _save(fig, out / "figures" / "depth.png")
+
+
+def _fig_whitening(out: Path, wh: dict[str, Any]) -> Path:
+    s = wh["series"]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    steps = s["step"]
+    axes[0].plot(steps, s["whitening/score"], "-o", label="training batch")
+    axes[0].axhline(1.0, color="gray", lw=0.8)
+    axes[0].set(title="whitening score cond(H) / cond(Z)", xlabel="step", yscale="log")
+    axes[1].plot(steps, s["metric/cond"], "-o", label="cond W^T W")
+    axes[1].plot(steps, s["metric/effective_rank"], "-s", label="effective rank W")
+    axes[1].set(title="metric spectrum over training", xlabel="step", yscale="log")
+    axes[1].legend(fontsize=8)
+    epochs = wh["epochs"]
+    for e, ls in ((epochs[0], ":"), (epochs[-1], "-")):
+        for key, color in (("cov_z", "C0"), ("cov_h", "C3")):
+            lam = np.asarray(e[key])
+            lam = lam[lam > 1e-12 * lam[0]]  # the numerical rank: N held-out images or the width
+            axes[2].plot(lam, ls, color=color, label=f"{key[-1].upper()}, epoch {e['epoch']}")
+        axes[3].plot(e.get("metric_eigenvalues", []), ls, color="C2", label=f"epoch {e['epoch']}")
+    axes[2].set(title="covariance spectra (held-out)", xlabel="index", yscale="log")
+    axes[3].set(title="eigenvalues of W^T W", xlabel="index", yscale="log")
+    for ax in axes[2:]:
+        ax.legend(fontsize=8)
+    return _save(fig, out / "figures" / "whitening.png")
+
+
+def _settings_html(result: dict[str, Any]) -> str:
+    s = result["settings"]
+    rows = [(k, html.escape(str(v))) for k, v in s.items()]
+    rows += [
+        ("dataset", result["dataset"]),
+        ("host", result["host"]),
+        ("seconds", ", ".join(f"{k} {v:.0f}" for k, v in result["seconds"].items())),
+    ]
+    return _table(("setting", "value"), rows)
+
+
+def invariance_section(out: Path, result: dict[str, Any]) -> Section:
+    """The invariance part of the page (figures written under ``out/figures``).
+
+    Args:
+        out: the output folder (figures and orbit arrays).
+        result: the content of ``invariance.json``.
+
+    Returns:
+        ``(title, HTML)``.
+    """
+    g, wh = result["guillotine"], result["whitening"]
+    figs = {
+        "orbits": _fig_orbits(out, result).relative_to(out),
+        "depth": _fig_depth(out, result["depth"]).relative_to(out),
+        "whitening": _fig_whitening(out, wh).relative_to(out),
+    }
+    body = [
+        "<h3>Claims</h3>",
+        _claims_html(result["claims"]),
+        f"<h3>Guillotine: probes on Z vs H (head width {result['settings']['width']}, "
+        "paper 2048)</h3>",
+        _probes_html(g["probes"]),
+        "<h3>Orbit table (the paper's protocol and statistics; the head fed unit z, as the "
+        "paper's code)</h3>",
+        _orbits_html(g["orbits"]["unit_z"]),
+        "<h3>The same orbits, the head fed raw z (as in training)</h3>",
+        _orbits_html(g["orbits"]["raw_z"]),
+        _reading_note(g["orbits"]),
+        f'<img src="{figs["orbits"]}">',
+        "<h3>Curvature of 0-45 degree rotation sweeps</h3>",
+        _curvature_html(g["curvature"]),
+        "<h3>Head depth (Swish + BN heads)</h3>",
+        _depth_html(result["depth"]),
+        f'<img src="{figs["depth"]}">',
+        "<h3>Whitening: metric-linear head (held-out images per epoch)</h3>",
+        _whitening_html(wh),
+        f'<img src="{figs["whitening"]}">',
+        "<h3>Settings</h3>",
+        _settings_html(result),
+        "<h3>Departures from the paper's code</h3>",
+        "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in DEPARTURES) + "</ul>",
+    ]
+    return "Invariance: the head discards what the backbone keeps", "\n".join(body)
+
+
+def write_invariance_page(out: Path, result: dict[str, Any]) -> Path:
+    """Write ``out/invariance.html`` from the result of the invariance reproduction."""
+    return write_page(out / "invariance.html", [invariance_section(out, result)])
