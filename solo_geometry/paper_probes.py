@@ -60,7 +60,8 @@ def _features(
     backbone: nn.Module, head: nn.Module, x: Tensor, normalize: Normalization | None
 ) -> tuple[Tensor, Tensor]:
     zs, hs = [], []
-    device = next(backbone.parameters()).device  # features come back to the CPU for the probes
+    # the model's device (a backbone without parameters: the CPU); features come back to the CPU
+    device = next((p.device for p in backbone.parameters()), torch.device("cpu"))
     with deterministic_mode(nn.ModuleList([backbone, head]), batch_stats=False):
         for chunk in x.split(256):
             chunk = chunk.to(device)

@@ -58,6 +58,16 @@ def _claims_html(verdicts: list[dict[str, Any]]) -> str:
     return _table(("claim", "verdict", "evidence (this run)"), rows)
 
 
+def _paper_probes_html(paper: dict[str, Any]) -> str:
+    """The paper's rotation probes (``geometry.probes.protocol=both``) beside its numbers."""
+    rows = []
+    for probe in ("linear", "mlp"):
+        (z, h), pub = paper[probe], PUBLISHED[f"rotation_{probe}"]
+        rows.append((probe, f"{z:.4f}", f"{h:.4f}", f"{z - h:+.4f}", paper["n"],
+                     f"{pub[0]:.4f} / {pub[1]:.4f}"))  # fmt: skip
+    return _table(("probe", "Z", "H", "Z - H", "held-out images", "paper Z / H"), rows)
+
+
 def _probes_html(probes: list[dict[str, Any]]) -> str:
     rows = []
     for r in probes:
@@ -334,6 +344,9 @@ def invariance_section(out: Path, result: dict[str, Any]) -> Section:
         f"<h3>Guillotine: probes on Z vs H (head width {result['settings']['width']}, "
         "paper 2048)</h3>",
         _probes_html(g["probes"]),
+        "<h3>The paper's rotation probes (its code's settings: raw features, Adam 1e-3, 5 "
+        "epochs, batch 256)</h3>",
+        _paper_probes_html(g["probes_paper"]),
         "<h3>Orbit table (the paper's protocol and statistics; the head fed unit z, as the "
         "paper's code)</h3>",
         _orbits_html(g["orbits"]["unit_z"]),

@@ -175,6 +175,21 @@ class TestInvarianceRun:
         assert unit["z"] == raw["z"]
         assert unit["h"] != raw["h"]
 
+    def test_paper_probes_are_the_runs_probes_json(
+        self, reproduced: tuple[Path, dict[str, Any]]
+    ) -> None:
+        """``geometry.probes.protocol=both``: the paper's probes come from each run's evaluate()."""
+        out, result = reproduced
+        g = result["guillotine"]
+        pairs = [(g["run"], g["probes_paper"]), *((d["run"], d["rotation_paper"])
+                                                   for d in result["depth"])]  # fmt: skip
+        for run, paper in pairs:
+            table = RunFolder(Path(run)).read_probes()
+            assert table is not None and table.settings["probes"]["protocol"] == "both"
+            assert paper == table.paper and paper["n"] == g["n_test"]
+        page = (out / "invariance.html").read_text()
+        assert f"{g['probes_paper']['linear'][0]:.4f}" in page
+
     def test_whitening_spectra_per_epoch(self, reproduced: tuple[Path, dict[str, Any]]) -> None:
         _, result = reproduced
         wh = result["whitening"]
