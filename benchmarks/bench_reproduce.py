@@ -60,6 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="time the full grid too")
     parser.add_argument("--host", default="lightly", help="host of the cells (default lightly)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="cells at once (default: the cores available)")  # fmt: skip
     parser.add_argument(
         "--keep",
         type=Path,
@@ -67,17 +69,21 @@ def main() -> None:
         help="keep each form's sweep (and its printed output) in KEEP/<form>",
     )
     args = parser.parse_args()
+    jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
     print(f"cores available: {len(os.sched_getaffinity(0))}, load average before: "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) if args.keep is None else args.keep
-        wall, cpu, summary = _run(["--quick", "--host", args.host], root / "quick")
+        wall, cpu, summary = _run(["--quick", "--host", args.host, *jobs], root / "quick")
     load = os.getloadavg()[0]
     cells = summary["rows"]
     per_cell = [r["seconds"] for r in cells]
     print(f"\n--quick: {len(cells)} cells, wall {wall:.1f} s, CPU {cpu:.1f} s, load average "
           f"after {load:.2f}; budget {QUICK_BUDGET_S:.0f} s: "
           f"{'met' if wall < QUICK_BUDGET_S else 'NOT met'}")  # fmt: skip
+    steps = sum(r["steps"] for r in cells)
+    print(f"  {cpu / steps:.4f} CPU-s per optimiser step (all of the command's CPU time over "
+          f"its {steps} steps)")  # fmt: skip
     print("  cell                      seconds  steps  records")
     for r in cells:
         name = f"{r['head']}-{r['norm']}-lr{r['lr']:g}-s{r['seed']}"
@@ -103,7 +109,7 @@ def main() -> None:
     if args.full:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) if args.keep is None else args.keep
-            wall, cpu, summary = _run(["--host", args.host], root / "full")
+            wall, cpu, summary = _run(["--host", args.host, *jobs], root / "full")
         verdict = "met" if wall < FULL_BUDGET_S else "NOT met"
         print(f"full grid: {len(summary['rows'])} cells, wall {wall / 60:.1f} min, CPU "
               f"{cpu / 60:.1f} min; budget: {verdict}")  # fmt: skip

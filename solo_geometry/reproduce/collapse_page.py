@@ -8,7 +8,7 @@ min-max shaded (collapse instability), Swish's and ReLU's BatchNorm and learning
 sizes (timescale separation). For the monitor's series epoch 0 is the collapsed start (its
 step-0 record) and epoch e >= 1 the mean over epoch e's steps. With ``--compare FILE``,
 ``fig1_compare.png`` draws these curves beside the authors' released ones
-(:func:`solo_geometry.reproduce.collapse_verdicts.load_runs`), normalised the same way, against
+(:func:`solo_geometry.reproduce.collapse_files.load_runs`), normalised the same way, against
 optimiser steps.
 """
 

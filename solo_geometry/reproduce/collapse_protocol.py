@@ -74,6 +74,7 @@ class Protocol:
     widths: tuple[int, int, int] = (512, 512, 128)  # projector hidden, output; predictor hidden
     crop_size: int = 32
     data: str = "digits"
+    backbone: str = "resnet18"
 
     def cells(self, base_lr: float = BASE_LR) -> list[tuple[str, str, float, int]]:
         """Every ``(head, norm, lr, seed)`` of the grid, in order."""
@@ -81,13 +82,15 @@ class Protocol:
                 for f in b.lr_factors for s in self.seeds]  # fmt: skip
 
 
-# The CPU scale (docs/reproducing.md, "Collapse": chosen by the pilot in
-# benchmarks/pilot_collapse.py):
-# ResNet-18 on the digits at 16 px, batch 16, 3,000 steps per cell.
+# The CPU scale (docs/reproducing.md, "Collapse"; chosen by the pilots of
+# benchmarks/pilot_collapse.py): ResNet-20 (backbones.py) on the digits at their own 8 px,
+# batch 16, 34 epochs of 89 steps (the digits' 1,438 images // 16) = 3,026 steps per cell,
+# 0.058 CPU-s per step: the 42 cells in about 61 min of 2 idle cores. --quick stops at 26
+# epochs (2,314 steps) to fit its 5 minutes: 4 cells x 3,026 steps would take about 6.
 CPU = Protocol(epochs=34, steps_per_epoch=89, batch_size=16, every_n_steps=34 * 89,
-               seeds=SEEDS, crop_size=16)  # fmt: skip  # 89: the digits' 1,438 images // 16
-QUICK = Protocol(epochs=11, steps_per_epoch=89, batch_size=16, every_n_steps=11 * 89,
-                 seeds=(0,), grid=QUICK_GRID, crop_size=16)  # fmt: skip
+               seeds=SEEDS, crop_size=8, backbone="resnet20")  # fmt: skip
+QUICK = Protocol(epochs=26, steps_per_epoch=89, batch_size=16, every_n_steps=26 * 89,
+                 seeds=(0,), grid=QUICK_GRID, crop_size=8, backbone="resnet20")  # fmt: skip
 # --scale paper: the authors' setup (GPU): ResNet-18 with the CIFAR stem on CIFAR-10, batch 512,
 # 50 epochs of 97 steps, 2048-wide heads (predictor hidden 512).
 PAPER = Protocol(epochs=50, steps_per_epoch=97, batch_size=512, every_n_steps=97 * 10,
@@ -106,8 +109,9 @@ def protocol_of(quick: bool, scale: str, grid: str) -> Protocol:
     if grid not in GRIDS:
         raise ValueError(f"unknown grid {grid!r}; choose from {sorted(GRIDS)}")
     if quick:
-        epochs = QUICK.epochs if scale == "cpu" else SCALES[scale].epochs
-        return dataclasses.replace(SCALES[scale], seeds=(0,), grid=QUICK_GRID, epochs=epochs)
+        if scale == "cpu":
+            return QUICK
+        return dataclasses.replace(SCALES[scale], seeds=(0,), grid=QUICK_GRID)
     return dataclasses.replace(SCALES[scale], grid=GRIDS[grid])
 
 

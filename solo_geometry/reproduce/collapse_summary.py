@@ -34,8 +34,8 @@ from typing import Any
 from scipy.stats import spearmanr
 
 from solo_geometry.records import GeometryRecord, read_records
+from solo_geometry.reproduce.collapse_files import summary_runs as _runs
 from solo_geometry.reproduce.collapse_verdicts import ESCAPE_FACTOR, escape, judge, lr_name
-from solo_geometry.reproduce.collapse_verdicts import summary_runs as _runs
 from solo_geometry.updates import read_update_records
 
 __all__ = [

@@ -25,6 +25,9 @@ undecidable with its evidence:
   heads and none for linear and ReLU heads without BatchNorm (BatchNorm couples the batch, so a
   head with it is not linear in z and is left out).
 
+The runs come from files (our ``summary.json``, the authors' results) through
+:mod:`.collapse_files`, which also holds ``solo-geometry reproduce verdicts collapse FILE``.
+
 Calibration: on the authors' released CIFAR-10 ResNet-18 results (``tests/fixtures/
 collapse_authors.json``) the first two are "held" and the third "undecidable" (their file holds
 no M); ``tests/reproduce/test_collapse_verdicts.py`` checks this.
@@ -32,19 +35,12 @@ no M); ``tests/reproduce/test_collapse_verdicts.py`` checks this.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from solo_geometry.npfiles import load_arrays
 from solo_geometry.updates import std_ceiling
 
 __all__ = [
@@ -56,12 +52,8 @@ __all__ = [
     "Escape",
     "Run",
     "escape",
-    "authors_runs",
     "judge",
-    "load_runs",
     "lr_name",
-    "summary_runs",
-    "verdicts_of_file",
 ]
 
 ESCAPE_FACTOR = 2.0
@@ -255,154 +247,3 @@ def judge(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> list[dict[str, 
         for rule in RULES:
             out.append({**rule(members, factor), "dataset": dataset, "backbone": backbone})
     return out
-
-
-# The authors' setup (experiments.py ExperimentConfig): batch 512 in two views, 2048-wide
-# projector outputs, 50,000 CIFAR training images with drop_last: 97 steps per epoch.
-AUTHORS_SETUP = {"rows": 2 * 512, "dim": 2048, "steps_per_epoch": 50_000 // 512}
-# Their keys: CIFAR-10's "<act>_bn_<True|False>_lr_<base|large|small>", CIFAR-100's "<act>"
-# (no BN, base lr).
-_AUTHORS_KEY = re.compile(r"^(linear|relu|gelu|swish)(?:_bn_(True|False)_lr_(small|base|large))?$")
-
-
-def authors_runs(
-    results: Mapping[str, Any], *, dataset: str, backbone: str,
-    setup: Mapping[str, int] = AUTHORS_SETUP,
-) -> list[Run]:  # fmt: skip
-    """The authors' ``collapse_results.npy`` content as runs (either key layout).
-
-    Args:
-        results: key -> seeds x epochs of per-epoch mean std (the file's ``raw``), or a dict
-            holding it under ``raw``.
-        dataset: e.g. ``cifar10``.
-        backbone: e.g. ``resnet18``.
-        setup: ``rows``, ``dim`` and ``steps_per_epoch`` of their runs.
-
-    Raises:
-        ValueError: on a key of neither layout.
-    """
-    runs = []
-    for key, value in results.items():
-        match = _AUTHORS_KEY.match(key)
-        if match is None:
-            raise ValueError(f"unknown key {key!r} in the authors' collapse results; expected "
-                             "<act>_bn_<True|False>_lr_<small|base|large> or <act>, act in "
-                             "['gelu', 'linear', 'relu', 'swish']")  # fmt: skip
-        head, bn, lr = match.group(1), match.group(2), match.group(3) or "base"
-        raw = value["raw"] if isinstance(value, Mapping) else value
-        for seed, curve in enumerate(np.asarray(raw, dtype=float).tolist()):
-            runs.append(Run(dataset, backbone, head, "bn" if bn == "True" else "none", lr, seed,
-                            tuple(curve), int(setup["rows"]), int(setup["dim"]),
-                            int(setup["steps_per_epoch"])))  # fmt: skip
-    return runs
-
-
-def summary_runs(summary: Mapping[str, Any]) -> list[Run]:
-    """The runs of our ``summary.json`` (rows with ``std_curve``).
-
-    Raises:
-        ValueError: if a row lacks the per-epoch curve (a summary written before it existed).
-    """
-    runs = []
-    for row in summary["rows"]:
-        if not row.get("std_curve"):
-            raise ValueError(f"summary row {row.get('head')}-{row.get('norm')}-lr{row.get('lr')}"
-                             f"-s{row.get('seed')} has no std_curve: rerun the sweep with this "
-                             "version")  # fmt: skip
-        runs.append(Run(row["dataset"], row["backbone"], row["head"], row["norm"],
-                        row.get("lr_name") or lr_name(float(row["lr"])), int(row["seed"]),
-                        tuple(row["std_curve"]), int(row["output_rows"]),
-                        int(row["output_dim"]), int(row["steps_per_epoch"]),
-                        row.get("m_neg_count_start")))  # fmt: skip
-    return runs
-
-
-def _from_path(path: Path) -> tuple[str, str]:
-    """``(dataset, backbone)`` from ``.../<dataset>/<backbone>/collapse_results.npy``."""
-    parts = path.resolve().parts
-    return (parts[-3], parts[-2]) if len(parts) >= 3 else ("unknown", "unknown")
-
-
-def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
-    """Runs from our ``summary.json``, the authors' fixture JSON or their ``.npy``.
-
-    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.npfiles.load_arrays`: its
-    restricted unpickler rebuilds NumPy arrays and plain containers only, unless
-    ``trust_pickle``. Its data set and backbone come from its path, as the authors lay it out
-    (``results/<dataset>/<backbone>/collapse_results.npy``).
-
-    Raises:
-        ValueError: a ``.npy`` whose pickle is refused or unreadable, or a JSON of neither kind.
-        FileNotFoundError: no such file.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
-    if path.suffix == ".npy":
-        dataset, backbone = _from_path(path)
-        results = load_arrays(path, trust_pickle=trust_pickle)
-        return authors_runs(results, dataset=dataset, backbone=backbone)
-    data = json.loads(path.read_text())
-    if isinstance(data, dict) and "rows" in data:
-        return summary_runs(data)
-    if isinstance(data, dict) and "results" in data and "provenance" in data:
-        return [run for name, results in data["results"].items()
-                for run in authors_runs(results, dataset=name.split("/")[0],
-                                        backbone=name.split("/")[1],
-                                        setup=data.get("setup", AUTHORS_SETUP))]  # fmt: skip
-    raise ValueError(
-        f"{str(path)!r}: neither a collapse summary.json (rows) nor the authors' "
-        "results (provenance, results), nor a .npy"
-    )
-
-
-def verdicts_of_file(path: str | Path, *, trust_pickle: bool = False,
-                     factor: float = ESCAPE_FACTOR) -> list[dict[str, str]]:  # fmt: skip
-    """The claims judged on a file's runs (:func:`load_runs`), per backbone and data set.
-
-    Raises:
-        ValueError: a bad factor, or a file :func:`load_runs` rejects.
-        FileNotFoundError: no such file.
-    """
-    if not factor > 1:
-        raise ValueError(f"--factor must be > 1, got {factor}")
-    return judge(load_runs(path, trust_pickle=trust_pickle), factor)
-
-
-def _run_verdicts(args: argparse.Namespace) -> int:
-    """Entry of ``solo-geometry reproduce verdicts collapse FILE``."""
-    verdicts = verdicts_of_file(args.file, trust_pickle=args.trust_pickle, factor=args.factor)
-    if args.json:
-        print(json.dumps(verdicts, indent=1))
-        return 0
-    for v in verdicts:
-        print(f"[{v['verdict']}] {v['id']} ({v['dataset']}, {v['backbone']}): {v['claim']}\n"
-              f"    {v['evidence']}")  # fmt: skip
-    return 0
-
-
-def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
-    """Register ``collapse`` under ``solo-geometry reproduce verdicts`` (:mod:`.verdicts`)."""
-    collapse = kinds.add_parser(
-        "collapse", help="the collapse claims on our summary.json or the authors' results",
-        description="Judge smooth_escape, relu_needs_bn and m_negative_at_start, per backbone "
-                    "and data set, on our summary.json, the authors' collapse_results.npy "
-                    "(read by the restricted unpickler) or their curves as JSON (tests/fixtures).",
-    )  # fmt: skip
-    collapse.add_argument("file", type=Path, help="summary.json, collapse_results.npy or JSON")
-    collapse.add_argument("--json", action="store_true",
-                          help="a list of objects: id, claim, verdict, evidence, dataset, "
-                               "backbone")  # fmt: skip
-    collapse.add_argument(
-        "--factor",
-        type=float,
-        default=ESCAPE_FACTOR,
-        help="escape at the first epoch mean >= FACTOR x epoch 0 (default 2)",
-    )
-    collapse.add_argument(
-        "--trust-pickle",
-        action="store_true",
-        help="unpickle a .npy with a full pickle (it can run code: trusted files only); without "
-        "it only NumPy arrays and plain containers are rebuilt",
-    )
-    collapse.set_defaults(func=_run_verdicts)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.reproduce.collapse_verdicts import add_collapse_kind
+from solo_geometry.reproduce.collapse_files import add_collapse_kind
 from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence
 

@@ -23,11 +23,13 @@ from solo_geometry.reproduce.collapse_page import FIGURES, page_body
 from solo_geometry.reproduce.collapse_protocol import Block, Protocol
 from solo_geometry.reproduce.collapse_summary import cell_record
 from solo_geometry.reproduce.paper import write_page
+from tests.test_cifar import write_fake_cifar
 
 AUTHORS = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
 
 TINY = Protocol(epochs=2, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
-                grid=(Block(("linear", "swish"), ("none",), (1.0,)),))  # fmt: skip
+                grid=(Block(("linear", "swish"), ("none",), (1.0,)),),
+                backbone="resnet20")  # fmt: skip  # the CPU scale's backbone
 
 
 def _lines(path: Path) -> list[dict]:
@@ -100,6 +102,8 @@ class TestSweep:
             assert want["steps"] == TINY.epochs * TINY.steps_per_epoch
             assert row["lr"] == pytest.approx(want["lr_recorded"])  # the rate actually used
             assert row["seed"] == 0 and row["host"] == "lightly"
+            assert row["backbone"] == "resnet20"  # the protocol's, through the lightly host
+            assert "name: resnet20" in (out / row["run"] / "config.yaml").read_text()
 
     def test_cell_record_recomputed_in_process(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep
@@ -154,7 +158,7 @@ class TestSweep:
         # no ReLU cell in this grid: the claim cannot be judged, and says which cells are missing
         assert (first["id"], first["verdict"]) == ("smooth_escape", "undecidable")
         assert "relu" in first["evidence"]
-        assert "[undecidable] smooth_escape (digits, resnet18)" in printed
+        assert "[undecidable] smooth_escape (digits, resnet20)" in printed
         third = summary["claims"][2]
         counts = (rows["swish"]["m_neg_count_start"], rows["linear"]["m_neg_count_start"])
         if None not in counts:
@@ -209,6 +213,15 @@ class TestBadInput:
             cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"), *argv])
         assert info.value.code == 2
 
+    def test_solo_host_lacks_the_cpu_scales_backbone(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture
+    ) -> None:
+        code = cli_main(["reproduce", "collapse", "--quick", "--host", "solo", "--out",
+                         str(tmp_path / "o")])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and ("resnet20" in err[0] or "solo-learn" in err[0])
+        assert not (tmp_path / "o").exists()
+
     def test_bad_jobs(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
         code = cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"), "--jobs", "0"])
         assert code == 2 and "--jobs" in capsys.readouterr().err
@@ -232,25 +245,6 @@ class TestSoloHost:
         assert row["m_neg_count_start"] == want["m_neg_count_start"]
         config = (tmp_path / row["run"] / "config.yaml").read_text()
         assert "simsiam" in config and "smooth_mlp" in config
-
-
-def _fake_cifar10(root: Path, n: int = 8) -> Path:
-    """A tiny CIFAR-10 in torchvision's on-disk format (pickled batches), not the real bytes."""
-    import pickle
-
-    import numpy as np
-
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
-        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                 b"labels": [i % 10 for i in range(n)]}  # fmt: skip
-        (folder / name).write_bytes(pickle.dumps(batch))
-    (folder / "batches.meta").write_bytes(
-        pickle.dumps({"label_names": [str(i) for i in range(10)]})
-    )
-    return root
 
 
 class TestPaperScale:
@@ -277,19 +271,54 @@ class TestPaperScale:
         paper = {(h, n, lr) for h, n, lr, _ in protocol_of(False, "cpu", "paper").cells()}
         assert len(paper) == 14 and ("linear", "bn", 0.05) not in paper
         assert len(protocol_of(False, "cpu", "full").cells()) == 72
-        quick = protocol_of(True, "cpu", "paper").cells()
+        cpu, quick_p = protocol_of(False, "cpu", "paper"), protocol_of(True, "cpu", "paper")
+        assert cpu.epochs * cpu.steps_per_epoch >= 3000  # long enough to see an escape
+        assert (cpu.backbone, cpu.crop_size, cpu.batch_size) == ("resnet20", 8, 16)
+        assert quick_p.epochs * quick_p.steps_per_epoch == 2314  # --quick: shorter, to fit 5 min
+        quick = quick_p.cells()
         assert {(h, n, s) for h, n, _, s in quick} == {
             (h, "none", 0) for h in ("linear", "relu", "gelu", "swish")
         }
 
-    def test_fake_cifar_files_fail_torchvisions_check_before_the_sweep(
+    def test_end_to_end_on_a_tiny_fake_cifar10(self, tmp_path: Path) -> None:
+        # --scale paper as a user runs it (ResNet-18 with the CIFAR stem on CIFAR-10 files in
+        # torchvision's format, read by solo_geometry.cifar), at a tiny size: the rows and the
+        # verdicts come out of the real sweep
+        import io
+        from contextlib import redirect_stdout
+
+        root = write_fake_cifar(tmp_path / "cifar", n=8)
+        out = tmp_path / "o"
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            code = cli_main(["reproduce", "collapse", "--scale", "paper", "--quick", "--host",
+                             "lightly", "--jobs", "2", "--out", str(out), "--data-root",
+                             str(root), "epochs=2", "steps_per_epoch=2", "batch_size=8",
+                             "every_n_steps=4", "proj_hidden_dim=32", "proj_output_dim=32",
+                             "pred_hidden_dim=8"])  # fmt: skip
+        assert code == 0
+        summary = json.loads((out / "summary.json").read_text())
+        rows = summary["rows"]
+        assert sorted(r["head"] for r in rows) == ["gelu", "linear", "relu", "swish"]
+        for r in rows:
+            assert (r["dataset"], r["backbone"], r["steps"]) == ("cifar10", "resnet18", 4)
+            assert (r["output_rows"], r["output_dim"]) == (16, 32)  # 2 views x 8, the override
+            assert len(r["std_curve"]) == 2 and r["outcome"] in ("escaped", "not escaped",
+                                                                   "undecidable")  # fmt: skip
+            config = (out / r["run"] / "config.yaml").read_text()
+            assert "cifar10" in config and str(root) in config
+        assert summary["protocol"]["widths"] == [2048, 2048, 512]  # the scale, overridden per cell
+        ids = {c["id"] for c in summary["claims"]}
+        assert {"smooth_escape", "relu_needs_bn", "m_negative_at_start"} <= ids
+        assert "smooth_escape" in buf.getvalue()
+
+    def test_corrupt_cifar_file_is_exit_2_before_the_sweep(
         self, tmp_path: Path, capsys: pytest.CaptureFixture
     ) -> None:
-        # torchvision verifies its CIFAR files' md5 sums: a fake set is refused up front, in one
-        # line, instead of failing in every worker
-        root = _fake_cifar10(tmp_path / "cifar")
+        root = write_fake_cifar(tmp_path / "cifar")
+        (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
         code = cli_main(["reproduce", "collapse", "--scale", "paper", "--quick", "--out",
                          str(tmp_path / "o"), "--data-root", str(root)])  # fmt: skip
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and "torchvision rejects" in err[0]
+        assert code == 2 and len(err) == 1 and "data_batch_3" in err[0]
         assert not (tmp_path / "o").exists()

@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solo_geometry.reproduce.collapse_files import authors_runs, load_runs
 from solo_geometry.reproduce.collapse_verdicts import (
     BN_BAND,
     CLAIMS,
     Run,
-    authors_runs,
     escape,
     judge,
-    load_runs,
 )
 from solo_geometry.updates import std_ceiling
 

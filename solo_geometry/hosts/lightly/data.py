@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
+from solo_geometry.cifar import CifarFiles, cifar_paths
 from solo_geometry.datasets import mean_std_of
 from solo_geometry.hosts.lightly.nodes import AugmentationNode, DataNode
 
@@ -114,9 +115,10 @@ class _Indexed(Dataset):
 def train_dataset(data: DataNode, transform: Callable[[Any], Any]) -> Dataset:
     """Build the pretraining dataset of a parsed recipe's ``data`` node.
 
-    CIFAR names read torchvision's CIFAR files under ``train_path`` (downloaded when missing, as
-    solo-learn does); every other name reads an image folder. ``fraction`` keeps a stratified
-    subset with solo-learn's split seed (42).
+    CIFAR names read torchvision's CIFAR files under ``train_path`` (downloaded by torchvision when
+    missing, as solo-learn does) through :class:`solo_geometry.cifar.CifarFiles` (a restricted
+    unpickler, shapes and labels checked, no md5); every other name reads an image folder.
+    ``fraction`` keeps a stratified subset with solo-learn's split seed (42).
 
     Args:
         data: ``ParsedRecipe.data``.
@@ -131,9 +133,11 @@ def train_dataset(data: DataNode, transform: Callable[[Any], Any]) -> Dataset:
     name = data.dataset
     base: Dataset
     if name in ("cifar10", "cifar100"):
-        cls = datasets.CIFAR10 if name == "cifar10" else datasets.CIFAR100
-        base = cls(data.train_path, train=True, download=True, transform=transform)
-        labels = list(base.targets)  # type: ignore[attr-defined]
+        if not all(p.is_file() for p in cifar_paths(data.train_path, name)):
+            cls = datasets.CIFAR10 if name == "cifar10" else datasets.CIFAR100
+            cls(data.train_path, train=True, download=True)  # fetch them, as solo-learn does
+        cifar = CifarFiles(data.train_path, name, train=True, transform=transform)
+        base, labels = cifar, list(cifar.targets)
     else:
         root = Path(data.train_path).expanduser()  # checked by the launcher's prepare()
         if not root.is_dir():
