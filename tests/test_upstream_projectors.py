@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from solo_geometry.heads import ACTIVATIONS, MetricLinearHead, SmoothMLPHead
+from solo_geometry.models.heads import ACTIVATIONS, MetricLinearHead, SmoothMLPHead
 
 TEMPLATE = (
     Path(__file__).resolve().parents[1] / "solo_geometry/upstream/templates/projectors.py.tmpl"

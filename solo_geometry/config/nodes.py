@@ -70,7 +70,7 @@ class HeadConfig:
 
     # "projector": keep the recipe's own projector, so switching geometry on never changes the
     # experiment it measures (docs/design.md section 5). Otherwise a key of
-    # solo_geometry.heads.HEADS.
+    # solo_geometry.models.heads.HEADS.
     name: str = "projector"
     # Smooth activations (swish, gelu, softplus) make collapse a strict saddle; relu cannot.
     activation: str = "swish"

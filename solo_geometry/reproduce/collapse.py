@@ -9,10 +9,10 @@ over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recip
 * heads as the paper builds them (experiments.py ``ProjectionHead``): Linear layers without bias,
   BatchNorm after both Linears with ``bn``, "linear" the identity activation;
 * the monitor every ``every_n_steps`` steps (spectra of H_eff and M, std and condition numbers of
-  Z and H) and the update-size callback every step (:mod:`solo_geometry.updates`);
+  Z and H) and the update-size callback every step (:mod:`solo_geometry.runtime.updates`);
 * the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
   on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
-  (:mod:`solo_geometry.sweeps`: ``submitit_local``, ``submitit_slurm``).
+  (:mod:`solo_geometry.commands.sweeps`: ``submitit_local``, ``submitit_slurm``).
 
 A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
 interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
@@ -43,8 +43,9 @@ from hydra.core.singleton import Singleton
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from solo_geometry.datasets import make_digits
-from solo_geometry.pretrain import HOSTS, pretrain, resolve_host
+from solo_geometry.commands.pretrain import HOSTS, pretrain, resolve_host
+from solo_geometry.commands.sweeps import launch_overrides
+from solo_geometry.inputs.datasets import make_digits
 from solo_geometry.reproduce.collapse_page import FIGURES, page_body, write_compare, write_page
 from solo_geometry.reproduce.collapse_protocol import (
     ALPHA,
@@ -65,7 +66,6 @@ from solo_geometry.reproduce.collapse_summary import (
     write_summary,
 )
 from solo_geometry.reproduce.collapse_verdicts import load_runs, summary_runs
-from solo_geometry.sweeps import launch_overrides
 
 __all__ = [
     "DATA_CHOICES",

@@ -9,8 +9,8 @@ cat(z1, z2)), dim=0).mean()``, every step, averaged per epoch), epoch 0 first.
 Escape, as the paper plots it (the curve over its epoch-0 mean): a run escaped at the first epoch
 e >= 1 whose mean reaches ``factor`` x the epoch-0 mean, at optimiser step (e + 1) x steps per
 epoch. The statistic is at most sqrt(M / ((M - 1) d)) for M rows of width d
-(:func:`solo_geometry.updates.std_ceiling`); where ``factor`` x the baseline is above that ceiling
-no curve can reach it, and the run is "undecidable", never "not escaped".
+(:func:`solo_geometry.runtime.updates.std_ceiling`); where ``factor`` x the baseline is above
+that ceiling no curve can reach it, and the run is "undecidable", never "not escaped".
 
 The claims (:data:`CLAIMS`), each judged per backbone and data set, held / not held /
 undecidable with its evidence:
@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from solo_geometry.npfiles import load_arrays
-from solo_geometry.updates import std_ceiling
+from solo_geometry.inputs.npfiles import load_arrays
+from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = [
     "BASE_LR",
@@ -326,7 +326,7 @@ def _from_path(path: Path) -> tuple[str, str]:
 def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
     """Runs from our ``summary.json``, the authors' fixture JSON or their ``.npy``.
 
-    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.npfiles.load_arrays`: its
+    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.inputs.npfiles.load_arrays`: its
     restricted unpickler rebuilds NumPy arrays and plain containers only, unless
     ``trust_pickle``. Its data set and backbone come from its path, as the authors lay it out
     (``results/<dataset>/<backbone>/collapse_results.npy``).

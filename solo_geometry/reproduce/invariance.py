@@ -38,10 +38,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from solo_geometry.checkpoint import LoadedModel, load_model
-from solo_geometry.datasets import load_image_folder, make_digits
+from solo_geometry.analysis.paper_probes import paper_rotation_probes
 from solo_geometry.extras import require
-from solo_geometry.paper_probes import paper_rotation_probes
+from solo_geometry.inputs.datasets import load_image_folder, make_digits
+from solo_geometry.models.checkpoint import LoadedModel, load_model
 from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
@@ -64,7 +64,7 @@ from solo_geometry.reproduce.paper import (
     invariance_section,
     write_invariance_page,
 )
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 
 if TYPE_CHECKING:
     from torch import Tensor

@@ -218,7 +218,7 @@ class TestBadInput:
 @pytest.mark.solo
 class TestSoloHost:
     def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
-        from solo_geometry.pretrain import solo_available
+        from solo_geometry.commands.pretrain import solo_available
 
         if not solo_available():
             pytest.skip("solo-learn 1.0.6 is not importable: the solo host cannot run")
@@ -255,7 +255,7 @@ def _fake_cifar10(root: Path, n: int = 8) -> Path:
 
 class TestPaperScale:
     def test_the_authors_setup(self) -> None:
-        from solo_geometry.backbones import CIFAR_DATASETS
+        from solo_geometry.models.backbones import CIFAR_DATASETS
         from solo_geometry.reproduce.collapse import CellConfig, cell_overrides
         from solo_geometry.reproduce.collapse_protocol import protocol_of
 

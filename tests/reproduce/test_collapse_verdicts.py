@@ -19,7 +19,7 @@ from solo_geometry.reproduce.collapse_verdicts import (
     judge,
     load_runs,
 )
-from solo_geometry.updates import std_ceiling
+from solo_geometry.runtime.updates import std_ceiling
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
 

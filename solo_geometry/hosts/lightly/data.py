@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
-from solo_geometry.datasets import mean_std_of
 from solo_geometry.hosts.lightly.nodes import AugmentationNode, DataNode
+from solo_geometry.inputs.datasets import mean_std_of
 
 __all__ = [
     "ROTATION_DEGREES",

@@ -17,8 +17,6 @@ from typing import Any, get_type_hints
 from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.backbones import STEMS, resolve_stem
-from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.hosts.lightly.nodes import (
     DATASETS,
     JITTER_KEYS,
@@ -40,6 +38,8 @@ from solo_geometry.hosts.lightly.nodes import (
     required,
     value_of,
 )
+from solo_geometry.inputs.datasets import MeanStd, mean_std_of
+from solo_geometry.models.backbones import STEMS, resolve_stem
 
 __all__ = [
     "IRRELEVANT",
