@@ -30,8 +30,10 @@ from solo_geometry.hosts.lightly.nodes import (
     MomentumNode,
     OptimizerNode,
     SchedulerNode,
-    build_node,
     check_choice,
+)
+from solo_geometry.hosts.lightly.reading import (
+    build_node,
     convert,
     node_of,
     reject_unknown,
