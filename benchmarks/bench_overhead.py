@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.records import read_records
+from solo_geometry.run.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 EVERY = 50  # the default cadence, GeometryConfig.every_n_steps
@@ -386,7 +386,7 @@ def main() -> None:
     if args.quick:
         args.steps, args.every, args.repeats = 11, 5, 1
     if args.data is None:
-        from solo_geometry.datasets import make_digits
+        from solo_geometry.inputs.datasets import make_digits
 
         args.data = make_digits(Path(tempfile.gettempdir()) / "solo-geometry-bench-digits")
     if args.single:

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from solo_geometry.analysis.probes import linear_probe, standardize
 from solo_geometry.config import LinearProbeConfig
-from solo_geometry.datasets import stratified_split
-from solo_geometry.probes import linear_probe, standardize
+from solo_geometry.inputs.datasets import stratified_split
 
 L2_GRID = tuple(LinearProbeConfig().l2_grid)
 

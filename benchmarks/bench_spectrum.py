@@ -46,9 +46,9 @@ from solo_geometry.geometry.spectrum import (
     OperatorSpectrum,
     effective_hessian_spectrum,
 )
-from solo_geometry.heads import SmoothMLPHead
 from solo_geometry.linalg import head_operators, lanczos, slq_density
 from solo_geometry.linalg.operators import block_indices, restrict_to_block
+from solo_geometry.models.heads import SmoothMLPHead
 
 Loss = Callable[[Tensor], Tensor]
 

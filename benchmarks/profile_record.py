@@ -29,7 +29,7 @@ import torch
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum
 from solo_geometry.linalg.operators import block_indices, head_operators, restrict_to_block
-from solo_geometry.measure import _rho, _stats, measure
+from solo_geometry.runtime.measure import _rho, _stats, measure
 
 RECIPES = ("simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino")
 CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]

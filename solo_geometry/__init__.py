@@ -3,10 +3,23 @@
 Heads as trainable Riemannian metrics on the backbone's representation, measured inside
 solo-learn (or the lightly host) runs: effective-Hessian spectra, representation statistics,
 augmentation tangents, orbit compression and backbone-vs-head probes.
+
+The package's rooms (docs/design.md, "Layout"; ``tests/test_imports.py`` states who may import
+whom): :mod:`~solo_geometry.config`, :mod:`~solo_geometry.linalg`,
+:mod:`~solo_geometry.geometry`, :mod:`~solo_geometry.run`, :mod:`~solo_geometry.inputs`,
+:mod:`~solo_geometry.models`, :mod:`~solo_geometry.analysis`, :mod:`~solo_geometry.runtime`,
+:mod:`~solo_geometry.hosts`, :mod:`~solo_geometry.commands`, :mod:`~solo_geometry.reproduce`,
+:mod:`~solo_geometry.zoo`, :mod:`~solo_geometry.upstream`, and at the root :mod:`solo_geometry.cli`
+with the modules every floor may use (``extras``, ``state``, ``recipe``). Module names of the
+flat layout stay importable as deprecated aliases (:mod:`solo_geometry._moved`).
 """
 
 from __future__ import annotations
 
+from solo_geometry._moved import install
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__"]
+
+install()

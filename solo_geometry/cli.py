@@ -27,16 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from solo_geometry import __version__
-from solo_geometry.checkpoint import load_model
+from solo_geometry.analysis.evaluation import evaluate
+from solo_geometry.analysis.report import add_report_parser
+from solo_geometry.commands.demo import add_demo_parser
+from solo_geometry.commands.orbits import add_orbits_parser
+from solo_geometry.commands.pretrain import add_pretrain_parser
 from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import make_digits
-from solo_geometry.demo import add_demo_parser
-from solo_geometry.evaluation import evaluate
-from solo_geometry.orbits_cli import add_orbits_parser
-from solo_geometry.pretrain import add_pretrain_parser
-from solo_geometry.report import add_report_parser
+from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 

@@ -80,13 +80,13 @@ def tearing(append: Callable[..., Any], step: int, mark: Path) -> Callable[..., 
 def install() -> None:
     """Install the hooks the environment asks for (called by the generated sitecustomize)."""
     if os.environ.get("SG_TEAR_AT"):
-        from solo_geometry.run_folder import RunFolder
+        from solo_geometry.run.run_folder import RunFolder
 
         RunFolder.append_record = tearing(  # type: ignore[method-assign]
             RunFolder.append_record, int(os.environ["SG_TEAR_AT"]), Path(os.environ["SG_TEAR_MARK"])
         )
     if os.environ.get("SG_FAULTS"):
-        import solo_geometry.monitor as monitor
+        import solo_geometry.runtime.monitor as monitor
 
         monitor.measure = faulty(monitor.measure, os.environ["SG_FAULTS"].split(","))  # type: ignore[assignment]
 

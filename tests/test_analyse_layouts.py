@@ -21,12 +21,12 @@ import torchvision
 from safetensors.torch import save_file
 from torch import nn
 
-from solo_geometry.backbones import build_backbone
-from solo_geometry.checkpoint import read_checkpoint
 from solo_geometry.cli import main as cli_main
 from solo_geometry.config import OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import IMAGENET_MEAN_STD, probe_splits
-from solo_geometry.solo_mlp import solo_projector
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, probe_splits
+from solo_geometry.models.backbones import build_backbone
+from solo_geometry.models.checkpoint import read_checkpoint
+from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.zoo.analyse import analyse
 from solo_geometry.zoo.layouts import LAYOUTS, detect_layout, load_checkpoint
 from solo_geometry.zoo.measurements import MeasureSettings

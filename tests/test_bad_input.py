@@ -30,8 +30,8 @@ sys.path[:0] = [str(Path(__file__).parent / "hosts"), str(Path(__file__).parent)
 from test_lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.cli import main  # noqa: E402
-from solo_geometry.datasets import make_digits  # noqa: E402
-from solo_geometry.pretrain import solo_available  # noqa: E402
+from solo_geometry.commands.pretrain import solo_available  # noqa: E402
+from solo_geometry.inputs.datasets import make_digits  # noqa: E402
 
 FAILURES = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"

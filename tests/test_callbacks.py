@@ -1,4 +1,4 @@
-"""The end-of-fit steps (solo_geometry.callbacks) with a real Lightning Trainer."""
+"""The end-of-fit steps (solo_geometry.runtime.callbacks) with a real Lightning Trainer."""
 
 from __future__ import annotations
 
@@ -10,11 +10,16 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from solo_geometry.callbacks import ProbeCallback, ReportCallback, geometry_callbacks, probe_data
 from solo_geometry.config import GeometryConfig, MeasureConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import IMAGENET_MEAN_STD, make_digits
-from solo_geometry.monitor import GeometryMonitor
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, make_digits
+from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.callbacks import (
+    ProbeCallback,
+    ReportCallback,
+    geometry_callbacks,
+    probe_data,
+)
+from solo_geometry.runtime.monitor import GeometryMonitor
 from tests.test_monitor import BoringGeometry, TwoViews
 
 

@@ -1,4 +1,4 @@
-"""solo_geometry.cifar: torchvision's CIFAR batch files read by the restricted unpickler.
+"""solo_geometry.inputs.cifar: torchvision's CIFAR batch files read by the restricted unpickler.
 
 The reference is torchvision's own reader (``CIFAR10``/``CIFAR100``) on the same files, its md5
 check switched off in a subclass: the images and labels must be identical, item by item.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from torchvision import datasets
 
-from solo_geometry.cifar import CifarFiles, cifar_paths, read_cifar
+from solo_geometry.inputs.cifar import CifarFiles, cifar_paths, read_cifar
 
 
 def write_fake_cifar(root: Path, dataset: str = "cifar10", n: int = 8, seed: int = 0) -> Path:

@@ -16,7 +16,7 @@ from solo_geometry.config import (
     as_bool,
     geometry_config,
 )
-from solo_geometry.heads import build_configured_head
+from solo_geometry.models.heads import build_configured_head
 
 
 def _cfg(node: object) -> OmegaConf:

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from solo_geometry.datasets import DIGITS_MARKER, check_image_folder, load_image_folder, make_digits
+from solo_geometry.inputs.datasets import (
+    DIGITS_MARKER,
+    check_image_folder,
+    load_image_folder,
+    make_digits,
+)
 
 
 def _digest(root: Path) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_geometry.demo import (
+from solo_geometry.commands.demo import (
     FULL,
     QUICK,
     QUICK_ENV,
@@ -20,8 +20,8 @@ from solo_geometry.demo import (
     format_findings,
     run_demo,
 )
-from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,7 +125,11 @@ class TestQuickDemo:
         assert subprocess.run(install, capture_output=True, timeout=600).returncode == 0
         env = {**os.environ, QUICK_ENV: "1", "PYTHONPATH": str(site)}
         where = subprocess.run(
-            [sys.executable, "-c", "import solo_geometry.demo as d; print(d.__file__, d.RECIPE)"],
+            [
+                sys.executable,
+                "-c",
+                "import solo_geometry.commands.demo as d; print(d.__file__, d.RECIPE)",
+            ],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
         )  # fmt: skip
         module, recipe = where.stdout.split()

@@ -1,4 +1,4 @@
-"""solo_geometry.distributed: collectives off inside a measurement, per-rank chunks, merging.
+"""solo_geometry.runtime.distributed: collectives off inside a measurement, rank chunks, merging.
 
 The protocol itself (agreement, gather, rank zero measuring) runs under real 2-process DDP in
 tests/hosts/test_ddp.py; here its pieces, against hand-written references.
@@ -15,7 +15,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from solo_geometry.distributed import (
+from solo_geometry.hosts.solo.losses import barlow_loss
+from solo_geometry.hosts.solo.spec import frozen, merge_contexts
+from solo_geometry.runtime.distributed import (
     CollectiveInMeasurement,
     PerRankHead,
     collectives_off,
@@ -23,8 +25,6 @@ from solo_geometry.distributed import (
     rank_chunks,
     ranks_of,
 )
-from solo_geometry.hosts.solo.losses import barlow_loss
-from solo_geometry.hosts.solo.spec import frozen, merge_contexts
 
 
 @pytest.fixture

@@ -29,10 +29,10 @@ from fault_hooks import REASONS, faulty, hooked_env  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 from test_monitor import _config, _fit, _state  # noqa: E402
 
-import solo_geometry.monitor as monitor_module  # noqa: E402
-from solo_geometry.datasets import make_digits  # noqa: E402
-from solo_geometry.monitor import GeometryMonitor  # noqa: E402
-from solo_geometry.records import GeometryRecord, read_records  # noqa: E402
+import solo_geometry.runtime.monitor as monitor_module  # noqa: E402
+from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
+from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
 
 HAS_SOLO = importlib.util.find_spec("solo") is not None
 SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', docs/getting-started.md)"

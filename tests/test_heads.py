@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from solo_geometry.heads import (
+from solo_geometry.models.heads import (
     ACTIVATIONS,
     HEADS,
     MetricLinearHead,

@@ -2,10 +2,10 @@ import pytest
 import torch
 from torch import nn
 
-from solo_geometry.backbones import build_backbone
 from solo_geometry.geometry.stats import normalized_std
-from solo_geometry.heads import MetricLinearHead, SmoothMLPHead
-from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.models.backbones import build_backbone
+from solo_geometry.models.heads import MetricLinearHead, SmoothMLPHead
+from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
 
 
 class TestPseudoCollapse:

@@ -1,11 +1,11 @@
-"""The logistic-regression kernel (solo_geometry.logreg) against closed forms and scikit-learn."""
+"""The logistic-regression kernel (solo_geometry.analysis.logreg) vs closed forms, scikit-learn."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from solo_geometry.logreg import eigenbasis, fit_logistic, lbfgs
+from solo_geometry.analysis.logreg import eigenbasis, fit_logistic, lbfgs
 
 F64 = torch.float64
 

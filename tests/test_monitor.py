@@ -1,4 +1,4 @@
-"""Tests of solo_geometry.monitor.GeometryMonitor with a real Lightning Trainer.
+"""Tests of solo_geometry.runtime.monitor.GeometryMonitor with a real Lightning Trainer.
 
 The module under test is a small BoringModel-like LightningModule implementing
 ``geometry_view`` (conv backbone with BatchNorm, BN + SiLU head with dropout, VICReg-style loss),
@@ -24,9 +24,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from solo_geometry.config import GeometryConfig, MeasureConfig, StatsConfig
 from solo_geometry.hosts.base import kept
-from solo_geometry.measure import GeometryAware, GeometryView, Measurement
-from solo_geometry.monitor import GeometryMonitor
-from solo_geometry.records import read_records
+from solo_geometry.run.records import read_records
+from solo_geometry.runtime.measure import GeometryAware, GeometryView, Measurement
+from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.state import preserved_state
 
 HESSIAN_KEYS = [
@@ -448,7 +448,7 @@ class TestGeometryMonitor:
     def test_non_finite_metric_is_skipped(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import solo_geometry.monitor as monitor_module
+        import solo_geometry.runtime.monitor as monitor_module
 
         real = monitor_module.measure
 

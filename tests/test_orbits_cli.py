@@ -203,7 +203,7 @@ class TestUntrustedFiles:
         path = tmp_path / "o.npy"
         np.save(path, {**orbit_arrays(), **extras})
         assert run(str(path), "--json") == 0
-        from solo_geometry.npfiles import load_arrays
+        from solo_geometry.inputs.npfiles import load_arrays
 
         got = load_arrays(path)
         assert {k: got[k] for k in extras} == extras

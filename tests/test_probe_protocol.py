@@ -2,9 +2,10 @@
 
 A real tiny run (lightly host, embedded digits) with ``protocol=both`` writes both into its
 ``probes.json``; the paper's numbers there equal a direct call of
-:func:`~solo_geometry.paper_probes.paper_rotation_probes` on the run's model and probe splits,
-and its linear probe on Z equals a hand loop written from the paper's description (features by
-``torch.rot90`` and ``(x - mean) / std`` by hand, Adam 1e-3, 5 epochs of batches of 256).
+:func:`~solo_geometry.analysis.paper_probes.paper_rotation_probes` on the run's model and probe
+splits, and its linear probe on Z equals a hand loop written from the paper's description
+(features by ``torch.rot90`` and ``(x - mean) / std`` by hand, Adam 1e-3, 5 epochs of batches
+of 256).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solo_geometry.checkpoint import LoadedModel, load_model
+from solo_geometry.analysis.evaluation import evaluate
+from solo_geometry.analysis.paper_probes import paper_rotation_probes
 from solo_geometry.config import OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import make_digits, probe_splits
-from solo_geometry.evaluation import evaluate
-from solo_geometry.paper_probes import paper_rotation_probes
-from solo_geometry.records import ProbeTable
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.inputs.datasets import make_digits, probe_splits
+from solo_geometry.models.checkpoint import LoadedModel, load_model
+from solo_geometry.run.records import ProbeTable
+from solo_geometry.run.run_folder import RunFolder
 
 
 def _support() -> ModuleType:

@@ -1,4 +1,4 @@
-"""Probes (solo_geometry.probes) and feature extraction (solo_geometry.features)."""
+"""Probes (solo_geometry.analysis.probes) and feature extraction (solo_geometry.inputs.features)."""
 
 from __future__ import annotations
 
@@ -12,21 +12,26 @@ import yaml
 from PIL import Image
 from torch import nn
 
-from solo_geometry.backbones import build_backbone
-from solo_geometry.checkpoint import load_model
-from solo_geometry.cli import main as cli_main
-from solo_geometry.config import LinearProbeConfig, MlpProbeConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import IMAGENET_MEAN_STD, probe_splits, rotation_set, stratified_split
-from solo_geometry.evaluation import evaluate
-from solo_geometry.features import extract_features, load_cache
-from solo_geometry.geometry.orbits import orbit_comparison, orbit_images
-from solo_geometry.probes import (
+from solo_geometry.analysis.evaluation import evaluate
+from solo_geometry.analysis.probes import (
     linear_probe,
     mlp_probe,
     standardize,
 )
-from solo_geometry.run_folder import RunFolder
-from solo_geometry.solo_mlp import solo_projector
+from solo_geometry.cli import main as cli_main
+from solo_geometry.config import LinearProbeConfig, MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.geometry.orbits import orbit_comparison, orbit_images
+from solo_geometry.inputs.datasets import (
+    IMAGENET_MEAN_STD,
+    probe_splits,
+    rotation_set,
+    stratified_split,
+)
+from solo_geometry.inputs.features import extract_features, load_cache
+from solo_geometry.models.backbones import build_backbone
+from solo_geometry.models.checkpoint import load_model
+from solo_geometry.models.solo_mlp import solo_projector
+from solo_geometry.run.run_folder import RunFolder
 
 F64 = torch.float64
 
@@ -378,8 +383,8 @@ class TestMlpProbeConverges:
         from sklearn.neural_network import MLPClassifier
         from sklearn.preprocessing import StandardScaler
 
-        from solo_geometry.datasets import make_digits
         from solo_geometry.hosts.lightly import launch
+        from solo_geometry.inputs.datasets import make_digits
 
         path = Path(__file__).parent / "hosts" / "test_lightly_support.py"
         spec = importlib.util.spec_from_file_location("test_lightly_support", path)

@@ -1,4 +1,4 @@
-"""Run records (solo_geometry.records) and the run folder (solo_geometry.run_folder).
+"""Run records (solo_geometry.run.records) and the run folder (solo_geometry.run.run_folder).
 
 Hand-written references throughout: files are written line by line here, not through the
 module under test, and the probe gaps are computed by hand from binary fractions so they
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from solo_geometry.records import (
+from solo_geometry.run.records import (
     PROBES_SCHEMA_VERSION,
     SCHEMA_VERSION,
     GeometryRecord,

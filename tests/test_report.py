@@ -1,4 +1,4 @@
-"""The run report (solo_geometry.report, solo_geometry.plots) from hand-written run folders."""
+"""The run report (solo_geometry.analysis.report and .plots) from hand-written run folders."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
-from solo_geometry import plots
+from solo_geometry.analysis import plots
+from solo_geometry.analysis.report import write_report
 from solo_geometry.cli import main as cli_main
-from solo_geometry.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
-from solo_geometry.report import write_report
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
+from solo_geometry.run.run_folder import RunFolder
 
 FAMILIES = ("brightness", "contrast", "saturation", "hue")
 
@@ -268,8 +268,8 @@ class TestRealRun:
         support = pytest.importorskip("tests.hosts.test_lightly_support",
                                       reason="tests/hosts helpers not importable")  # fmt: skip
         from solo_geometry.cli import main as cli_main
-        from solo_geometry.datasets import make_digits
         from solo_geometry.hosts.lightly import launch
+        from solo_geometry.inputs.datasets import make_digits
 
         data = make_digits(tmp_path / "digits", size=32)
         recipe = support.write_recipe(tmp_path / "recipes", "byol", data)

@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.datasets import make_digits  # noqa: E402
-from solo_geometry.records import GeometryRecord, read_records  # noqa: E402
-from solo_geometry.run_folder import RunFolder  # noqa: E402
+from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
+from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_SOLO = importlib.util.find_spec("solo") is not None

@@ -1,4 +1,4 @@
-"""Tests of solo_geometry/run_folder.py: the run folder and every path in it."""
+"""Tests of solo_geometry/run/run_folder.py: the run folder and every path in it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from solo_geometry import run_folder as run_folder_module
-from solo_geometry.records import OrbitRow, ProbeRow, RecordsError
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run import run_folder as run_folder_module
+from solo_geometry.run.records import OrbitRow, ProbeRow, RecordsError
+from solo_geometry.run.run_folder import RunFolder
 from tests.test_records import _ORBIT, _ROW, _full_record, _line, _probe_table, _record, _write
 
 

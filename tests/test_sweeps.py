@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from solo_geometry.commands.sweeps import (
+    PROGRESS_CALLBACK,
+    available_cores,
+    launch_overrides,
+    sweep_size,
+)
 from solo_geometry.reproduce.collapse import reproduce_collapse
 from solo_geometry.reproduce.collapse_protocol import Block, Protocol
-from solo_geometry.sweeps import PROGRESS_CALLBACK, available_cores, launch_overrides, sweep_size
 
 REPO = Path(__file__).resolve().parents[1]
 # A user's own Hydra app: nothing of this package but the callback named on the command line.

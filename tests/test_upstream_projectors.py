@@ -2,9 +2,9 @@
 
 ``solo_geometry/upstream/templates/projectors.py.tmpl`` becomes ``solo/utils/projectors.py`` in
 solo-learn. It keeps solo-learn's own layout (a Linear keeps its bias before a norm, module
-indices as the methods always numbered them), so it cannot be generated from ``heads.py``; it is
-tested equal to it instead: same layers in the same order, and, with the head's weights copied
-in, the same outputs in training and evaluation mode.
+indices as the methods always numbered them), so it cannot be generated from
+``models/heads.py``; it is tested equal to it instead: same layers in the same order, and, with
+the head's weights copied in, the same outputs in training and evaluation mode.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from solo_geometry.heads import ACTIVATIONS, MetricLinearHead, SmoothMLPHead
+from solo_geometry.models.heads import ACTIVATIONS, MetricLinearHead, SmoothMLPHead
 
 TEMPLATE = (
     Path(__file__).resolve().parents[1] / "solo_geometry/upstream/templates/projectors.py.tmpl"

@@ -11,9 +11,9 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from solo_geometry.backbones import build_backbone
 from solo_geometry.cli import main as cli_main
-from solo_geometry.solo_mlp import solo_projector
+from solo_geometry.models.backbones import build_backbone
+from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.zoo.build import entries, format_cards, read_cards
 from solo_geometry.zoo.card import CARD_FILES, ZooCard
 from solo_geometry.zoo.folder import load_card_model, write_card

@@ -18,8 +18,8 @@ The view never cuts the batch: the loss is the training step's loss (same featur
 statistics, negatives); restricting the operators to a sub-block is the measurement's business.
 The module must call its backbone ``backbone`` and its head ``projector``, as solo-learn does,
 or say which module is its head in ``geometry_head()``. Under DDP the view is assembled from
-every rank's :class:`~solo_geometry.distributed.ViewParts` (:mod:`solo_geometry.distributed`);
-a single process takes the same path with one part.
+every rank's :class:`~solo_geometry.runtime.distributed.ViewParts`
+(:mod:`solo_geometry.runtime.distributed`); a single process takes the same path with one part.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from solo_geometry.datasets import MeanStd
-from solo_geometry.distributed import ViewParts, global_head
-from solo_geometry.measure import GeometryView
+from solo_geometry.inputs.datasets import MeanStd
+from solo_geometry.runtime.distributed import ViewParts, global_head
+from solo_geometry.runtime.measure import GeometryView
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryHost", "assemble_view", "kept"]

@@ -11,7 +11,7 @@ over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recip
   (:mod:`.collapse_cell`, one cell);
 * the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
   on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
-  (:mod:`solo_geometry.sweeps`: ``submitit_local``, ``submitit_slurm``).
+  (:mod:`solo_geometry.commands.sweeps`: ``submitit_local``, ``submitit_slurm``).
 
 A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
 interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
@@ -31,10 +31,11 @@ from typing import Any
 import hydra
 from hydra.core.singleton import Singleton
 
-from solo_geometry.backbones import LIGHTLY_ONLY
-from solo_geometry.cifar import read_cifar
-from solo_geometry.datasets import make_digits
-from solo_geometry.pretrain import HOSTS, resolve_host
+from solo_geometry.commands.pretrain import HOSTS, resolve_host
+from solo_geometry.commands.sweeps import launch_overrides
+from solo_geometry.inputs.cifar import read_cifar
+from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.models.backbones import LIGHTLY_ONLY
 from solo_geometry.reproduce.collapse_cell import (
     CellConfig,
     cell_file,
@@ -54,7 +55,6 @@ from solo_geometry.reproduce.collapse_protocol import (
     protocol_of,
 )
 from solo_geometry.reproduce.collapse_summary import print_claims, summarise, write_summary
-from solo_geometry.sweeps import launch_overrides
 
 __all__ = [  # the cell's names are re-exported from .collapse_cell
     "DATA_CHOICES",
@@ -108,7 +108,7 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
 
     Raises:
         ValueError: for an unknown data set, CIFAR without ``--data-root``, or a file there that
-            is not a CIFAR batch (:func:`solo_geometry.cifar.read_cifar`).
+            is not a CIFAR batch (:func:`solo_geometry.inputs.cifar.read_cifar`).
         FileNotFoundError: when CIFAR's torchvision files are not under ``data_root`` (nothing
             is downloaded).
     """

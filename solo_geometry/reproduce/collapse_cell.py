@@ -26,7 +26,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from solo_geometry.pretrain import pretrain
+from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.reproduce.collapse_protocol import ALPHA, BASE_LR, HEADS, NORMS, QUICK
 from solo_geometry.reproduce.collapse_summary import cell_record
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from solo_geometry.npfiles import load_arrays
+from solo_geometry.inputs.npfiles import load_arrays
 from solo_geometry.reproduce.collapse_verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 
 __all__ = [
@@ -99,7 +99,7 @@ def _from_path(path: Path) -> tuple[str, str]:
 def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
     """Runs from our ``summary.json``, the authors' fixture JSON or their ``.npy``.
 
-    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.npfiles.load_arrays`: its
+    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.inputs.npfiles.load_arrays`: its
     restricted unpickler rebuilds NumPy arrays and plain containers only, unless
     ``trust_pickle``. Its data set and backbone come from its path, as the authors lay it out
     (``results/<dataset>/<backbone>/collapse_results.npy``).

@@ -1,14 +1,14 @@
 """The collapse sweep's numbers: one row per run, the table over seeds, and the verdicts.
 
 Everything here is computed from a run folder's own files (``geometry.jsonl`` through
-:func:`solo_geometry.records.read_records`, ``updates.jsonl`` through
-:func:`solo_geometry.updates.read_update_records`); nothing is asserted.
+:func:`solo_geometry.run.records.read_records`, ``updates.jsonl`` through
+:func:`solo_geometry.runtime.updates.read_update_records`); nothing is asserted.
 
 Definitions (the paper's where it has one, docs/reproducing.md):
 
 * the paper's curve, ``std_curve``: the per-epoch mean of the per-step std of the L2-normalised
   projector outputs over both views, from each training step's own forward
-  (``head/output_std`` of ``updates.jsonl``, :mod:`solo_geometry.updates`), epoch 0 first;
+  (``head/output_std`` of ``updates.jsonl``, :mod:`solo_geometry.runtime.updates`), epoch 0 first;
   ``baseline_std`` its epoch-0 mean; escape, ``escape_epoch``, ``escape_step``, ``ceiling`` and
   ``outcome`` ("escaped", "not escaped", "undecidable") as
   :func:`solo_geometry.reproduce.collapse_verdicts.escape` defines them;
@@ -33,10 +33,10 @@ from typing import Any
 
 from scipy.stats import spearmanr
 
-from solo_geometry.records import GeometryRecord, read_records
 from solo_geometry.reproduce.collapse_files import summary_runs as _runs
 from solo_geometry.reproduce.collapse_verdicts import ESCAPE_FACTOR, escape, judge, lr_name
-from solo_geometry.updates import read_update_records
+from solo_geometry.run.records import GeometryRecord, read_records
+from solo_geometry.runtime.updates import read_update_records
 
 __all__ = [
     "SERIES_KEYS",

@@ -9,8 +9,8 @@ cat(z1, z2)), dim=0).mean()``, every step, averaged per epoch), epoch 0 first.
 Escape, as the paper plots it (the curve over its epoch-0 mean): a run escaped at the first epoch
 e >= 1 whose mean reaches ``factor`` x the epoch-0 mean, at optimiser step (e + 1) x steps per
 epoch. The statistic is at most sqrt(M / ((M - 1) d)) for M rows of width d
-(:func:`solo_geometry.updates.std_ceiling`); where ``factor`` x the baseline is above that ceiling
-no curve can reach it, and the run is "undecidable", never "not escaped".
+(:func:`solo_geometry.runtime.updates.std_ceiling`); where ``factor`` x the baseline is above
+that ceiling no curve can reach it, and the run is "undecidable", never "not escaped".
 
 The claims (:data:`CLAIMS`), each judged per backbone and data set, held / not held /
 undecidable with its evidence:
@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from solo_geometry.updates import std_ceiling
+from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = [
     "BASE_LR",

@@ -38,9 +38,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from solo_geometry.checkpoint import load_model
-from solo_geometry.datasets import load_image_folder, make_digits
 from solo_geometry.extras import require
+from solo_geometry.inputs.datasets import load_image_folder, make_digits
+from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce.invariance_data import (
     DATASETS,
     check_data_root,
@@ -61,7 +61,7 @@ from solo_geometry.reproduce.invariance_page import invariance_section, write_in
 from solo_geometry.reproduce.invariance_settings import FULL, QUICK, InvarianceSettings
 from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper import add_run_arguments
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 
 if TYPE_CHECKING:
     from torch import Tensor

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torchvision import datasets
 
-from solo_geometry.datasets import stratified_split
+from solo_geometry.inputs.datasets import stratified_split
 
 __all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
 

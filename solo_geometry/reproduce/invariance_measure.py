@@ -3,8 +3,8 @@
 Each follows the paper's reference code (experiments.py, head_depth_ablations.py) through this
 package's own pieces:
 
-* probes: :func:`solo_geometry.evaluation.evaluate` fits linear and MLP probes on Z and on H
-  for the class and the 4-way rotation target (docs/design.md section 3, "Probes");
+* probes: :func:`solo_geometry.analysis.evaluation.evaluate` fits linear and MLP probes on Z and
+  on H for the class and the 4-way rotation target (docs/design.md section 3, "Probes");
 * orbits: the paper's protocol (5 classes x 3 images x 12 rotations) and its statistics, once
   per sampling seed, under both inputs of the head: unit z (the paper's code) and raw z (as in
   training), with the mean norm of raw training features and the cosine of H's rows with their
@@ -31,11 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solo_geometry.checkpoint import LoadedModel
+from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import load_image_folder
-from solo_geometry.evaluation import evaluate
-from solo_geometry.features import extract_features
 from solo_geometry.geometry.augment import apply_normalization, deterministic_mode
 from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
 from solo_geometry.geometry.orbits import (
@@ -45,9 +42,12 @@ from solo_geometry.geometry.orbits import (
     orbit_images,
 )
 from solo_geometry.geometry.stats import metric_spectrum, normalise_rows, whitening_score
-from solo_geometry.heads import MetricLinearHead
+from solo_geometry.inputs.datasets import load_image_folder
+from solo_geometry.inputs.features import extract_features
+from solo_geometry.models.checkpoint import LoadedModel
+from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.reproduce.orbit_evidence import OrbitSummary
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "Splits",

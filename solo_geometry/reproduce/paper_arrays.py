@@ -5,7 +5,7 @@
 dict saved by ``np.save``, so a pickle) and
 ``head_depth_ablations/geometric_ablation_depth_<k>.npz`` (plain arrays).
 :func:`read_npy_dict` unpickles with a restricted unpickler that builds numpy arrays, dtypes,
-scalars and plain containers and refuses any other global (:mod:`solo_geometry.npfiles`): a
+scalars and plain containers and refuses any other global (:mod:`solo_geometry.inputs.npfiles`): a
 file that names a function is an error, not a call.
 
 :func:`paper_evidence` turns one such folder (or its files) into the evidence that
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from solo_geometry.npfiles import load_arrays
+from solo_geometry.inputs.npfiles import load_arrays
 from solo_geometry.reproduce.orbit_evidence import OrbitSummary
 
 __all__ = ["KNOWN_FILES", "TEST_IMAGES", "paper_evidence", "read_npy_dict"]

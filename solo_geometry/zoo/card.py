@@ -3,7 +3,7 @@
 The folder holds
 
 * ``model.safetensors``: backbone (``backbone.*``) and head (``projector.*``), as solo-learn
-  names them, so :func:`solo_geometry.checkpoint.load_prefixed` reads them back strictly;
+  names them, so :func:`solo_geometry.models.checkpoint.load_prefixed` reads them back strictly;
 * ``recipe.yaml``: the run's resolved recipe;
 * ``geometry.json``: a :class:`ZooCard` (schema version 1): identity, provenance, the run's final
   geometry record, the measurement settings, the measured probe and orbit tables, statistics
@@ -30,7 +30,7 @@ import torch
 import yaml
 
 from solo_geometry import __version__
-from solo_geometry.records import RecordsError
+from solo_geometry.run.records import RecordsError
 
 __all__ = [
     "CARD_FILES",

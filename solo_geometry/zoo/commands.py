@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from solo_geometry.pretrain import HOSTS
+from solo_geometry.commands.pretrain import HOSTS
 from solo_geometry.zoo.analyse import analyse, format_analysis
 from solo_geometry.zoo.build import build_zoo, entries, format_cards, read_cards
 from solo_geometry.zoo.folder import write_card

@@ -19,15 +19,15 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from solo_geometry.checkpoint import (
+from solo_geometry.inputs.datasets import DIGITS_MARKER, make_digits
+from solo_geometry.models.checkpoint import (
     LoadedModel,
     build_from_config,
     load_model,
     load_prefixed,
     read_checkpoint,
 )
-from solo_geometry.datasets import DIGITS_MARKER, make_digits
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.zoo.card import (
     CARD_FILES,
     METHOD_PAPERS,

@@ -7,7 +7,7 @@ and every module is rebuilt from the tensors' shapes, then loaded with ``strict=
   package's lightly host, which writes the same keys by design (``state_dict`` with
   ``backbone.*``, ``projector.*``, ``classifier.*``, momentum copies); the recipe comes from
   ``args.json`` next to it or the run folder's ``config.yaml``; rebuilt by
-  :func:`solo_geometry.checkpoint.load_model`.
+  :func:`solo_geometry.models.checkpoint.load_model`.
 * ``vicreg-resnet50``: facebookresearch/vicreg ``main_vicreg.py`` (the published
   ``resnet50_fullckpt.pth``): ``{"epoch", "model", "optimizer"}``, ``model`` the DDP state of
   ``VICReg``: ``module.backbone.*`` (its ``resnet.py``, torchvision key names, no ``fc``) and
@@ -41,10 +41,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solo_geometry.backbones import build_backbone
-from solo_geometry.checkpoint import LoadedModel, load_model, read_checkpoint
-from solo_geometry.datasets import IMAGENET_MEAN_STD
-from solo_geometry.solo_mlp import build_mlp
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
+from solo_geometry.models.backbones import build_backbone
+from solo_geometry.models.checkpoint import LoadedModel, load_model, read_checkpoint
+from solo_geometry.models.solo_mlp import build_mlp
 
 __all__ = ["BRANCHES", "LAYOUTS", "DINOHead", "Layout", "detect_layout", "load_checkpoint"]
 
@@ -259,7 +259,7 @@ def detect_layout(ckpt: Any, where: str = "checkpoint") -> str:
     """The name of the one layout a loaded checkpoint object matches.
 
     Args:
-        ckpt: what :func:`solo_geometry.checkpoint.read_checkpoint` returned.
+        ckpt: what :func:`solo_geometry.models.checkpoint.read_checkpoint` returned.
         where: the file, for the error message.
 
     Returns:

@@ -4,7 +4,7 @@ What ``solo-geometry analyse`` prints and what a zoo card records (and ``zoo ver
 recomputes), each following docs/design.md section 3:
 
 * ``probes``: the backbone-vs-head probe table and orbit table of
-  :func:`solo_geometry.evaluation.evaluate` (linear and MLP probes on Z and H per target);
+  :func:`solo_geometry.analysis.evaluation.evaluate` (linear and MLP probes on Z and H per target);
 * ``stats``: representation statistics of Z and of H (rows L2-normalised) over the first
   ``stats_images`` held-out images, and the whitening score cond_k(H) / cond_k(Z);
 * ``rho``: metric singularity rho_aug of the head along each colour family's tangent, on the
@@ -25,15 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.config import (
     LinearProbeConfig,
     MlpProbeConfig,
     OrbitsConfig,
     ProbesConfig,
 )
-from solo_geometry.datasets import MeanStd, probe_splits
-from solo_geometry.evaluation import evaluate
-from solo_geometry.features import extract_features
 from solo_geometry.geometry import (
     COLOUR_FAMILIES,
     augmentation_tangents,
@@ -41,7 +39,9 @@ from solo_geometry.geometry import (
     stats_record,
     whitening_score,
 )
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.inputs.datasets import MeanStd, probe_splits
+from solo_geometry.inputs.features import extract_features
+from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
 __all__ = ["MeasureSettings", "flatten", "measure_model", "probes_config"]

@@ -14,11 +14,11 @@ from solo_geometry.geometry.spectrum import (
     effective_hessian_spectrum,
     operator_spectrum,
 )
-from solo_geometry.heads import SmoothMLPHead
-from solo_geometry.init import pseudo_collapse_
 from solo_geometry.linalg.lanczos import CHECK_EVERY, lanczos
 from solo_geometry.linalg.operators import block_indices
 from solo_geometry.linalg.slq import SpectralDensity
+from solo_geometry.models.heads import SmoothMLPHead
+from solo_geometry.models.init import pseudo_collapse_
 
 V, N, D = 2, 5, 3
 Loss = Callable[[Tensor], Tensor]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.distributed import ViewParts
+from solo_geometry.runtime.distributed import ViewParts
 
 FAULT = "injected fault on rank 1"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_solo_helpers import RECIPES, SOLO_REASON, env, tail, write_digits
 
-from solo_geometry.records import GeometryRecord, read_records
+from solo_geometry.run.records import GeometryRecord, read_records
 
 ENTRY = Path(__file__).with_name("ddp_entry.py")
 FAULT = "injected fault on rank 1"

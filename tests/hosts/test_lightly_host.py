@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.datasets import make_digits  # noqa: E402
-from solo_geometry.records import GeometryRecord  # noqa: E402
-from solo_geometry.run_folder import RunFolder  # noqa: E402
+from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.run.records import GeometryRecord  # noqa: E402
+from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ["simclr", "byol", "vicreg", "barlow_twins"]
@@ -241,8 +241,8 @@ class TestBothHosts:
     def test_same_recipe_both_hosts_one_report(
         self, digits: Path, probe_data: Path, tmp_path: Path
     ) -> None:
-        from solo_geometry.pretrain import pretrain
-        from solo_geometry.report import write_report
+        from solo_geometry.analysis.report import write_report
+        from solo_geometry.commands.pretrain import pretrain
 
         checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
         recipe = write_recipe(tmp_path / "recipes", "byol", digits, checkpoint=checkpoint)
@@ -270,10 +270,10 @@ class TestProbeNormalisation:
     def test_probe_callback_uses_the_recipes_statistics(
         self, overrides: list, mean: tuple, std: tuple, digits: Path, tmp_path: Path
     ) -> None:
-        from solo_geometry.callbacks import ProbeCallback
         from solo_geometry.hosts.lightly import prepare
         from solo_geometry.hosts.lightly.launcher import build_callbacks
         from solo_geometry.recipe import load_recipe
+        from solo_geometry.runtime.callbacks import ProbeCallback
 
         cfg = load_recipe(write_recipe(tmp_path, "simclr", digits), ["+geometry=on", *overrides])
         recipe, geometry = prepare(cfg)

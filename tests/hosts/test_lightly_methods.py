@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from solo_geometry.config import HeadConfig
-from solo_geometry.heads import SmoothMLPHead
 from solo_geometry.hosts.lightly.losses import (
     Objective,
     build_optimizer,
@@ -29,6 +28,7 @@ from solo_geometry.hosts.lightly.nodes import (
     SimCLRKwargs,
     VICRegKwargs,
 )
+from solo_geometry.models.heads import SmoothMLPHead
 
 KWARGS: dict[str, MethodKwargs] = {
     "simclr": SimCLRKwargs(proj_hidden_dim=16, proj_output_dim=8, temperature=0.2),

@@ -18,14 +18,14 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from solo_geometry.config import HeadConfig, PredictorConfig, geometry_config
-from solo_geometry.datasets import make_digits
-from solo_geometry.heads import SmoothMLPHead, build_configured_predictor
 from solo_geometry.hosts.lightly.data import build_train_loader
 from solo_geometry.hosts.lightly.losses import Objective, build_predictor, build_projector
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.nodes import SimSiamKwargs
 from solo_geometry.hosts.lightly.recipe import parse_recipe
-from solo_geometry.solo_mlp import solo_projector
+from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.models.heads import SmoothMLPHead, build_configured_predictor
+from solo_geometry.models.solo_mlp import solo_projector
 
 KW = SimSiamKwargs(proj_hidden_dim=16, proj_output_dim=8, pred_hidden_dim=6)
 RECIPE = Path(__file__).parents[2] / "solo_geometry" / "recipes" / "digits" / "simsiam.yaml"

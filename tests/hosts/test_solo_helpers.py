@@ -91,6 +91,6 @@ def tail(proc: subprocess.CompletedProcess) -> str:
 
 def write_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded digits data written to disk (train/ and val/ image folders)."""
-    from solo_geometry.datasets import make_digits
+    from solo_geometry.inputs.datasets import make_digits
 
     return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)

@@ -147,7 +147,7 @@ class TestLossClosure:
 
 class TestHeadAndInit:
     def test_head_swap(self, digits: Path) -> None:
-        from solo_geometry.heads import SmoothMLPHead
+        from solo_geometry.models.heads import SmoothMLPHead
 
         swap = ["geometry.head.name=smooth_mlp", "geometry.head.activation=gelu"]
         cfg = _cfg(digits, "byol", [*GEOMETRY_ON, *swap])
@@ -185,8 +185,8 @@ class TestHeadAndInit:
         assert type(METHODS["swav"](cfg)) is ORIGINAL["swav"]
 
     def test_configure_callbacks(self, digits: Path, tmp_path: Path) -> None:
-        from solo_geometry.callbacks import ProbeCallback, ReportCallback
-        from solo_geometry.monitor import GeometryMonitor
+        from solo_geometry.runtime.callbacks import ProbeCallback, ReportCallback
+        from solo_geometry.runtime.monitor import GeometryMonitor
 
         cfg = _cfg(digits, "vicreg", ["+geometry=on", f"geometry.out_dir={tmp_path}",
                                       f"geometry.probes.data={digits / 'val'}"])  # fmt: skip

@@ -19,8 +19,8 @@ import pytest
 from solo_recipes import CPU, recipe
 from test_solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 
-from solo_geometry.records import read_records
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.records import read_records
+from solo_geometry.run.run_folder import RunFolder
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)

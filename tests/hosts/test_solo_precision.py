@@ -24,8 +24,8 @@ from solo.methods import METHODS  # noqa: E402
 from solo_geometry.config import GeometryConfig  # noqa: E402
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum  # noqa: E402
 from solo_geometry.hosts.solo import install  # noqa: E402
-from solo_geometry.measure import measure  # noqa: E402
 from solo_geometry.recipe import load_recipe  # noqa: E402
+from solo_geometry.runtime.measure import measure  # noqa: E402
 
 install()
 

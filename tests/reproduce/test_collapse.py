@@ -231,7 +231,7 @@ class TestBadInput:
 @pytest.mark.solo
 class TestSoloHost:
     def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
-        from solo_geometry.pretrain import solo_available
+        from solo_geometry.commands.pretrain import solo_available
 
         if not solo_available():
             pytest.skip("solo-learn 1.0.6 is not importable: the solo host cannot run")
@@ -249,7 +249,7 @@ class TestSoloHost:
 
 class TestPaperScale:
     def test_the_authors_setup(self) -> None:
-        from solo_geometry.backbones import CIFAR_DATASETS
+        from solo_geometry.models.backbones import CIFAR_DATASETS
         from solo_geometry.reproduce.collapse import CellConfig, cell_overrides
         from solo_geometry.reproduce.collapse_protocol import protocol_of
 
@@ -282,8 +282,8 @@ class TestPaperScale:
 
     def test_end_to_end_on_a_tiny_fake_cifar10(self, tmp_path: Path) -> None:
         # --scale paper as a user runs it (ResNet-18 with the CIFAR stem on CIFAR-10 files in
-        # torchvision's format, read by solo_geometry.cifar), at a tiny size: the rows and the
-        # verdicts come out of the real sweep
+        # torchvision's format, read by solo_geometry.inputs.cifar), at a tiny size: the rows and
+        # the verdicts come out of the real sweep
         import io
         from contextlib import redirect_stdout
 

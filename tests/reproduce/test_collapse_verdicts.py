@@ -18,7 +18,7 @@ from solo_geometry.reproduce.collapse_verdicts import (
     escape,
     judge,
 )
-from solo_geometry.updates import std_ceiling
+from solo_geometry.runtime.updates import std_ceiling
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
 

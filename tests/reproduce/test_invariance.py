@@ -21,14 +21,14 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from solo_geometry.cli import main as cli_main
-from solo_geometry.orbits_cli import add_orbits_parser
+from solo_geometry.commands.orbits import add_orbits_parser
 from solo_geometry.reproduce.invariance import (
     QUICK,
     add_invariance_parser,
     run_invariance_experiment,
 )
 from solo_geometry.reproduce.invariance_verdicts import CLAIMS, run_evidence, verdicts
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 from tests.test_orbits_cli import paper_metrics
 
 TINY = replace(QUICK, seeds=2, curvature_images=4, mlp_epochs=3, limit_batches=2)

@@ -10,11 +10,11 @@ from torch import nn
 from torchvision import transforms as T
 
 from solo_geometry.config import geometry_config
-from solo_geometry.datasets import IMAGENET_MEAN_STD
-from solo_geometry.heads import build_configured_head
 from solo_geometry.hosts.lightly.data import ROTATION_DEGREES, build_pipeline
 from solo_geometry.hosts.lightly.nodes import AugmentationNode, AugmentationProbs
 from solo_geometry.hosts.lightly.recipe import parse_recipe
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
+from solo_geometry.models.heads import build_configured_head
 from solo_geometry.recipe import load_recipe
 from solo_geometry.reproduce.invariance import RECIPE, _geometry_on, paper_head
 

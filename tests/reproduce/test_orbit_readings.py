@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.checkpoint import LoadedModel
 from solo_geometry.geometry.orbits import orbit_representations
+from solo_geometry.models.checkpoint import LoadedModel
 from solo_geometry.reproduce.invariance_measure import READINGS, feature_norm, orbit_readings
 from solo_geometry.reproduce.orbit_evidence import OrbitSummary, orbit_evidence
 

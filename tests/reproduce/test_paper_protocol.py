@@ -17,13 +17,17 @@ import torchvision
 from PIL import Image
 from torch import Tensor, nn
 
-from solo_geometry.backbones import build_backbone, resolve_stem
-from solo_geometry.checkpoint import build_from_config
+from solo_geometry.analysis.paper_probes import (
+    PaperProbeSettings,
+    paper_rotation_probes,
+    paper_rotations,
+)
 from solo_geometry.hosts.lightly.data import build_pipeline
 from solo_geometry.hosts.lightly.losses import CrossViewCrossEntropy, Objective
 from solo_geometry.hosts.lightly.nodes import SimCLRKwargs
 from solo_geometry.hosts.lightly.recipe import parse_recipe
-from solo_geometry.paper_probes import PaperProbeSettings, paper_rotation_probes, paper_rotations
+from solo_geometry.models.backbones import build_backbone, resolve_stem
+from solo_geometry.models.checkpoint import build_from_config
 from solo_geometry.recipe import load_recipe
 from solo_geometry.reproduce.invariance import RECIPE
 from solo_geometry.reproduce.invariance_data import subset_folders

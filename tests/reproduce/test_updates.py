@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from solo_geometry.updates import (
+from solo_geometry.runtime.updates import (
     UpdateSizeMonitor,
     normalized_std,
     read_update_records,

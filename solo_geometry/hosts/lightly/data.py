@@ -19,9 +19,9 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
-from solo_geometry.cifar import CifarFiles, cifar_paths
-from solo_geometry.datasets import mean_std_of
 from solo_geometry.hosts.lightly.nodes import AugmentationNode, DataNode
+from solo_geometry.inputs.cifar import CifarFiles, cifar_paths
+from solo_geometry.inputs.datasets import mean_std_of
 
 __all__ = [
     "ROTATION_DEGREES",
@@ -115,9 +115,10 @@ class _Indexed(Dataset):
 def train_dataset(data: DataNode, transform: Callable[[Any], Any]) -> Dataset:
     """Build the pretraining dataset of a parsed recipe's ``data`` node.
 
-    CIFAR names read torchvision's CIFAR files under ``train_path`` (downloaded by torchvision when
-    missing, as solo-learn does) through :class:`solo_geometry.cifar.CifarFiles` (a restricted
-    unpickler, shapes and labels checked, no md5); every other name reads an image folder.
+    CIFAR names read torchvision's CIFAR files under ``train_path`` (downloaded by torchvision
+    when missing, as solo-learn does) through :class:`solo_geometry.inputs.cifar.CifarFiles` (a
+    restricted unpickler, shapes and labels checked, no md5); every other name reads an image
+    folder.
     ``fraction`` keeps a stratified subset with solo-learn's split seed (42).
 
     Args:

@@ -28,15 +28,15 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import DictConfig
 
-from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.datasets import check_image_folder
 from solo_geometry.hosts.lightly.data import build_train_loader, num_classes
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
+from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import load_recipe
-from solo_geometry.resume import ResumePoint
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.resume import ResumePoint
+from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.callbacks import geometry_callbacks
 
 __all__ = ["HOST", "RUN_ENV", "build_callbacks", "launch", "prepare", "run_recipe"]
 

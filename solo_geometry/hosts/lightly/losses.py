@@ -36,7 +36,6 @@ from lightly.utils.scheduler import cosine_schedule
 from torch import Tensor, nn
 
 from solo_geometry.config import HeadConfig, PredictorConfig
-from solo_geometry.heads import build_configured_head, build_configured_predictor
 from solo_geometry.hosts.lightly.nodes import (
     OPTIMIZER_KWARGS,
     AdamWKwargs,
@@ -50,7 +49,8 @@ from solo_geometry.hosts.lightly.nodes import (
     SimSiamKwargs,
     VICRegKwargs,
 )
-from solo_geometry.solo_mlp import solo_predictor, solo_projector
+from solo_geometry.models.heads import build_configured_head, build_configured_predictor
+from solo_geometry.models.solo_mlp import solo_predictor, solo_projector
 
 __all__ = [
     "CrossViewCrossEntropy",

@@ -7,7 +7,7 @@ features (solo-learn's ``classifier_lr``, no weight decay), SimSiam's predictor 
 rate (solo-learn's ``static_lr``), momentum updates after every
 optimiser step with tau following a cosine from ``base_tau`` to ``final_tau`` (lightly's
 ``update_momentum`` and ``cosine_schedule``). ``geometry_view(batch)`` gives the monitor the
-batch's features, head and loss closure (``solo_geometry.monitor.GeometryAware``).
+batch's features, head and loss closure (``solo_geometry.runtime.monitor.GeometryAware``).
 
 Logged metrics:
     train_loss: the method's loss.
@@ -28,9 +28,7 @@ from lightly.models.utils import deactivate_requires_grad, update_momentum
 from torch import Tensor, nn
 from typing_extensions import override
 
-from solo_geometry.backbones import build_backbone
 from solo_geometry.config import GeometryConfig
-from solo_geometry.datasets import MeanStd
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.lightly.losses import (
     Objective,
@@ -41,8 +39,10 @@ from solo_geometry.hosts.lightly.losses import (
     warmup_cosine_lr,
 )
 from solo_geometry.hosts.lightly.recipe import MOMENTUM_METHODS, ParsedRecipe
-from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.inputs.datasets import MeanStd
 from solo_geometry.linalg.operators import frozen_module
+from solo_geometry.models.backbones import build_backbone
+from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
 
 __all__ = ["LightlyMethod"]
 

@@ -17,8 +17,6 @@ from typing import Any, get_type_hints
 from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.backbones import STEMS, resolve_stem
-from solo_geometry.datasets import MeanStd, mean_std_of
 from solo_geometry.hosts.lightly.nodes import (
     DATASETS,
     JITTER_KEYS,
@@ -32,14 +30,18 @@ from solo_geometry.hosts.lightly.nodes import (
     MomentumNode,
     OptimizerNode,
     SchedulerNode,
-    build_node,
     check_choice,
+)
+from solo_geometry.hosts.lightly.reading import (
+    build_node,
     convert,
     node_of,
     reject_unknown,
     required,
     value_of,
 )
+from solo_geometry.inputs.datasets import MeanStd, mean_std_of
+from solo_geometry.models.backbones import STEMS, resolve_stem
 
 __all__ = [
     "IRRELEVANT",

@@ -9,7 +9,7 @@ the value and what was expected:
   list); the scalar fields solo-learn computes with have their types; dataset, backbone,
   optimizer and scheduler names are among solo-learn's;
 * the data folders solo-learn and the probes will read pass
-  :func:`solo_geometry.datasets.check_image_folder` (every class has an image, every image
+  :func:`solo_geometry.inputs.datasets.check_image_folder` (every class has an image, every image
   decodes) unless torchvision downloads the dataset;
 * solo-learn's own config parsing (``solo.args.pretrain.parse_cfg`` and the method's
   ``add_and_assert_specific_cfg``) runs on a copy, its failed ``assert`` reported by its source.
@@ -26,8 +26,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_geometry.datasets import check_image_folder
 from solo_geometry.extras import require
+from solo_geometry.inputs.datasets import check_image_folder
 
 __all__ = ["CHOICES", "NODES", "SCALARS", "check_solo_recipe"]
 

@@ -26,8 +26,8 @@ from solo_geometry.config import geometry_config
 from solo_geometry.hosts.solo.checks import check_solo_recipe
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
-from solo_geometry.resume import ResumePoint
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.resume import ResumePoint
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["ENTRY", "LaunchError", "check_recipe", "find_solo_root", "launch", "solo_command"]
 

@@ -31,7 +31,6 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from solo_geometry.distributed import rank_chunks
 from solo_geometry.geometry.decorrelation import (
     barlow_twins_loss,
     standardised,
@@ -49,6 +48,7 @@ from solo_geometry.hosts.solo.spec import (
     momentum_outputs,
     no_context,
 )
+from solo_geometry.runtime.distributed import rank_chunks
 
 __all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss", "methods_table"]
 
@@ -122,8 +122,9 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
     with its batch mean and biased variance (``BatchNorm1d(affine=False)`` in training mode,
     eps 1e-5), cross-correlation averaged over the batch, off-diagonal terms weighted by
     ``lamb``, the sum scaled by ``scale_loss``. On the global batch of R ranks
-    (:func:`~solo_geometry.distributed.rank_chunks`), each rank's chunk is standardised with its
-    own statistics and the cross-correlation averaged over ranks, as solo-learn all-reduces it.
+    (:func:`~solo_geometry.runtime.distributed.rank_chunks`), each rank's chunk is standardised
+    with its own statistics and the cross-correlation averaged over ranks, as solo-learn
+    all-reduces it.
 
     Args:
         z1: head outputs of view 1 (N, D).

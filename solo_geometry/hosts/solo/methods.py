@@ -30,16 +30,16 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
-from solo_geometry.callbacks import geometry_callbacks
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.datasets import MeanStd, mean_std_of
-from solo_geometry.distributed import ranks_of
-from solo_geometry.heads import build_configured_head, build_configured_predictor
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.iternorm import differentiable_head
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
-from solo_geometry.init import pseudo_collapse_, pseudo_collapse_backbone_
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.inputs.datasets import MeanStd, mean_std_of
+from solo_geometry.models.heads import build_configured_head, build_configured_predictor
+from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.callbacks import geometry_callbacks
+from solo_geometry.runtime.distributed import ranks_of
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.distributed import per_rank
 from solo_geometry.linalg.operators import frozen_module
+from solo_geometry.runtime.distributed import per_rank
 
 __all__ = [
     "Context",

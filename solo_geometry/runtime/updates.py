@@ -46,8 +46,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from typing_extensions import override
 
-from solo_geometry.measure import backbone_and_head
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.measure import backbone_and_head
 
 __all__ = [
     "PARTS",

@@ -27,12 +27,12 @@ from omegaconf import nodes as omegaconf_nodes
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from solo_geometry.backbones import build_backbone, resolve_stem
 from solo_geometry.config import geometry_config
-from solo_geometry.datasets import MeanStd, mean_std_of
-from solo_geometry.heads import build_configured_head
-from solo_geometry.run_folder import RunFolder
-from solo_geometry.solo_mlp import solo_projector
+from solo_geometry.inputs.datasets import MeanStd, mean_std_of
+from solo_geometry.models.backbones import build_backbone, resolve_stem
+from solo_geometry.models.heads import build_configured_head
+from solo_geometry.models.solo_mlp import solo_projector
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "SAFE_GLOBALS",

@@ -26,16 +26,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solo_geometry.config import LinearProbeConfig, MlpProbeConfig
-from solo_geometry.datasets import stratified_split
-from solo_geometry.logreg import (
+from solo_geometry.analysis.logreg import (
     SMALL_STEP_WORK,
     affine_logits,
     eigenbasis,
     fit_logistic,
     threads_for,
 )
-from solo_geometry.solo_mlp import build_mlp
+from solo_geometry.config import LinearProbeConfig, MlpProbeConfig
+from solo_geometry.inputs.datasets import stratified_split
+from solo_geometry.models.solo_mlp import build_mlp
 
 __all__ = ["ProbeResult", "linear_probe", "mlp_probe", "standardize"]
 

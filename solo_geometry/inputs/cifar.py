@@ -3,7 +3,7 @@
 torchvision's ``CIFAR10``/``CIFAR100`` read ``cifar-10-batches-py/{data_batch_1..5,test_batch}``
 and ``cifar-100-python/{train,test}`` with a plain ``pickle.load`` after checking each file's md5
 sum against the official archive's. This module reads the same files with the package's
-:class:`~solo_geometry.npfiles.RestrictedUnpickler` (the batches hold dicts of str keys,
+:class:`~solo_geometry.inputs.npfiles.RestrictedUnpickler` (the batches hold dicts of str keys,
 NumPy uint8 arrays and lists: nothing else is rebuilt) and checks their shapes and labels
 instead of their md5 sums, so a subset or a re-encoded copy in the same format is read too; any
 other content is a one-line error naming the file. The lightly host and ``reproduce collapse``
@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from solo_geometry.npfiles import RestrictedUnpickler
+from solo_geometry.inputs.npfiles import RestrictedUnpickler
 
 __all__ = ["CIFAR_LAYOUT", "CifarFiles", "cifar_paths", "read_cifar"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from solo_geometry.extras import require
 from solo_geometry.hosts import solo as solo_host
-from solo_geometry.resume import resume_point
+from solo_geometry.run.resume import resume_point
 
 __all__ = [
     "HOSTS",

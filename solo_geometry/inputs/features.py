@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from tqdm import tqdm
 
-from solo_geometry.datasets import IMAGENET_MEAN_STD, MeanStd, load_image_folder
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd, load_image_folder
 from solo_geometry.state import preserved_state
 
 __all__ = ["Features", "extract_features", "load_cache"]

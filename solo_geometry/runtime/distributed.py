@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from solo_geometry.measure import GeometryView
+from solo_geometry.runtime.measure import GeometryView
 
 __all__ = [
     "CollectiveInMeasurement",

@@ -28,8 +28,8 @@ from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.augment import Normalization, augmentation_tangents, metric_singularity
 from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spectrum
 from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
-from solo_geometry.heads import MetricLinearHead
-from solo_geometry.records import Scalar, Settings
+from solo_geometry.models.heads import MetricLinearHead
+from solo_geometry.run.records import Scalar, Settings
 
 __all__ = [
     "GeometryAware",
@@ -128,7 +128,7 @@ class Measurement:
             eigenvalue above the floor).
         settings: what defines the numbers.
         density: H_eff's SLQ density (``nodes``, ``weights``) or None.
-        parts: which of :data:`~solo_geometry.records.PARTS` were taken.
+        parts: which of :data:`~solo_geometry.run.records.PARTS` were taken.
     """
 
     metrics: dict[str, Scalar]

@@ -13,7 +13,7 @@ rotation as follows, reproduced exactly here:
   shuffled batches of 256, no weight decay, no early stopping; accuracy on the held-out set.
 
 The features are computed once (eval mode makes them the same at every epoch). This package's
-probes (:mod:`solo_geometry.probes`: tuned L2 logistic regression, early-stopped MLP on
+probes (:mod:`solo_geometry.analysis.probes`: tuned L2 logistic regression, early-stopped MLP on
 standardised features) answer the same question with less optimisation noise; the reproduction
 reports both.
 """

@@ -3,7 +3,8 @@
 The monitor needs one thing from the LightningModule: ``geometry_view(batch)`` returning a
 :class:`GeometryView` (backbone features of the batch, the head, a loss closure). Every
 ``every_n_steps`` optimiser steps (step 0 is before the first step) and once at the end of fit
-it measures the current batch (:func:`solo_geometry.measure.measure`, docs/design.md section 3):
+it measures the current batch (:func:`solo_geometry.runtime.measure.measure`, docs/design.md
+section 3):
 
 * the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff|| of the whole-batch loss,
   restricted to a principal sub-block of ``max_samples`` samples' rows;
@@ -49,10 +50,10 @@ from torch import Tensor
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.distributed import collectives_off, measure_across_ranks
-from solo_geometry.measure import GeometryAware, checked, measure, outputs
-from solo_geometry.records import GeometryRecord
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.records import GeometryRecord
+from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
+from solo_geometry.runtime.measure import GeometryAware, checked, measure, outputs
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryMonitor"]
@@ -61,8 +62,8 @@ __all__ = ["GeometryMonitor"]
 class GeometryMonitor(Callback):
     """Measure the head's geometry every ``every_n_steps`` steps and at the end of fit.
 
-    Records go to ``<run>/geometry.jsonl`` on rank zero through :class:`~solo_geometry.records.
-    RunFolder`, one :class:`~solo_geometry.records.GeometryRecord` per measurement (status,
+    Records go to ``<run>/geometry.jsonl`` on rank zero through :class:`~solo_geometry.run.records.
+    RunFolder`, one :class:`~solo_geometry.run.records.GeometryRecord` per measurement (status,
     reason, the settings that define the numbers, the metrics; the first and final records also
     hold H_eff's SLQ density). The checkpoint keeps the monitor's state, so a resumed run
     continues the file with no gap and no duplicate (records after the checkpoint's step are

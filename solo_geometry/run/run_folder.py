@@ -1,7 +1,7 @@
 """The run folder: one run's files and every path in it (docs/design.md section 7).
 
 ``<root>/<name>-<YYYYmmdd-HHMMSS>/`` holds ``config.yaml`` (the resolved recipe),
-``geometry.jsonl`` and ``probes.json`` (schemas of :mod:`solo_geometry.records`),
+``geometry.jsonl`` and ``probes.json`` (schemas of :mod:`solo_geometry.run.records`),
 ``features.pt`` (the probes' feature cache), ``checkpoints/`` and ``report/``. Every command that
 reads or writes a run goes through :class:`RunFolder`; no other module spells a file name.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.records import (
+from solo_geometry.run.records import (
     GEOMETRY_FILE,
     GeometryRecord,
     ProbeTable,

@@ -3,7 +3,7 @@
 :func:`geometry_callbacks` is what a host adds to its Trainer when geometry is on, in this order
 (Lightning runs ``on_train_end`` in list order):
 
-1. :class:`~solo_geometry.monitor.GeometryMonitor`: measurements during training, the final
+1. :class:`~solo_geometry.runtime.monitor.GeometryMonitor`: measurements during training, the final
    record at the end of fit;
 2. :class:`ProbeCallback`: backbone-vs-head probes and the orbit table, when enabled and a
    labelled image folder exists;
@@ -29,15 +29,15 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
+from solo_geometry.analysis.evaluation import evaluate
+from solo_geometry.analysis.report import write_report
 from solo_geometry.config import GeometryConfig, ProbesConfig
-from solo_geometry.datasets import IMAGENET_MEAN_STD, MeanStd
-from solo_geometry.evaluation import evaluate
-from solo_geometry.measure import backbone_and_head
-from solo_geometry.monitor import GeometryMonitor
-from solo_geometry.report import write_report
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd
+from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.measure import backbone_and_head
+from solo_geometry.runtime.monitor import GeometryMonitor
+from solo_geometry.runtime.updates import UpdateSizeMonitor
 from solo_geometry.state import preserved_state
-from solo_geometry.updates import UpdateSizeMonitor
 
 __all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]
 

@@ -1,6 +1,6 @@
 """The run report: PNG plots and an offline ``index.html`` from one or more run folders.
 
-Reads each run folder through :mod:`solo_geometry.records` (``geometry.jsonl``: a corrupt line
+Reads each run folder through :mod:`solo_geometry.run.records` (``geometry.jsonl``: a corrupt line
 is named by its line number in the page and in a warning, the rest is still drawn; each
 record's own floor is drawn), ``probes.json``, ``features.pt`` and ``config.yaml``; draws what
 exists and notes what does not. Several runs
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from solo_geometry import plots
-from solo_geometry.features import load_cache
-from solo_geometry.records import GeometryRecord, ProbeTable, RecordsError, read_records
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.analysis import plots
+from solo_geometry.inputs.features import load_cache
+from solo_geometry.run.records import GeometryRecord, ProbeTable, RecordsError, read_records
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["RunData", "add_report_parser", "check_reportable", "read_run", "write_report"]
 

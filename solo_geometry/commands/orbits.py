@@ -14,7 +14,7 @@ Spread, D_intra, D_inter and separation of Z and of H and the compression are co
 paper's code computes them (:func:`solo_geometry.geometry.orbits.orbit_comparison`; rows are
 L2-normalised first, which leaves the paper's arrays, already normalised, unchanged).
 
-Files are read by :func:`solo_geometry.npfiles.load_arrays`: the dict an ``.npy`` holds is
+Files are read by :func:`solo_geometry.inputs.npfiles.load_arrays`: the dict an ``.npy`` holds is
 unpickled by a restricted unpickler that admits only NumPy arrays and plain containers (what the
 paper's released arrays hold), so a crafted file cannot run code; ``--trust-pickle`` allows a
 full pickle. Measurements the arrays leave undefined (all-zero rows, one class, one-row orbits,
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from solo_geometry.geometry.orbits import OrbitComparison, orbit_comparison, orbit_metrics
-from solo_geometry.npfiles import load_arrays
+from solo_geometry.inputs.npfiles import load_arrays
 
 __all__ = [
     "ORBIT_KEYS",

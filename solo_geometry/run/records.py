@@ -1,7 +1,7 @@
 """Run records: the versioned schema of what a run writes (docs/design.md section 7).
 
 Every file a run writes is a schema defined here, written and read only through this module and
-:class:`solo_geometry.run_folder.RunFolder`, which owns the paths:
+:class:`solo_geometry.run.run_folder.RunFolder`, which owns the paths:
 
 * ``geometry.jsonl``: one :class:`GeometryRecord` per line (schema version, step, epoch,
   status and reason, the parts it holds and why any other due part was deferred, the
@@ -317,7 +317,8 @@ class ProbeTable:
         orbits: the orbit table, one row per family.
         settings: what defines the numbers (data folder, seed, split sizes, probe options).
         paper: the paper's rotation probes (``geometry.probes.protocol`` ``paper`` or
-            ``both``; :func:`~solo_geometry.paper_probes.paper_rotation_probes`), else None.
+            ``both``; :func:`~solo_geometry.analysis.paper_probes.paper_rotation_probes`), else
+            None.
         schema: the schema version.
     """
 

@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "LIGHTNING_KEYS",

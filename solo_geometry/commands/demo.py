@@ -27,9 +27,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.datasets import make_digits
-from solo_geometry.pretrain import pretrain
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.commands.pretrain import pretrain
+from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "FULL",
@@ -282,7 +282,7 @@ def add_demo_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``demo`` alone (``python -m solo_geometry.demo``)."""
+    """Run ``demo`` alone (``python -m solo_geometry.commands.demo``)."""
     parser = argparse.ArgumentParser(prog="solo-geometry")
     add_demo_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["demo", *(argv or [])])

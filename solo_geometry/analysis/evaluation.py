@@ -1,9 +1,9 @@
 """Backbone-vs-head evaluation of a trained model on a labelled image folder.
 
-:func:`evaluate` fits the probes of :mod:`solo_geometry.probes` on Z and on H for every
+:func:`evaluate` fits the probes of :mod:`solo_geometry.analysis.probes` on Z and on H for every
 configured target (class, quarter-turn rotation, binned brightness jitter) and measures the
 orbit table (docs/design.md section 3, "Orbits") on held-out images, then writes both into the run
-folder's ``probes.json`` as a :class:`~solo_geometry.records.ProbeTable`. Features go through
+folder's ``probes.json`` as a :class:`~solo_geometry.run.records.ProbeTable`. Features go through
 the run's feature cache, so evaluating again costs no forward pass.
 
 References:
@@ -23,16 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from solo_geometry.analysis.paper_probes import PaperProbeSettings, paper_rotation_probes
+from solo_geometry.analysis.probes import linear_probe, mlp_probe
 from solo_geometry.config import OrbitsConfig, ProbesConfig
-from solo_geometry.datasets import (
-    IMAGENET_MEAN_STD,
-    ORBIT_T_MAX,
-    MeanStd,
-    probe_splits,
-    stratified_split,
-    target_set,
-)
-from solo_geometry.features import Features, extract_features
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
     make_orbits,
@@ -40,10 +33,17 @@ from solo_geometry.geometry.orbits import (
     orbit_images,
     orbit_representations,
 )
-from solo_geometry.paper_probes import PaperProbeSettings, paper_rotation_probes
-from solo_geometry.probes import linear_probe, mlp_probe
-from solo_geometry.records import OrbitRow, ProbeRow, ProbeTable
-from solo_geometry.run_folder import RunFolder
+from solo_geometry.inputs.datasets import (
+    IMAGENET_MEAN_STD,
+    ORBIT_T_MAX,
+    MeanStd,
+    probe_splits,
+    stratified_split,
+    target_set,
+)
+from solo_geometry.inputs.features import Features, extract_features
+from solo_geometry.run.records import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["evaluate", "orbit_table"]
 
@@ -122,7 +122,7 @@ def evaluate(
     """Backbone-vs-head probes and the orbit table; writes the run's ``probes.json``.
 
     ``cfg.protocol`` picks the probes: this package's (``package``, the default), the paper's
-    rotation probes (``paper``: :mod:`solo_geometry.paper_probes`, under ``probes.json``'s
+    rotation probes (``paper``: :mod:`solo_geometry.analysis.paper_probes`, under ``probes.json``'s
     ``paper``, no package rows) or ``both``.
 
     Args:

@@ -1,0 +1,55 @@
+"""The accepted values of every choice in the ``geometry`` tree, and the checks of its values.
+
+Imports nothing of the package: the nodes (:mod:`solo_geometry.config.nodes`,
+:mod:`solo_geometry.config.probes`) and the registries keyed by these names import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# The accepted values of every choice in the tree. The registries keyed by these names
+# (heads.HEADS, heads.ACTIVATIONS, heads.NORMS, geometry.augment.FAMILIES) check at import that
+# they hold exactly these keys, so a name is added in one place and caught in the other.
+DTYPE_CHOICES = ("float64", "float32")
+HEAD_CHOICES = ("projector", "metric_linear", "smooth_mlp")
+# "predictor": the method's own predictor (BYOL, SimSiam); smooth_mlp: this package's MLP.
+PREDICTOR_CHOICES = ("predictor", "smooth_mlp")
+ACTIVATION_CHOICES = ("swish", "gelu", "softplus", "tanh", "elu", "relu", "identity")
+NORM_CHOICES = ("bn", "ln", "none")
+PARAMETRIZATION_CHOICES = ("spectral", "factor")
+FAMILY_CHOICES = ("brightness", "contrast", "saturation", "hue", "rotation", "scale", "translation")
+TARGET_CHOICES = ("class", "rotation", "jitter")
+PROBE_CHOICES = ("linear", "mlp")
+MLP_STOP_CHOICES = ("loss", "val")
+ORBIT_PROTOCOLS = ("default", "paper")
+PROBE_PROTOCOLS = ("package", "paper", "both")
+_TRUE = ("true", "on", "yes", "1")
+_FALSE = ("false", "off", "no", "0")
+
+
+def _choice(value: Any, choices: Iterable[str], key: str) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{key}: unknown value {value!r}; choose from {sorted(choices)}")
+
+
+def _choices(values: Iterable[Any], choices: Iterable[str], key: str) -> None:
+    for value in values:
+        _choice(value, choices, key)
+
+
+def _at_least(value: Any, key: str, minimum: float = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise ValueError(f"{key}: must be a number >= {minimum}, got {value!r}")
+
+
+def _positive(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{key}: must be > 0, got {value!r}")
+
+
+def _fraction(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"{key}: must be in (0, 1), got {value!r}")

@@ -1,0 +1,147 @@
+"""The measurement, head, predictor and initialiser nodes of the ``geometry`` config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from solo_geometry.config.choices import (
+    ACTIVATION_CHOICES,
+    FAMILY_CHOICES,
+    HEAD_CHOICES,
+    NORM_CHOICES,
+    PARAMETRIZATION_CHOICES,
+    PREDICTOR_CHOICES,
+    _at_least,
+    _choice,
+    _choices,
+    _positive,
+)
+
+
+@dataclass
+class MeasureConfig:
+    """Which measurements the monitor takes at its cadence."""
+
+    # Spectra of H_eff, GN and M plus ||M||/||H_eff|| (docs/design.md section 3): the headline
+    # numbers.
+    hessian: bool = True
+    # Normalised std, covariance condition number and effective rank of Z and of H: cheap.
+    stats: bool = True
+    # Metric singularity rho along augmentation tangents: one backbone JVP per family and
+    # image, the costliest part, hence one colour family on 8 images by default (add contrast,
+    # saturation, hue at will).
+    augment: bool = True
+    augment_families: list[str] = field(default_factory=lambda: ["brightness"])
+    # Images used for the augmentation tangents (a backbone JVP each).
+    augment_samples: int = 8
+    # SLQ probes for the H_eff density stored in the first and the final record.
+    density_probes: int = 2
+    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: docs/design.md's default
+    # (1e-10 in float64, 1e-5 in float32).
+    tau: float | None = None
+    # Per-epoch gradient norms and relative update sizes of head and backbone (the paper's
+    # timescale separation) in <run>/updates.jsonl: a few parameter norms every step.
+    updates: bool = False
+
+    def __post_init__(self) -> None:
+        _at_least(self.augment_samples, "geometry.measure.augment_samples")
+        _at_least(self.density_probes, "geometry.measure.density_probes")
+        _choices(self.augment_families, FAMILY_CHOICES, "geometry.measure.augment_families")
+        if self.tau is not None:
+            _positive(self.tau, "geometry.measure.tau")
+
+
+@dataclass
+class StatsConfig:
+    """Representation statistics (normalised std, covariance spectrum, RankMe)."""
+
+    # Also pool the features of the last `queue` training batches before a measurement (RankMe-
+    # style), so rank and condition numbers mean something when the batch is smaller than d.
+    # 0: the measured batch alone.
+    queue: int = 0
+
+    def __post_init__(self) -> None:
+        _at_least(self.queue, "geometry.stats.queue", 0)
+
+
+@dataclass
+class HeadConfig:
+    """Projection head used while geometry is on."""
+
+    # "projector": keep the recipe's own projector, so switching geometry on never changes the
+    # experiment it measures (docs/design.md section 5). Otherwise a key of
+    # solo_geometry.models.heads.HEADS.
+    name: str = "projector"
+    # Smooth activations (swish, gelu, softplus) make collapse a strict saddle; relu cannot.
+    activation: str = "swish"
+    # None: the recipe's own proj_hidden_dim.
+    hidden_dim: int | None = None
+    depth: int = 2
+    # "bn" as solo-learn's projectors; "none" for a head whose metric is per-sample.
+    norm: str = "bn"
+    # metric_linear only: how W is stored.
+    parametrization: str = "spectral"
+    # Softplus/Swish sharpness.
+    beta: float = 1.0
+    # smooth_mlp only: Linear biases where no norm follows (False: none at all, the paper's
+    # heads), and the norm also after the last Linear (the paper's heads with BatchNorm).
+    bias: bool = True
+    out_norm: bool = False
+
+    def __post_init__(self) -> None:
+        _choice(self.name, HEAD_CHOICES, "geometry.head.name")
+        _choice(self.activation, ACTIVATION_CHOICES, "geometry.head.activation")
+        _choice(self.norm, NORM_CHOICES, "geometry.head.norm")
+        _choice(self.parametrization, PARAMETRIZATION_CHOICES, "geometry.head.parametrization")
+        _at_least(self.depth, "geometry.head.depth")
+        _positive(self.beta, "geometry.head.beta")
+        if self.hidden_dim is not None:
+            _at_least(self.hidden_dim, "geometry.head.hidden_dim")
+
+
+@dataclass
+class PredictorConfig:
+    """Predictor used while geometry is on (methods with one: BYOL, SimSiam).
+
+    Every option left null takes the ``geometry.head`` node's value, so one override of the
+    head sets projector and predictor together (the paper's SimSiam shares the activation and
+    the norm between them).
+    """
+
+    # "predictor": keep the method's own predictor; "smooth_mlp": this package's MLP.
+    name: str = "predictor"
+    # null: the head's activation, norm, beta, bias and out_norm.
+    activation: str | None = None
+    norm: str | None = None
+    beta: float | None = None
+    bias: bool | None = None
+    out_norm: bool | None = None
+    # null: the recipe's own pred_hidden_dim.
+    hidden_dim: int | None = None
+    depth: int = 2
+
+    def __post_init__(self) -> None:
+        _choice(self.name, PREDICTOR_CHOICES, "geometry.predictor.name")
+        if self.activation is not None:
+            _choice(self.activation, ACTIVATION_CHOICES, "geometry.predictor.activation")
+        if self.norm is not None:
+            _choice(self.norm, NORM_CHOICES, "geometry.predictor.norm")
+        if self.beta is not None:
+            _positive(self.beta, "geometry.predictor.beta")
+        if self.hidden_dim is not None:
+            _at_least(self.hidden_dim, "geometry.predictor.hidden_dim")
+        _at_least(self.depth, "geometry.predictor.depth")
+
+
+@dataclass
+class InitConfig:
+    """Opt-in initialisers applied once, after the head is built."""
+
+    # Multiply the head's Linear weights by alpha (the paper's "pseudo-collapse" start).
+    pseudo_collapse: bool = False
+    alpha: float = 0.1
+    # Also scale the backbone's last layer.
+    backbone: bool = False
+
+    def __post_init__(self) -> None:
+        _positive(self.alpha, "geometry.init.alpha")
