@@ -244,18 +244,19 @@ class TestMonitorConfig:
         # density_probes = 1: a measurement with a density is 2 Lanczos runs, 1 s each
         monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
         now = [0.0]
-        monitor._clock = lambda: now[0]
+        monitor.budget.clock = lambda: now[0]
         trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
 
         def wants(train: float, final: bool = False) -> bool:
-            now[0] = train + monitor._spent
+            now[0] = train + monitor.budget.spent
             return monitor._wants_density(trainer, final)
 
         assert not wants(0.0)  # the first measurement: its cost is not known yet
-        monitor._t0, monitor._spent, monitor._cost, monitor.n_records = 0.0, 1.0, 1.0, 1
+        monitor.budget.t0, monitor.budget.spent, monitor.budget.cost = 0.0, 1.0, 1.0
+        monitor.n_records = 1
         # a later one carries a density when it and the final one's fit: 1 + 2 x 2 <= 0.1 x train
         assert [wants(t) for t in (49.9, 50.0)] == [False, True]
-        monitor._densities = 1
+        monitor.budget.densities = 1
         assert not wants(1e6)  # one density mid-run is enough
         # the final one carries a density when it fits: 1 + 2 <= 0.1 x train
         assert [wants(t, final=True) for t in (29.9, 30.0)] == [False, True]
@@ -267,18 +268,20 @@ class TestMonitorConfig:
 
     def test_budget_counts_the_expected_cost_of_the_next_measurement(self, tmp_path: Path) -> None:
         # 1 s per Lanczos run, under a 10% budget, 3 s spent: the next measurement (1 s) and the
-        # final one (its density: 1 + density_probes = 2 runs, 2 s) fit once 3 + 3 <= 0.1 x train
+        # final one's spectra (1 run, 1 s; its density is not reserved) fit once
+        # 3 + 2 <= 0.1 x train
         monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
         assert monitor.config.measure.density_probes == 1
         now = [100.0]
-        monitor._clock = lambda: now[0]
-        monitor._t0, monitor._spent, monitor._cost, monitor.n_records = 0.0, 3.0, 1.0, 2
+        monitor.budget.clock = lambda: now[0]
+        monitor.budget.t0, monitor.budget.spent, monitor.budget.cost = 0.0, 3.0, 1.0
+        monitor.n_records = 2
         trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
         decisions = []
-        for train in (30.0, 50.0, 59.9, 60.0):
-            now[0] = train + monitor._spent  # wall time = training time + measurement time
+        for train in (30.0, 49.9, 50.0, 60.0):
+            now[0] = train + monitor.budget.spent  # wall time = training time + measurement time
             decisions.append(monitor._due(trainer, 3))
-        assert decisions == [False, False, False, True]
+        assert decisions == [False, False, True, True]
 
     def test_cadence_and_settings_come_from_the_config(self, tmp_path: Path) -> None:
         cfg = _config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")
