@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
+from solo_geometry.budget import RESERVE_RUNS
 from solo_geometry.config import GeometryConfig, MeasureConfig, StatsConfig
 from solo_geometry.hosts.base import kept
 from solo_geometry.measure import GeometryAware, GeometryView, Measurement
@@ -268,17 +269,18 @@ class TestMonitorConfig:
 
     def test_budget_counts_the_expected_cost_of_the_next_measurement(self, tmp_path: Path) -> None:
         # 1 s per Lanczos run, under a 10% budget, 3 s spent: the next measurement (1 s) and the
-        # final one's spectra (1 run, 1 s; its density is not reserved) fit once
-        # 3 + 2 <= 0.1 x train
+        # reserve for the final one's spectra (RESERVE_RUNS = 2 runs: not its density, which
+        # would be 1 + density_probes = 3 runs) fit once 3 + 1 + 2 <= 0.1 x train
         monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
-        assert monitor.config.measure.density_probes == 1
+        monitor.config.measure.density_probes = 2
+        assert monitor.budget.density_runs == 3 and RESERVE_RUNS == 2
         now = [100.0]
         monitor.budget.clock = lambda: now[0]
         monitor.budget.t0, monitor.budget.spent, monitor.budget.cost = 0.0, 3.0, 1.0
         monitor.n_records = 2
         trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
         decisions = []
-        for train in (30.0, 49.9, 50.0, 60.0):
+        for train in (30.0, 59.9, 60.0, 69.9):
             now[0] = train + monitor.budget.spent  # wall time = training time + measurement time
             decisions.append(monitor._due(trainer, 3))
         assert decisions == [False, False, True, True]
