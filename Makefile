@@ -39,8 +39,11 @@ endif
 demo: setup
 	$(PY) -m solo_geometry.cli demo $(DEMO_ARGS)
 
+# The suite runs on every core (pytest-xdist, work stealing: a few end-to-end cases take minutes);
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= auto
 test: solo
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 docs: setup
 	$(VENV)/bin/mkdocs serve

@@ -62,12 +62,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from budget_model import BUDGET, EVERY, projected, projected_taken
+
 from solo_geometry.run.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
-EVERY = 50  # the default cadence, GeometryConfig.every_n_steps
-BUDGET = 0.02  # the default budget, GeometryConfig.budget
-DENSITY_RUNS = 3  # Lanczos runs per operator of a density record: 1 + MeasureConfig.density_probes
 EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32
 DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "cifar/mocov2plus",
                    "cifar/dino", "digits/byol")  # fmt: skip
@@ -202,60 +201,6 @@ def _spawn(recipe: str, mode: str, argv: list[str]) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"{recipe} {mode} run failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def projected(n: int, step: float, cost: float, first: float, final: float, budget: float) -> float:
-    """Overhead of an ``n``-step run, projected from measured costs by the monitor's own rule.
-
-    The bench's 'on' runs (budget off) give the cost of a record with the SLQ density
-    (``first``, step 0), without it (``cost``, mid-run) and of the final one with it
-    (``final``). A density is ``DENSITY_RUNS - 1`` extra Lanczos runs per operator, each
-    ``(first - cost) / (DENSITY_RUNS - 1)``; so a final record without one costs ``final``
-    less those runs. Under the budget (:meth:`GeometryMonitor._due`, ``_wants_density``,
-    ``on_train_end``):
-
-    * the first record runs at step 0 without a density (``cost``);
-    * a measurement due every ``EVERY`` steps runs once the time spent plus its cost and the
-      final record's with a density, estimated from the costliest measurement so far per
-      Lanczos run, is within ``budget`` of the training time so far; the first of them that
-      fits with a density of its own too carries one (``first``);
-    * the final record runs with a density if that fits, else without if that fits, else not.
-    """
-    return _simulated(n, step, cost, first, final, budget)[0] / (n * step)
-
-
-def projected_taken(
-    n: int, step: float, cost: float, first: float, final: float, budget: float
-) -> tuple[int, int]:
-    """Spectral records taken and records due of an ``n``-step run, by :func:`projected`'s rule.
-
-    Due: every ``EVERY`` steps and the final record; the statistics are taken at every one.
-    """
-    return _simulated(n, step, cost, first, final, budget)[1], len(range(0, n, EVERY)) + 1
-
-
-def _simulated(
-    n: int, step: float, cost: float, first: float, final: float, budget: float
-) -> tuple[float, int]:
-    """Seconds spent and spectral records taken, by the rule of :func:`projected`."""
-    extra = max(first - cost, 0.0) / (DENSITY_RUNS - 1)  # one more Lanczos run, in seconds
-    final_plain = max(final - (DENSITY_RUNS - 1) * extra, cost)
-    spent, per_run, densities, taken = cost, cost, 0, 1
-    for due in range(EVERY, n, EVERY):
-        room = budget * (due * step)
-        if spent + (1 + DENSITY_RUNS) * per_run > room:
-            continue
-        taken += 1
-        if not densities and spent + 2 * DENSITY_RUNS * per_run <= room:
-            spent, per_run, densities = spent + first, max(per_run, first / DENSITY_RUNS), 1
-        else:
-            spent, per_run = spent + cost, max(per_run, cost)
-    room = budget * n * step
-    if spent + DENSITY_RUNS * per_run <= room:
-        spent, taken = spent + final, taken + 1
-    elif spent + per_run <= room:
-        spent, taken = spent + final_plain, taken + 1
-    return spent, taken
 
 
 def _local_costs(on: dict[str, Any]) -> tuple[list[float], list[float], list[float], float]:

@@ -5,7 +5,8 @@ at the defaults), one batch of 32 random 32 x 32 images in the recipe's views; t
 step (forward and backward, captured features) is timed, then every part of a record from
 that step's captured view: the representation statistics, the augmentation tangents (rho),
 building the operators' graphs, one product of each operator (H_eff, GN, M) in float64 and
-float32, and the Lanczos runs of the extremes (steps per operator) at the configured dtype.
+float32, the Lanczos runs of the extremes (steps per operator) at the configured dtype, and the
+spectra with the density, its probes side by side (batched products) and one product at a time.
 
 Usage::
 
@@ -28,7 +29,12 @@ import torch
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum
-from solo_geometry.linalg.operators import block_indices, head_operators, restrict_to_block
+from solo_geometry.linalg.operators import (
+    HeadOperators,
+    block_indices,
+    head_operators,
+    restrict_to_block,
+)
 from solo_geometry.runtime.measure import _rho, _stats, measure
 
 RECIPES = ("simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino")
@@ -76,6 +82,35 @@ def training_step(model: Any, batch: list[Any]) -> float:
     return time.process_time() - start
 
 
+def density_spectra(view: Any, Z: torch.Tensor, cfg: GeometryConfig) -> tuple[float, float]:
+    """CPU seconds of the spectra with the density: probes side by side, then one at a time.
+
+    The second run takes the same steps with single products in turn (what the spectra cost
+    before the probes were batched): ``HeadOperators._batched_product`` refused, so
+    :meth:`HeadOperators.batched` falls back to one product after the other.
+    """
+
+    def spectra() -> float:
+        start = time.process_time()
+        effective_hessian_spectrum(
+            view.head, view.loss_of_outputs, Z, max_steps=cfg.lanczos_max_steps,
+            tol=cfg.lanczos_tol, dtype=getattr(torch, cfg.dtype), max_samples=cfg.max_samples,
+            generator=torch.Generator().manual_seed(0),
+            density_probes=cfg.measure.density_probes,
+        )  # fmt: skip
+        return time.process_time() - start
+
+    def refuse(*_: Any) -> torch.Tensor:
+        raise RuntimeError("one product at a time")
+
+    batched, side = HeadOperators._batched_product, spectra()
+    HeadOperators._batched_product = refuse  # type: ignore[method-assign,assignment]
+    try:
+        return side, spectra()
+    finally:
+        HeadOperators._batched_product = batched  # type: ignore[method-assign]
+
+
 def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     """The cost breakdown of one record of ``method``'s recipe, in CPU seconds."""
     model = build(method, args.solo_root, args.batch_size)
@@ -111,6 +146,8 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     out["spectra"] = time.process_time() - start
     for op, s in spec.operators.items():
         out[f"{op}/steps"], out[f"{op}/seconds"] = s.steps, s.seconds
+    out["z_norm"] = float(Z.double().norm())  # the same batch's features in every run?
+    out["density/side_by_side"], out["density/one_at_a_time"] = density_spectra(view, Z, cfg)
     out["record"], _ = timed(lambda: measure(view, cfg, density=False), 1)
     out["record_density"], _ = timed(lambda: measure(view, cfg, density=True), 1)
     model.geometry_capture(False)

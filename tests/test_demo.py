@@ -65,6 +65,19 @@ class TestFindings:
         assert "brightness" in text and "2.500    [2.750 +- 0.500]" in text
         assert "+0.100" in text  # Z - H on the class probe
 
+    def test_one_spectral_record_is_shown_once(self, tmp_path: Path) -> None:
+        run = tmp_path / "run"
+        run.mkdir()
+        folder = RunFolder(run)
+        folder.append_record(GeometryRecord(0, 0, "ok", parts=["stats", "hessian"],
+                                            metrics={"m/lambda_min": -0.25}))  # fmt: skip
+        folder.append_record(GeometryRecord(30, 0, "ok", metrics={"z/cond": 3.0}, parts=["stats"]))
+        result = findings(run)
+        assert [g["step"] for g in result["geometry"]] == [0]
+        text = format_findings({**result, "host": "lightly", "run": "R"})
+        assert text.count("step 0") == 1 and "the one record with spectra" in text
+        assert text.count("-2.500e-01") == 1
+
     def test_missing_files(self, tmp_path: Path) -> None:
         result = findings(tmp_path)
         assert result == {"geometry": [], "n_records": 0, "orbits": {}, "probes": []}

@@ -67,11 +67,6 @@ SOLO_LEARN = "solo"
 # House rules: a module's length, and how many modules the root holds besides __init__.py.
 MAX_LINES = 400
 MAX_ROOT_MODULES = 8
-# Modules over MAX_LINES today, each owned by an open issue that splits it. Once one is split,
-# the test says so: drop it from here.
-OVER_LIMIT = {
-    "runtime/monitor.py": "issue 25",
-}
 
 
 def unit_of(name: str, package: str) -> str | None:
@@ -145,11 +140,11 @@ def solo_learn_imports(modules: dict[str, Path], imports: list[Import], package:
 
 
 def long_modules(modules: dict[str, Path], imports: list[Import], package: str) -> list[str]:
-    """A module over MAX_LINES lines (those of OVER_LIMIT excepted while their issue is open)."""
+    """A module over MAX_LINES lines."""
     base, found = modules[package].parent, []
     for file in modules.values():
         lines, inside = len(file.read_text().splitlines()), file.relative_to(base).as_posix()
-        if lines > MAX_LINES and inside not in OVER_LIMIT:
+        if lines > MAX_LINES:
             found.append(f"{package}/{inside}: {lines} lines > {MAX_LINES}")
     return found
 
@@ -199,10 +194,3 @@ class TestPackage:
         assert named <= set(MAY_IMPORT)
         mutual = [(a, b) for a in MAY_IMPORT for b in may_import(a) - {a} if a in may_import(b)]
         assert mutual == []
-
-    @pytest.mark.parametrize("path", sorted(OVER_LIMIT))
-    def test_over_limit_still_over(self, path: str) -> None:
-        """An exception lasts while its module is long: a split one must leave the list."""
-        file = PACKAGE_ROOT / path
-        lines = len(file.read_text().splitlines()) if file.exists() else 0
-        assert lines > MAX_LINES, f"{path} ({OVER_LIMIT[path]}) is {lines} lines: drop it"

@@ -179,14 +179,15 @@ def findings(run: str | Path) -> dict[str, Any]:
         run: the run folder.
 
     Returns:
-        ``{"geometry": [first, last] spectral records' step, m/lambda_min, interaction_ratio,
+        ``{"geometry": [first, last] spectral records' step, m/lambda_min, interaction_ratio
+        (one entry when a single record holds the spectra),
         "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h)]}``;
         missing files give empty entries.
     """
     folder = RunFolder(Path(run))
     records = folder.records(ok_only=True)
     spectral = [r for r in records if r.holds("hessian")]  # the statistics' records have none
-    picked = [spectral[0], spectral[-1]] if spectral else []
+    picked = spectral[:1] + spectral[1:][-1:]  # first and last, once each (one if only one)
     geometry = [{"step": r.step, "m/lambda_min": r.value("m/lambda_min"),
                  "interaction_ratio": r.value("interaction_ratio")} for r in picked]  # fmt: skip
     table = folder.read_probes()
@@ -208,16 +209,15 @@ def format_findings(result: dict[str, Any]) -> str:
     if "seconds" in result:
         lines.append(f"wall time:  {result['seconds']:.0f} s")
     geo = result["geometry"]
-    lines.append(f"\ngeometry.jsonl ({result['n_records']} ok measurements): first -> last")
+    span = "first -> last" if len(geo) > 1 else "the one record with spectra"
+    lines.append(f"\ngeometry.jsonl ({result['n_records']} ok measurements): {span}")
     if geo:
-        lines.append(
-            f"  {'':24s}{'step ' + str(geo[0]['step']):>14s}{'step ' + str(geo[-1]['step']):>14s}"
-        )
+        lines.append(f"  {'':24s}" + "".join(f"{'step ' + str(g['step']):>14s}" for g in geo))
         for key, label in (
             ("m/lambda_min", "lambda_min(M)"),
             ("interaction_ratio", "||M|| / ||H_eff||"),
         ):
-            lines.append(f"  {label:24s}{_num(geo[0][key]):>14s}{_num(geo[-1][key]):>14s}")
+            lines.append(f"  {label:24s}" + "".join(f"{_num(g[key]):>14s}" for g in geo))
     else:
         lines.append("  (no successful measurement)")
     lines.append(

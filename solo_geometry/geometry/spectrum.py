@@ -5,30 +5,35 @@ Implements "Spectra" of docs/design.md section 3 on the operators of
 reorthogonalisation until both extreme Ritz values converge (residual bound under ``tol`` times
 the operator's spectral scale max|lambda|, or under the negativity floor) or ``max_steps``;
 extremes that did not converge are reported as None, with their Ritz values (bounds) and
-residuals alongside. One negativity floor
-for all three operators, set by H_eff's scale: tau * max|lambda(H_eff)|. The negative part of
+residuals alongside. One negativity floor for all three operators, set by H_eff's scale:
+tau * max|lambda(H_eff)|. The negative part of
 each spectrum is a fraction of the dimension read off the SLQ density, whose first probe is the
 extremes' run itself (a Gaussian start vector) and whose further ``density_probes`` probes run
 as many steps; never a count of Ritz values, which grows with the number of steps.
 
-Cost: the head and the loss are evaluated once, every product of the three operators reuses that
-one graph (M has its own graph on top of it, without the loss's second derivatives), no product
-is taken twice, and float32 products are allowed (about half the cost of float64's on a CPU; the
-floor is then 1e-5, far above float32 round-off of M for linear and ReLU heads) under float64
-Lanczos recurrences and basis, whose cost is small next to a product's.
+Cost: the head and the loss are evaluated once, every product reuses that one graph (M has its
+own on top of it), no product is taken twice, float32 products (half float64's on a CPU; the
+floor is then 1e-5) run under float64 recurrences, and the density probes go side by side with
+the extremes' run, one batched product per step.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos
-from solo_geometry.linalg.operators import LossFn, block_indices, head_operators, restrict_to_block
+from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos, lanczos_side_by_side
+from solo_geometry.linalg.operators import (
+    HeadOperators,
+    LossFn,
+    block_indices,
+    head_operators,
+    restrict_to_block,
+)
 from solo_geometry.linalg.slq import SpectralDensity
 
 __all__ = [
@@ -275,31 +280,33 @@ class _Runner:
     device: torch.device
 
     def run(
-        self, matvec: Callable[[Tensor], Tensor], atol: float
+        self, ops: HeadOperators, name: str, index: Tensor | None, atol: float
     ) -> tuple[LanczosResult, SpectralDensity, float]:
-        """Extremes' run, then ``probes - 1`` density probes of as many steps; wall time."""
+        """Extremes' run and ``probes - 1`` density probes of as many steps; wall time.
+
+        With probes, the runs go side by side, one batched product per step (same numbers).
+        """
         start = time.perf_counter()
-
-        def one(steps: int, tol: float, atol: float) -> LanczosResult:
-            return lanczos(
-                matvec,
-                self.dim,
-                max_steps=steps,
-                tol=tol,
-                atol=atol,
-                generator=self.generator,
-                dtype=torch.float64,  # Krylov basis and recurrences
-                device=self.device,
-                matvec_dtype=self.dtype,  # the products
-                # on a CPU a check (a small eigh) costs nothing next to a product: stop at the
-                # first step both extremes have converged; on a GPU check every few steps
-                check_every=1 if self.device.type == "cpu" else CHECK_EVERY,
-            )
-
-        extremes = one(self.max_steps, self.tol, atol)
-        more = [one(extremes.steps, 0.0, 0.0) for _ in range(self.probes - 1)]
-        density = SpectralDensity.from_runs([extremes, *more])
-        return extremes, density, time.perf_counter() - start
+        options = dict(
+            max_steps=self.max_steps,
+            tol=self.tol,
+            atol=atol,
+            generator=self.generator,
+            dtype=torch.float64,  # Krylov basis and recurrences
+            device=self.device,
+            matvec_dtype=self.dtype,  # the products
+            # a check (a small eigh) costs nothing next to a CPU product: check every step there
+            check_every=1 if self.device.type == "cpu" else CHECK_EVERY,
+        )
+        if self.probes == 1:
+            runs = [lanczos(restrict_to_block(getattr(ops, name), ops.shape, index), self.dim,
+                            **options)]  # type: ignore[arg-type]  # fmt: skip
+        else:
+            product = restrict_to_block(ops.batched(name), ops.shape, index, batched=True)
+            runs = lanczos_side_by_side(product, self.dim, followers=self.probes - 1,
+                                        **options)  # type: ignore[arg-type]  # fmt: skip
+        density = SpectralDensity.from_runs(runs)
+        return runs[0], density, time.perf_counter() - start
 
 
 def effective_hessian_spectrum(
@@ -369,10 +376,10 @@ def effective_hessian_spectrum(
         dtype=dtype,
         device=Z.device,
     )
-    runs = {"heff": runner.run(restrict_to_block(ops.heff, ops.shape, index), 0.0)}
+    runs = {"heff": runner.run(ops, "heff", index, 0.0)}
     floor = tau * float(runs["heff"][0].ritz_values.abs().max())
     for name in (n for n in OPERATORS[1:] if n in operators):
-        runs[name] = runner.run(restrict_to_block(getattr(ops, name), ops.shape, index), floor)
+        runs[name] = runner.run(ops, name, index, floor)
     spectra = {
         name: operator_spectrum(run, density, floor=floor, tol=tol, dim=runner.dim, seconds=seconds)
         for name, (run, density, seconds) in runs.items()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["CHECK_EVERY", "LanczosResult", "MatVec", "lanczos"]
+__all__ = ["CHECK_EVERY", "LanczosResult", "MatVec", "lanczos", "lanczos_side_by_side"]
 
 MatVec = Callable[[Tensor], Tensor]
 
@@ -93,11 +93,11 @@ def _tridiagonal(alpha: Tensor, beta: Tensor) -> Tensor:
 
 
 def _grown(basis: Tensor, rows: int) -> Tensor:
-    """``basis`` with room for at least ``rows`` rows (capacity doubled, contents kept)."""
-    if rows <= basis.shape[0]:
+    """``basis`` (B, cap, dim) with room for at least ``rows`` rows (capacity doubled)."""
+    if rows <= basis.shape[1]:
         return basis
-    bigger = basis.new_zeros(max(rows, 2 * basis.shape[0]), basis.shape[1])
-    bigger[: basis.shape[0]] = basis
+    bigger = basis.new_zeros(basis.shape[0], max(rows, 2 * basis.shape[1]), basis.shape[2])
+    bigger[:, : basis.shape[1]] = basis
     return bigger
 
 
@@ -123,6 +123,28 @@ def _check(alpha: Tensor, beta: Tensor, k: int, tol: float, atol: float) -> _Che
     )
 
 
+@dataclass(frozen=True)
+class _Runs:
+    """Side-by-side runs.
+
+    The basis (B, >= k, dim), tridiagonals (B, steps) on the CPU in float64, each run's
+    breakdown step (or None), and the leading run's last check and steps k.
+    """
+
+    basis: Tensor
+    alpha: Tensor
+    beta: Tensor
+    breaks: list[int | None]
+    last: _Check
+    k: int
+
+    def follower(self, i: int) -> tuple[_Check, int, bool]:
+        """Run ``i``'s check (tol 0), steps and whether it stopped on an invariant subspace."""
+        stop = self.breaks[i]
+        k = self.k if stop is None else min(self.k, stop + 1)
+        return _check(self.alpha[i], self.beta[i], k, 0.0, 0.0), k, stop is not None and stop < k
+
+
 def _run(
     matvec: MatVec,
     v0: Tensor,
@@ -131,46 +153,51 @@ def _run(
     atol: float,
     check_every: int,
     matvec_dtype: torch.dtype,
-) -> tuple[Tensor, _Check, int, bool]:
-    """Lanczos from ``v0`` until both extremes converge, breakdown, or ``max_steps``.
+) -> _Runs:
+    """Lanczos from each row of ``v0`` (B, dim) side by side, one batched product per step.
 
-    Returns:
-        The basis (>= k, dim), the last check, k and whether the space became invariant.
+    Row 0 leads: all stop when both its extremes converge, it breaks down, or at ``max_steps``.
+    The other rows follow with tolerance 0 (SLQ probes as long as the leading run); a follower
+    that breaks down goes on with zero vectors, its steps counted up to its breakdown.
     """
-    dim = v0.numel()
-    basis = v0.new_zeros(min(max_steps, _INITIAL_CAPACITY), dim)  # rows contiguous for matvec
-    alpha, beta = v0.new_zeros(max_steps), v0.new_zeros(max_steps)
-    broken = torch.zeros(max_steps, dtype=torch.bool, device=v0.device)
+    runs, dim = v0.shape
+    basis = v0.new_zeros(runs, min(max_steps, _INITIAL_CAPACITY), dim)  # rows contiguous
+    alpha, beta = v0.new_zeros(runs, max_steps), v0.new_zeros(runs, max_steps)
+    broken = torch.zeros(runs, max_steps, dtype=torch.bool, device=v0.device)
     # breakdown at the products' round-off: a float32 product of a zero operator is not 0
     eps = max(torch.finfo(v0.dtype).eps, torch.finfo(matvec_dtype).eps) * 10.0 * math.sqrt(dim)
-    size = v0.new_zeros(())  # largest tridiagonal entry so far: the breakdown scale
-    basis[0] = v0 / torch.linalg.vector_norm(v0)
+    size = v0.new_zeros(runs)  # largest tridiagonal entry so far per run: the breakdown scale
+    basis[:, 0] = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
     for j in range(max_steps):
-        w = matvec(basis[j].to(matvec_dtype)).reshape(-1).to(v0)
-        alpha[j] = basis[j] @ w
-        q = basis[: j + 1]  # (j + 1, dim)
-        w = w - q.T @ (q @ w)
-        w = w - q.T @ (q @ w)  # second pass: orthogonal to working precision
-        b = torch.linalg.vector_norm(w)
-        beta[j] = b
-        size = torch.maximum(size, torch.maximum(alpha[j].abs(), b))
-        broken[j] = b <= eps * size
+        w = matvec(basis[:, j].to(matvec_dtype)).reshape(runs, dim).to(v0)  # (B, dim)
+        alpha[:, j] = (basis[:, j] * w).sum(1)
+        q = basis[:, : j + 1]  # (B, j + 1, dim)
+        w = w - (q.mT @ (q @ w.unsqueeze(2))).squeeze(2)
+        w = w - (q.mT @ (q @ w.unsqueeze(2))).squeeze(2)  # second pass: orthogonal to round-off
+        b = torch.linalg.vector_norm(w, dim=1)  # (B,)
+        beta[:, j] = b
+        size = torch.maximum(size, torch.maximum(alpha[:, j].abs(), b))
+        broken[:, j] = b <= eps * size
         if j + 1 < max_steps:
             basis = _grown(basis, j + 2)
-            basis[j + 1] = w / torch.clamp(b, min=torch.finfo(v0.dtype).tiny)
+            live = ~broken[:, : j + 1].any(1, keepdim=True)  # (B, 1)
+            basis[:, j + 1] = torch.where(live, w / torch.clamp(b, min=torch.finfo(v0.dtype).tiny)
+                                          .unsqueeze(1), 0.0)  # fmt: skip
         k = j + 1
         if k % check_every and k < max_steps:
             continue
-        packed = torch.stack([alpha[:k], beta[:k], broken[:k].to(alpha)]).double().cpu()  # sync
-        a64, b64 = packed[0], packed[1]  # (k,) each, float64 on the CPU
-        hits = torch.nonzero(packed[2]).flatten()
+        hits = torch.nonzero(broken[0, :k].cpu()).flatten()  # sync
+        a64, b64 = alpha[0, :k].double().cpu(), beta[0, :k].double().cpu()
         if hits.numel():
             k = int(hits[0]) + 1
-            return basis, _check(a64, b64, k, tol, atol), k, True
-        result = _check(a64, b64, k, tol, atol)
-        if result.converged_min and result.converged_max:
-            return basis, result, k, False
-    return basis, result, max_steps, False
+            last = _check(a64, b64, k, tol, atol)
+            break
+        last = _check(a64, b64, k, tol, atol)
+        if last.converged_min and last.converged_max:
+            break
+    first = [torch.nonzero(row).flatten() for row in broken.cpu()]
+    breaks = [int(f[0]) if f.numel() else None for f in first]
+    return _Runs(basis, alpha.double().cpu(), beta.double().cpu(), breaks, last, k)
 
 
 def _start_vector(
@@ -245,10 +272,15 @@ def lanczos(
         v0 = _start_vector(dim, generator, dtype, torch.device(device) if device else None)
     elif v0.numel() != dim:
         raise ValueError(f"v0 must have {dim} elements; got {v0.numel()}")
-    v0 = v0.reshape(-1).to(dtype=dtype, device=device if device is not None else v0.device)
-    basis, last, k, invariant = _run(matvec, v0, min(max_steps, dim), tol, atol, check_every,
-                                     matvec_dtype or dtype)  # fmt: skip
-    vectors = basis[:k].T @ last.s.to(basis) if return_vectors else None  # (dim, k)
+    v0 = v0.reshape(1, -1).to(dtype=dtype, device=device if device is not None else v0.device)
+    runs = _run(lambda v: matvec(v[0]).reshape(1, -1), v0, min(max_steps, dim), tol, atol,
+                check_every, matvec_dtype or dtype)  # fmt: skip
+    k, invariant = runs.k, runs.breaks[0] is not None and runs.breaks[0] < runs.k
+    vectors = runs.basis[0, :k].T @ runs.last.s.to(runs.basis) if return_vectors else None
+    return _result(runs.last, k, invariant, vectors)
+
+
+def _result(last: _Check, k: int, invariant: bool, vectors: Tensor | None) -> LanczosResult:
     return LanczosResult(
         ritz_values=last.theta,
         residuals=last.residuals,
@@ -260,3 +292,62 @@ def lanczos(
         invariant=invariant,
         ritz_vectors=vectors,
     )
+
+
+def lanczos_side_by_side(
+    matvec: MatVec,
+    dim: int,
+    *,
+    followers: int,
+    max_steps: int,
+    tol: float,
+    generator: torch.Generator | None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+    atol: float = 0.0,
+    check_every: int = CHECK_EVERY,
+    matvec_dtype: torch.dtype | None = None,
+) -> list[LanczosResult]:
+    """An extremes' run and ``followers`` SLQ probes as long as it, side by side.
+
+    The same numbers as :func:`lanczos` for the extremes' run followed by ``followers`` runs
+    of its length with ``tol=0`` (start vectors drawn from ``generator`` in that order), each
+    run's recurrences its own, but every step takes one batched product of all the runs'
+    vectors: ``matvec`` maps (B, dim) to (B, dim), B = 1 + ``followers``.
+
+    Args:
+        matvec: batched product with the operator, (B, dim) -> (B, dim).
+        dim: size of the operator.
+        followers: probes that follow the extremes' run (>= 0).
+        max_steps: most steps of the extremes' run (and so of every run).
+        tol: relative residual tolerance of the extremes' run, as in :func:`lanczos`.
+        generator: draws the start vectors, the extremes' run's first.
+        dtype: dtype of the Krylov vectors and recurrences.
+        device: device of the Krylov vectors.
+        atol: absolute residual tolerance of the extremes' run.
+        check_every: steps between two convergence checks.
+        matvec_dtype: dtype of the products; None: ``dtype``.
+
+    Returns:
+        The extremes' run's result, then each follower's.
+
+    Raises:
+        ValueError: on a non-positive ``dim``, ``max_steps`` or ``check_every``, negative
+            ``followers``, ``tol`` or ``atol``.
+    """
+    if dim < 1 or max_steps < 1 or check_every < 1 or followers < 0:
+        raise ValueError(
+            f"dim, max_steps, check_every must be positive and followers >= 0; got dim={dim}, "
+            f"max_steps={max_steps}, check_every={check_every}, followers={followers}"
+        )
+    if tol < 0 or atol < 0:
+        raise ValueError(f"tol and atol must be >= 0; got tol={tol}, atol={atol}")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    place = torch.device(device) if device else None
+    v0 = torch.stack([_start_vector(dim, gen, dtype, place) for _ in range(1 + followers)])
+    runs = _run(matvec, v0, min(max_steps, dim), tol, atol, check_every, matvec_dtype or dtype)
+    lead = runs.breaks[0] is not None and runs.breaks[0] < runs.k
+    out = [_result(runs.last, runs.k, lead, None)]
+    for i in range(1, 1 + followers):
+        out.append(_result(*runs.follower(i), None))
+    return out

@@ -56,11 +56,21 @@ def has_batch_norm(module: nn.Module) -> bool:
 
 
 def _grad(
-    output: Tensor, wrt: Tensor, grad_output: Tensor, *, create_graph: bool = False
+    output: Tensor,
+    wrt: Tensor,
+    grad_output: Tensor,
+    *,
+    create_graph: bool = False,
+    batched: bool = False,
 ) -> Tensor:
-    """Vector-Jacobian product ``grad_output^T d output / d wrt``; zeros where nothing depends."""
+    """Vector-Jacobian product ``grad_output^T d output / d wrt``; zeros where nothing depends.
+
+    ``batched``: ``grad_output`` holds B vectors along a leading dimension, all pulled back
+    in one pass (``is_grads_batched``, vmap over the backward graph); the result has it too.
+    """
     if not output.requires_grad:
-        return torch.zeros_like(wrt)
+        lead = (grad_output.shape[0],) if batched else ()
+        return wrt.new_zeros(*lead, *wrt.shape)
     (result,) = torch.autograd.grad(
         output,
         wrt,
@@ -69,6 +79,7 @@ def _grad(
         create_graph=create_graph,
         allow_unused=True,
         materialize_grads=True,
+        is_grads_batched=batched,
     )
     return result
 
@@ -108,6 +119,7 @@ class HeadOperators:
         self._g = g  # (V, N, p) dloss/dH with create_graph: graph to h
         self._jt_u = jt_u  # (V, N, d) J^T u, linear in the dummy u: gives J v by double-vjp
         self._u = u  # (V, N, p) dummy leaf
+        self._unbatched: set[str] = set()  # products vmap refused: taken one vector at a time
 
     @functools.cached_property
     def _grad_z(self) -> Tensor:
@@ -163,6 +175,37 @@ class HeadOperators:
     def pullback(self, v: Tensor) -> Tensor:
         """G v = J^T J v (batch-level pullback metric), (V * N * d,)."""
         return self.vjp(self.jvp(v))
+
+    def batched(self, name: str) -> Callable[[Tensor], Tensor]:
+        """Product ``name`` (``heff``, ``gn`` or ``m``) of B vectors at once, (B, dim) -> (B, dim).
+
+        One backward pass per product of the B vectors (vmap over the stored graphs): on a CPU
+        about 1.1 to 1.4 times cheaper than B single products for solo-learn's cifar heads
+        (benchmarks/profile_record.py). Should vmap refuse a graph, the product falls back to B
+        single products, the same numbers.
+        """
+        if name not in ("heff", "gn", "m"):
+            raise ValueError(f"batched product must be one of ('heff', 'gn', 'm'); got {name!r}")
+        single = getattr(self, name)
+
+        def product(vs: Tensor) -> Tensor:
+            zs = vs.reshape(-1, *self._z.shape).to(self._z)  # (B, V, N, d)
+            if name not in self._unbatched:
+                try:
+                    return self._batched_product(name, zs).reshape(zs.shape[0], -1)
+                except RuntimeError:  # an op without a vmap rule: B single products instead
+                    self._unbatched.add(name)
+            return torch.stack([single(z) for z in zs])
+
+        return product
+
+    def _batched_product(self, name: str, zs: Tensor) -> Tensor:
+        if name == "heff":
+            return _grad(self._grad_z, self._z, zs, batched=True)
+        if name == "m":
+            return _grad(self._jt_g, self._z, zs, batched=True)
+        jv = _grad(self._jt_u, self._u, zs, batched=True)  # (B, V, N, p)
+        return _grad(self._h, self._z, _grad(self._g, self._h, jv, batched=True), batched=True)
 
 
 def head_operators(
@@ -246,16 +289,25 @@ def block_indices(n: int, max_samples: int | None) -> Tensor | None:
 
 
 def restrict_to_block(
-    matvec: Callable[[Tensor], Tensor], shape: torch.Size, index: Tensor | None
+    matvec: Callable[[Tensor], Tensor],
+    shape: torch.Size,
+    index: Tensor | None,
+    *,
+    batched: bool = False,
 ) -> Callable[[Tensor], Tensor]:
-    """Principal sub-block of ``matvec`` on the coordinates of samples ``index``."""
+    """Principal sub-block of ``matvec`` on the coordinates of samples ``index``.
+
+    ``batched``: ``matvec`` and the sub-block's product map (B, dim) to (B, dim).
+    """
     if index is None:
         return matvec
     views, _, d = shape
 
     def sub(v: Tensor) -> Tensor:
-        full = v.new_zeros(shape)  # (V, N, d)
-        full[:, index] = v.reshape(views, -1, d)  # (V, m, d) into the batch
-        return matvec(full.reshape(-1)).reshape(shape)[:, index].reshape(-1)
+        lead = (v.shape[0],) if batched else ()
+        full = v.new_zeros(*lead, *shape)  # ([B,] V, N, d)
+        full[..., index, :] = v.reshape(*lead, views, -1, d)  # ([B,] V, m, d) into the batch
+        out = matvec(full.reshape(*lead, -1)).reshape(*lead, *shape)
+        return out[..., index, :].reshape(*lead, -1)
 
     return sub

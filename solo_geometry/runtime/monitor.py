@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -52,6 +51,7 @@ from typing_extensions import override
 from solo_geometry.config import GeometryConfig
 from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
 from solo_geometry.runtime.measure import GeometryAware, checked, measure, outputs
 from solo_geometry.state import preserved_state
@@ -114,11 +114,7 @@ class GeometryMonitor(Callback):
         # pooled (Z, H) of the last batches (geometry.stats.queue), and the batch being queued
         self._queue: deque[tuple[Tensor, Tensor]] = deque(maxlen=self.config.stats.queue or 1)
         self._queuing: Any = None
-        self._t0 = time.perf_counter()  # training time is counted from on_train_start
-        self._spent = 0.0  # seconds measurements took in this process
-        self._cost = 0.0  # seconds of the costliest measurement, per Lanczos run of each operator
-        self._densities = 0  # measurements in this process that carried a density
-        self._clock = time.perf_counter
+        self.budget = TimeBudget(self.config)  # time spent, cost estimate, the budget's rule
 
     @property
     def run(self) -> RunFolder | None:
@@ -136,7 +132,7 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._t0, self._spent, self._cost = self._clock(), 0.0, 0.0
+        self.budget.start()
         if not trainer.is_global_zero or self._run is None:
             return
         try:
@@ -168,29 +164,6 @@ class GeometryMonitor(Callback):
         """Whether step ``step`` is due on the cadence for the statistics, which never wait."""
         return (self.config.measure.stats and step % self.config.every_n_steps == 0
                 and step != self.last_step)  # fmt: skip
-
-    def _deferral(self, trainer: pl.Trainer, what: str) -> str:
-        """The ``budget:`` reason a part of a record is deferred for."""
-        train = max(self._clock() - self._t0 - self._spent, 0.0)
-        since = "" if self._owed is None else f", due since step {self._owed}"
-        return (f"budget: {what} (about {self._cost:.3g} s per Lanczos run) would take the "
-                f"measurements' {self._spent:.3g} s over {self.config.budget:g} of the "
-                f"{train:.3g} s of training{since}")  # fmt: skip
-
-    def _deferred_parts(
-        self, trainer: pl.Trainer, full: bool, final: bool, density: bool
-    ) -> dict[str, str]:
-        """``part -> reason`` for each configured part the budget defers from this record."""
-        if self.config.budget is None:
-            return {}
-        measure, out = self.config.measure, {}
-        if not full:
-            for part, on in (("hessian", measure.hessian), ("augment", measure.augment)):
-                if on:
-                    out[part] = self._deferral(trainer, "the measurement")
-        elif final and measure.hessian and not density:  # the final record's density is due
-            out["density"] = self._deferral(trainer, "the density")
-        return out
 
     def _maybe_queue(self, pl_module: pl.LightningModule, step: int, batch: Any) -> None:
         """Queue this batch's features if a measurement is due within ``stats.queue`` steps.
@@ -248,9 +221,9 @@ class GeometryMonitor(Callback):
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
 
         A measurement due on the cadence is owed until it runs; it runs at the first step where
-        the time measurements took, plus the expected cost of this one and of the final one
-        (with its density), is within ``budget`` of the training time so far (:meth:`_fits`).
-        The first measurement always runs: it gives the cost the others are estimated from.
+        the time measurements took, plus the expected cost of this one and of the final one's
+        spectra (not its density: :mod:`solo_geometry.runtime.budget`), is within ``budget`` of the
+        training time so far. The first measurement always runs: it gives the cost estimate.
         """
         if step == self.last_step:
             return False
@@ -260,25 +233,13 @@ class GeometryMonitor(Callback):
             return False
         if self.config.budget is None or not self.n_records:
             return True
-        return self._fits(trainer, 1 + self._density_runs)
-
-    @property
-    def _density_runs(self) -> int:
-        """Lanczos runs per operator of a measurement with a density: its own and the probes'."""
-        return 1 + self.config.measure.density_probes
+        return self._fits(trainer, self.budget.due_runs)
 
     def _fits(self, trainer: pl.Trainer, runs: int) -> bool:
-        """Whether ``runs`` more Lanczos runs per operator keep the time budget.
-
-        True when the time measurements took, plus ``runs`` times the costliest measurement's
-        seconds per run, is within ``budget`` of the training time so far (wall time less the
-        measurements'). Ranks agree: rank zero's decision is broadcast.
-        """
-        budget = self.config.budget
-        if budget is None:
+        """Whether ``runs`` more Lanczos runs per operator keep the budget; ranks agree."""
+        if self.config.budget is None:
             return True
-        train = self._clock() - self._t0 - self._spent
-        fits = self._spent + runs * self._cost <= budget * max(train, 0.0)
+        fits = self.budget.fits(runs)
         if trainer.world_size > 1:
             fits = bool(trainer.strategy.broadcast(fits, src=0))
         return fits
@@ -294,10 +255,10 @@ class GeometryMonitor(Callback):
         if self.config.budget is None:
             return final or not self.n_records
         if final:
-            return self._fits(trainer, self._density_runs)
-        if not self.n_records or self._densities:
+            return self._fits(trainer, self.budget.density_runs)
+        if not self.n_records or self.budget.densities:
             return False
-        return self._fits(trainer, 2 * self._density_runs)
+        return self._fits(trainer, 2 * self.budget.density_runs)
 
     def _set_capture(self, pl_module: pl.LightningModule, enabled: bool) -> bool:
         """Switch the module's feature capture; False (warned once) if that raised."""
@@ -327,7 +288,7 @@ class GeometryMonitor(Callback):
     def _over_budget(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         """Write the final record as skipped: it would break the time budget, stats are off."""
         self.n_skipped += 1
-        reason = self._deferral(trainer, "the final measurement")
+        reason = self.budget.deferral("the final measurement", self._owed)
         fields = {**self._fields(trainer, step, final=True), "status": "skipped", "reason": reason}
         self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0,
                                                        **fields))  # fmt: skip
@@ -369,8 +330,8 @@ class GeometryMonitor(Callback):
         """
         density = full and self._wants_density(trainer, final)
         fields = self._fields(trainer, step, final=final)
-        fields["deferred_parts"] = self._deferred_parts(trainer, full, final, density)
-        start = self._clock()
+        fields["deferred_parts"] = self.budget.deferred_parts(full, final, density, self._owed)
+        start = self.budget.clock()
         try:
             with preserved_state(pl_module):
                 history = list(self._queue) if self.config.stats.queue else []
@@ -395,12 +356,8 @@ class GeometryMonitor(Callback):
                                                      deferred=deferred)  # fmt: skip
         if full or final:
             self._owed = None
-        seconds = self._clock() - start
-        self._spent += seconds
-        if full:  # the cost estimate is of the Lanczos runs: a statistics record has none
-            runs = self._density_runs if fields.get("density") is not None else 1
-            self._densities += fields.get("density") is not None
-            self._cost = max(self._cost, seconds / runs)
+        seconds = self.budget.clock() - start
+        self.budget.add(seconds, full=full, density=fields.get("density") is not None)
         self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped,
                                                        seconds=seconds, **fields))  # fmt: skip
 

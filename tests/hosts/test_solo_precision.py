@@ -24,6 +24,7 @@ from solo.methods import METHODS  # noqa: E402
 from solo_geometry.config import GeometryConfig  # noqa: E402
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum  # noqa: E402
 from solo_geometry.hosts.solo import install  # noqa: E402
+from solo_geometry.linalg.operators import head_operators  # noqa: E402
 from solo_geometry.recipe import load_recipe  # noqa: E402
 from solo_geometry.runtime.measure import measure  # noqa: E402
 
@@ -90,3 +91,33 @@ def test_record_says_how_it_was_computed(digits: Path) -> None:
     for op in ("heff", "gn", "m"):
         assert result.metrics[f"{op}/steps"] >= 1
         assert isinstance(result.metrics[f"{op}/converged_min"], bool)
+
+
+@pytest.mark.parametrize("method", RECIPES)
+def test_batched_products_on_the_recipes_heads(method: str, digits: Path) -> None:
+    """The density probes' batched products: vmap runs on every recipe's graphs (no fallback)
+    and gives each vector's single product; the extremes' run is the same with probes beside."""
+    view = _view(method, digits)
+    Z = view.features.detach()
+    ops = head_operators(view.head, view.loss_of_outputs, Z, dtype=torch.float64)
+    vs = torch.randn(3, ops.dim, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for name in ("heff", "gn", "m"):
+        single = torch.stack([getattr(ops, name)(v) for v in vs])
+        scale = max(float(single.abs().max()), 1e-300)
+        assert float((ops.batched(name)(vs) - single).abs().max()) <= 1e-10 * scale, name
+    assert not ops._unbatched, ops._unbatched  # the batched path ran, not the fallback
+
+    def spectrum(probes: int) -> Any:
+        return effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, max_samples=4,
+                                          generator=torch.Generator().manual_seed(0),
+                                          density_probes=probes)  # fmt: skip
+
+    alone, beside = spectrum(0), spectrum(2)
+    # H_eff's extremes' run draws the first start vector either way: the same run to round-off
+    assert abs(alone.heff.steps - beside.heff.steps) <= 1, (alone.heff, beside.heff)
+    for name, op in alone.operators.items():  # GN's and M's start after H_eff's probes
+        other = beside.operators[name]
+        bound = max(1e-3 * max(abs(op.ritz_min), abs(op.ritz_max)), alone.floor)
+        assert abs(op.ritz_min - other.ritz_min) <= 2 * bound, (name, op, other)
+        assert abs(op.ritz_max - other.ritz_max) <= 2 * bound, (name, op, other)
+    assert beside.probes == 3 and alone.probes == 1

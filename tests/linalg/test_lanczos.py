@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos
+from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos, lanczos_side_by_side
 from solo_geometry.linalg.slq import FractionEstimate, SpectralDensity, slq_density
 
 
@@ -200,6 +200,43 @@ class TestLanczos:
         q = result.ritz_vectors
         eye = torch.eye(q.shape[1], dtype=torch.float64)
         assert float((q.T @ q - eye).abs().max()) < 1e-10
+
+    @pytest.mark.parametrize("kind", ["isolated", "few"])
+    def test_side_by_side_equals_one_run_after_the_other(self, kind: str) -> None:
+        """Extremes' run and two probes with one batched product: the sequential numbers."""
+        lam = isolated_minimum(120) if kind == "isolated" else torch.tensor([-2.0, 1, 3, 5] * 30)
+        a = householder_matrix(lam.double(), seed=4)
+        n, seen = a.shape[0], []
+
+        def product(vs: Tensor) -> Tensor:
+            seen.append(vs.shape)
+            return vs @ a
+
+        options: dict = dict(max_steps=n, tol=1e-6, check_every=1, dtype=torch.float64)
+        gen = torch.Generator().manual_seed(5)
+        runs = lanczos_side_by_side(product, n, followers=2, generator=gen, **options)
+        gen = torch.Generator().manual_seed(5)
+        lead = lanczos(lambda v: a @ v, n, generator=gen, **options)
+        options.update(max_steps=lead.steps, tol=0.0)
+        alone = [lead, *(lanczos(lambda v: a @ v, n, generator=gen, **options) for _ in "ab")]
+        assert all(shape == (3, n) for shape in seen) and len(seen) >= lead.steps
+        for got, want in zip(runs, alone, strict=True):
+            assert (got.steps, got.invariant) == (want.steps, want.invariant)
+            assert (got.converged_min, got.converged_max) == (
+                want.converged_min,
+                want.converged_max,
+            )
+            scale = float(lam.abs().max())
+            assert float((got.ritz_values - want.ritz_values).abs().max()) <= 1e-10 * scale
+            assert torch.allclose(got.weights, want.weights, atol=1e-10)
+        if kind == "few":  # 4 distinct eigenvalues: every run stops on an invariant subspace
+            assert [r.steps for r in runs] == [4, 4, 4] and all(r.invariant for r in runs)
+            for r in runs:
+                assert torch.allclose(r.ritz_values, torch.tensor([-2.0, 1, 3, 5]).double())
+        else:
+            assert runs[0].converged and abs(float(runs[0].ritz_values[0]) + 1.0) < 1e-3 * 300
+        with pytest.raises(ValueError, match="followers"):
+            lanczos_side_by_side(product, n, followers=-1, max_steps=3, tol=0.0, generator=None)
 
     def test_deterministic_and_global_rng_untouched(self) -> None:
         a = householder_matrix(torch.linspace(0.0, 1.0, 60), seed=4)

@@ -8,7 +8,12 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.functional import hessian, jacobian
 
-from solo_geometry.linalg.operators import has_batch_norm, head_jvp, head_operators
+from solo_geometry.linalg.operators import (
+    has_batch_norm,
+    head_jvp,
+    head_operators,
+    restrict_to_block,
+)
 
 V, N, D, HID, P = 2, 6, 4, 8, 5
 VEC = True  # vmap-vectorised references
@@ -90,6 +95,32 @@ class TestHeadOperators:
             assert float(m_op.norm()) > 1e-3 * float(h_ref.norm())
             assert rel(m_op, m_ref) < 1e-10
         assert rel(gn_ref + m_ref, h_ref) < 1e-10  # the chain rule split itself
+
+    @pytest.mark.parametrize("kind", ["swish", "relu", "bn_swish"])
+    def test_batched_products_match_dense(
+        self, kind: str, ssl_loss: Callable[[Tensor], Tensor]
+    ) -> None:
+        """B vectors in one pass: the dense float64 matrices' columns, BatchNorm rows coupled."""
+        head, z = make_head(kind), features()
+        ops = head_operators(head, ssl_loss, z)
+        ref = DenseReference(head, ssl_loss, z)
+        gen = torch.Generator().manual_seed(1)
+        vs = torch.randn(3, ops.dim, generator=gen, dtype=torch.float64)
+        h_ref = ref.heff()
+        for name, matrix in (("heff", h_ref), ("gn", ref.gn()), ("m", ref.m())):
+            out = ops.batched(name)(vs)
+            assert out.shape == (3, ops.dim) and not ops._unbatched
+            error = float((out - vs @ matrix).norm())
+            assert error <= 1e-10 * float((vs @ h_ref).norm())  # M of a ReLU head is 0
+            if float(matrix.norm()) > 1e-3 * float(h_ref.norm()):
+                assert rel(out, vs @ matrix) < 1e-10
+        index = torch.tensor([0, 3])
+        sub = restrict_to_block(ops.batched("heff"), ops.shape, index, batched=True)
+        one = restrict_to_block(ops.heff, ops.shape, index)
+        w = torch.randn(2, V * 2 * D, dtype=torch.float64)
+        assert rel(sub(w), torch.stack([one(x) for x in w])) < 1e-12
+        with pytest.raises(ValueError, match="heff"):
+            ops.batched("pullback")
 
     @pytest.mark.parametrize("kind", ["swish", "bn_swish"])
     def test_pullback_and_jvp(self, kind: str) -> None:
