@@ -4,6 +4,8 @@
 * :mod:`~solo_geometry.runtime.distributed`: measurements under DDP;
 * :mod:`~solo_geometry.runtime.monitor`: :class:`~solo_geometry.runtime.monitor.GeometryMonitor`,
   the Lightning callback;
+* :mod:`~solo_geometry.runtime.budget`: the monitor's time budget (which parts of a due record
+  fit, and why the others wait);
 * :mod:`~solo_geometry.runtime.updates`: per-epoch gradient norms and update sizes;
 * :mod:`~solo_geometry.runtime.callbacks`: the end-of-fit steps and the callbacks every host
   attaches.
