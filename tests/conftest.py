@@ -77,6 +77,17 @@ def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
     return SSL_LOSSES
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Long cases (marked ``slow``) first, each group in collection order.
+
+    ``make test`` hands tests to its workers one at a time (pytest-xdist ``--dist load
+    --maxschedchunk 1``), so the end-to-end runs start first on every worker and the short cases
+    fill the end: no worker finishes alone on a case of minutes. The order is the same on every
+    worker (a stable sort), as xdist requires.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _solo_reason(report: Any) -> str | None:
     """The skip reason of a report if it names solo-learn, else None."""
     longrepr = report.longrepr

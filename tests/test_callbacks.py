@@ -42,6 +42,7 @@ def _config(**probes: Any) -> GeometryConfig:
                           probes=small, budget=None)  # fmt: skip
 
 
+@pytest.mark.slow
 class TestGeometryCallbacks:
     def test_order_and_report_without_probes(self, tmp_path: Path) -> None:
         cfg = _config(enabled=False)

@@ -139,6 +139,7 @@ class TestExport:
 
 
 @pytest.mark.solo
+@pytest.mark.slow
 class TestBackwardCompatibility:
     def test_default_projectors_identical(
         self,

@@ -132,19 +132,26 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
     return data, str(data_root)
 
 
-def cell_host(host: str, backbone: str) -> str:
-    """The cells' host: ``auto`` is the lightly host for a backbone solo-learn lacks.
+def cell_host(host: str, backbone: str, stem: str = "auto") -> str:
+    """The cells' host: ``auto`` is the lightly host for a backbone or stem solo-learn lacks.
+
+    solo-learn builds its own stem (``auto``: the CIFAR one for CIFAR data, padding 2); any
+    other ``stem`` (the paper's ``cifar_paper``, padding 1) is the lightly host's.
 
     Raises:
-        ValueError: ``solo`` asked for with such a backbone.
+        ValueError: ``solo`` asked for with such a backbone or stem.
     """
-    if backbone not in LIGHTLY_ONLY:
+    if backbone in LIGHTLY_ONLY:
+        lacks, other = f"backbone {backbone!r} (the cpu scale's)", "--scale paper"
+    elif stem != "auto":
+        lacks, other = f"stem {stem!r}", "stem=auto (solo-learn's own stem)"
+    else:
         return host
     if host == "solo":
-        raise ValueError(f"--host solo: solo-learn has no backbone {backbone!r} (the cpu "
-                         "scale's); use --host lightly or auto, or --scale paper")  # fmt: skip
+        raise ValueError(f"--host solo: solo-learn has no {lacks}; use --host lightly or auto, "
+                         f"or {other}")  # fmt: skip
     if host == "auto":
-        print(f"host: lightly (solo-learn has no backbone {backbone!r})", flush=True)
+        print(f"host: lightly (solo-learn has no {lacks})", flush=True)
     return "lightly"
 
 
@@ -203,8 +210,12 @@ def reproduce_collapse(
     if not factor > 1:
         raise ValueError(f"--factor must be > 1, got {factor}")
     check_cell_overrides(extra)
-    named = [o.split("=", 1)[1] for o in extra if o.lstrip("+").startswith("backbone=")]
-    host = cell_host(host, named[-1] if named else protocol.backbone)
+
+    def named(key: str, default: str) -> str:  # the cell option's last value, else protocol's
+        values = [o.split("=", 1)[1] for o in extra if o.lstrip("+").startswith(f"{key}=")]
+        return values[-1] if values else default
+
+    host = cell_host(host, named("backbone", protocol.backbone), named("stem", protocol.stem))
     theirs = None if compare is None else load_runs(compare, trust_pickle=trust_pickle)
     out = Path(out).resolve()
     dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
@@ -214,7 +225,8 @@ def reproduce_collapse(
         f"host={host}", f"epochs={protocol.epochs}", f"steps_per_epoch={protocol.steps_per_epoch}",
         f"batch_size={protocol.batch_size}", f"every_n_steps={protocol.every_n_steps}",
         f"proj_hidden_dim={hidden}", f"proj_output_dim={output}", f"pred_hidden_dim={pred}",
-        f"crop_size={protocol.crop_size}", f"backbone={protocol.backbone}", f"factor={factor}",
+        f"crop_size={protocol.crop_size}", f"backbone={protocol.backbone}", f"stem={protocol.stem}",
+        f"factor={factor}",
         f"threads={threads}", *launch_overrides(jobs, threads, extra),
         f"hydra.sweep.dir={out / 'hydra'}",
         "hydra.sweep.subdir=${hydra.job.num}", "hydra/job_logging=disabled",

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.commands.pretrain import pretrain
+from solo_geometry.models.backbones import STEMS
 from solo_geometry.reproduce.collapse_protocol import ALPHA, BASE_LR, HEADS, NORMS, QUICK
 from solo_geometry.reproduce.collapse_summary import cell_record
 
@@ -64,6 +65,7 @@ class CellConfig:
     max_samples: int = 4  # samples in the Hessian operators' sub-block
     data: str = "digits"  # the data set's name in the rows (digits, cifar10, cifar100)
     backbone: str = "resnet18"
+    stem: str = "auto"  # backbone.stem (lightly host): "auto" is the data set's (solo-learn's rule)
     proj_hidden_dim: int = 512
     proj_output_dim: int = 512
     pred_hidden_dim: int = 128
@@ -108,7 +110,9 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
         f"++seed={cfg.seed}", f"optimizer.lr={recipe_lr!r}",
         f"optimizer.batch_size={cfg.batch_size}",
         f"max_epochs={cfg.epochs}", f"++limit_train_batches={cfg.steps_per_epoch}",
-        f"backbone.name={cfg.backbone}", f"method_kwargs.proj_hidden_dim={cfg.proj_hidden_dim}",
+        f"backbone.name={cfg.backbone}",
+        *([] if cfg.stem == "auto" else [f"++backbone.stem={cfg.stem}"]),  # the lightly host's
+        f"method_kwargs.proj_hidden_dim={cfg.proj_hidden_dim}",
         f"method_kwargs.proj_output_dim={cfg.proj_output_dim}",
         f"method_kwargs.pred_hidden_dim={cfg.pred_hidden_dim}",
         f"augmentations.0.crop_size={cfg.crop_size}",
@@ -120,7 +124,7 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
 
 # Settings a finished cell must share with the sweep to be skipped (else it is retrained).
 PROTOCOL_KEYS = ("epochs", "steps_per_epoch", "batch_size", "every_n_steps", "max_samples",
-                 "alpha", "dataset", "train_path", "backbone", "proj_hidden_dim",
+                 "alpha", "dataset", "train_path", "backbone", "stem", "proj_hidden_dim",
                  "proj_output_dim", "pred_hidden_dim", "crop_size")  # fmt: skip
 
 
@@ -134,7 +138,8 @@ def _finished(record: Path, cfg: DictConfig) -> dict[str, Any] | None:
     if not record.is_file():
         return None
     stored = json.loads(record.read_text())
-    same = all(stored.get("cell", {}).get(k) == cfg[k] for k in PROTOCOL_KEYS)
+    cell, default = stored.get("cell", {}), CellConfig()  # a key a record lacks: its default
+    same = all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)
     return stored if same else None
 
 
@@ -205,7 +210,7 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
     bad = [o for o in cell if "=" not in o or o.split("=", 1)[0].lstrip("+") not in keys]
     if bad:
         raise ValueError(f"unknown cell option(s) {bad}; choose from {keys}")
-    choices = {"head": sorted(HEADS), "norm": list(NORMS)}
+    choices = {"head": sorted(HEADS), "norm": list(NORMS), "stem": list(STEMS)}
     for key, value in (o.lstrip("+").split("=", 1) for o in cell):
         wrong = [v for v in value.split(",") if key in choices and v.strip() not in choices[key]]
         if wrong:  # a sweep (head=a,b) is checked value by value

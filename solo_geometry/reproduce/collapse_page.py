@@ -169,13 +169,19 @@ def _compare_panel(ax: Any, runs: Sequence[Run], title: str) -> None:
 
 
 def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source: str) -> str:
-    """Draw ``fig1_compare.png``: our curves beside the authors', each over its epoch-0 mean."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    _compare_panel(axes[0], ours, "this run")
+    """Draw ``fig1_compare.png``: our curves beside the authors', each over its epoch-0 mean.
+
+    One panel of theirs per data set and backbone (their file may hold several: CIFAR-10 and
+    CIFAR-100, ResNet-18 and ViT-Tiny), never pooled across them.
+    """
     groups = sorted({(r.dataset, r.backbone) for r in theirs})
-    label = ", ".join(f"{d} {b}" for d, b in groups)
-    _compare_panel(axes[1], theirs, f"authors ({label}): {Path(source).name}")
-    axes[0].set_ylabel("std / epoch-0 mean (dotted: 2x)")
+    fig, axes = plt.subplots(1, 1 + len(groups), figsize=(5.5 * (1 + len(groups)), 4),
+                             sharey=True, squeeze=False)  # fmt: skip
+    _compare_panel(axes[0, 0], ours, "this run")
+    for ax, (dataset, backbone) in zip(axes[0, 1:], groups, strict=True):
+        members = [r for r in theirs if (r.dataset, r.backbone) == (dataset, backbone)]
+        _compare_panel(ax, members, f"authors: {dataset} {backbone} ({Path(source).name})")
+    axes[0, 0].set_ylabel("std / epoch-0 mean (dotted: 2x)")
     fig.savefig(out / COMPARE, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return COMPARE

@@ -75,6 +75,7 @@ class Protocol:
     crop_size: int = 32
     data: str = "digits"
     backbone: str = "resnet18"
+    stem: str = "auto"  # backbone.stem (models.backbones.STEMS); "auto": the data set's
 
     def cells(self, base_lr: float = BASE_LR) -> list[tuple[str, str, float, int]]:
         """Every ``(head, norm, lr, seed)`` of the grid, in order."""
@@ -91,10 +92,12 @@ CPU = Protocol(epochs=34, steps_per_epoch=89, batch_size=16, every_n_steps=34 * 
                seeds=SEEDS, crop_size=8, backbone="resnet20")  # fmt: skip
 QUICK = Protocol(epochs=26, steps_per_epoch=89, batch_size=16, every_n_steps=26 * 89,
                  seeds=(0,), grid=QUICK_GRID, crop_size=8, backbone="resnet20")  # fmt: skip
-# --scale paper: the authors' setup (GPU): ResNet-18 with the CIFAR stem on CIFAR-10, batch 512,
-# 50 epochs of 97 steps, 2048-wide heads (predictor hidden 512).
+# --scale paper: the authors' setup (GPU): ResNet-18 with their CIFAR stem (experiments.py: 3x3
+# stride 1 padding 1, no max-pool; solo-learn's pads by 2) on CIFAR-10, batch 512, 50 epochs of
+# 97 steps, 2048-wide heads (predictor hidden 512). Their stem is the lightly host's.
 PAPER = Protocol(epochs=50, steps_per_epoch=97, batch_size=512, every_n_steps=97 * 10,
-                 seeds=SEEDS, widths=(2048, 2048, 512), crop_size=32, data="cifar10")  # fmt: skip
+                 seeds=SEEDS, widths=(2048, 2048, 512), crop_size=32, data="cifar10",
+                 stem="cifar_paper")  # fmt: skip
 SCALES = {"cpu": CPU, "paper": PAPER}
 
 

@@ -1,9 +1,11 @@
 """Data of the invariance reproduction: the embedded digits, or CIFAR already on disk.
 
 CIFAR is read from torchvision's files under ``--data-root`` (``cifar-10-batches-py`` or
-``cifar-100-python``) and never downloaded: absent files are a one-line error before anything
-is written. The probes read image folders, so a seeded, class-stratified subset of the train
-and test splits is exported once as PNGs (``<out>/data/<name>/{train,test}/<class>/``).
+``cifar-100-python``) by :mod:`solo_geometry.inputs.cifar`'s restricted unpickler (a batch file
+cannot run code), and never downloaded: absent or malformed files are a one-line error naming
+the file before anything is written. The probes read image folders, so a seeded,
+class-stratified subset of the train and test splits is exported once as PNGs
+(``<out>/data/<name>/{train,test}/<class>/``).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from pathlib import Path
 import torch
 from torchvision import datasets
 
+from solo_geometry.inputs.cifar import CifarFiles
 from solo_geometry.inputs.datasets import stratified_split
 
 __all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
 
 DATASETS = ("digits", "cifar10", "cifar100")
-_CIFAR = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}
+_CIFAR = ("cifar10", "cifar100")
 
 
 def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
@@ -27,7 +30,7 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
 
     Args:
         dataset: one of ``DATASETS``.
-        data_root: the folder torchvision's CIFAR class reads (``root``).
+        data_root: the folder holding torchvision's CIFAR folder (its ``root``).
 
     Returns:
         The data root (None for digits).
@@ -35,6 +38,7 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
     Raises:
         ValueError: on an unknown dataset.
         FileNotFoundError: CIFAR without ``data_root`` or without its files there.
+        ValueError: a file there that is not a CIFAR batch (naming it).
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}")
@@ -45,11 +49,11 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
     root = Path(data_root)
     try:
         for train in (True, False):
-            _CIFAR[dataset](str(root), train=train, download=False)
-    except RuntimeError:
+            CifarFiles(root, dataset, train=train)
+    except FileNotFoundError as err:
         raise FileNotFoundError(
-            f"--data-root {str(root)!r} holds no torchvision {dataset} files; this command "
-            "never downloads (fetch them with torchvision first)"
+            f"--data-root {str(root)!r} holds no torchvision {dataset} files ({err}); this "
+            "command never downloads (fetch them with torchvision first)"
         ) from None
     return root
 
@@ -57,11 +61,11 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
 def train_size(dataset: str, train_path: Path) -> int:
     """Number of pretraining images: CIFAR's train split, or the image folder's files."""
     if dataset in _CIFAR:
-        return len(_CIFAR[dataset](str(train_path), train=True, download=False))
+        return len(CifarFiles(train_path, dataset, train=True))
     return len(datasets.ImageFolder(str(train_path)).samples)
 
 
-def _export(base: datasets.VisionDataset, out: Path, n: int, seed: int) -> Path:
+def _export(base: CifarFiles, out: Path, n: int, seed: int) -> Path:
     labels = torch.tensor(base.targets)
     keep = labels.numel()
     if n < keep:
@@ -95,7 +99,7 @@ def export_cifar(
     for split, n in zip(("train", "test"), sizes, strict=True):
         target = out / split
         if not target.is_dir():  # written beside, then renamed: never a half-written folder
-            base = _CIFAR[dataset](str(data_root), train=split == "train", download=False)
+            base = CifarFiles(data_root, dataset, train=split == "train")
             partial = out / f".{split}.partial"
             shutil.rmtree(partial, ignore_errors=True)
             _export(base, partial, n, seed).rename(target)

@@ -82,6 +82,7 @@ def _check_faulty(records: list[GeometryRecord], log: str) -> None:
 
 
 @pytest.mark.solo
+@pytest.mark.slow
 class TestSoloDDP:
     """solo-learn's own main_pretrain.py and SimCLR under 2-process CPU DDP."""
 
@@ -135,6 +136,7 @@ def _check_equal(one: list[GeometryRecord], two: list[GeometryRecord]) -> None:
 RTOL = {0: 1e-12, 1: 1e-4}
 
 
+@pytest.mark.slow
 class TestLightlyDDP:
     """The lightly host (``solo-geometry pretrain --host lightly``) under 2-process CPU DDP."""
 

@@ -23,7 +23,7 @@ from solo_geometry.run.records import read_records
 from solo_geometry.run.run_folder import RunFolder
 
 pytest.importorskip("solo", reason=SOLO_REASON)
-pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
+pytestmark = [pytest.mark.solo, pytest.mark.slow]  # solo: counted in the terminal summary
 
 from solo_geometry.hosts.solo import SUPPORTED  # noqa: E402 - after the skip
 

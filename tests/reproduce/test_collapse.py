@@ -178,6 +178,10 @@ class TestSweep:
         printed = capfd.readouterr().out
         # --compare: our curves beside the authors' released ones, on the page
         assert (out / "fig1_compare.png").stat().st_size > 1000
+        from PIL import Image  # one panel of ours, one per data set and backbone of theirs (3)
+
+        width, height = Image.open(out / "fig1_compare.png").size
+        assert width > 3.2 * height  # 4 panels side by side; pooled in one they would be 2
         assert "fig1_compare.png" in (out / "index.html").read_text()
         assert "swish-none-lr0.05-s0: finished earlier, skipped" in printed
         assert "linear-none-lr0.05-s0: std(H) epoch 0" in printed  # trained again
@@ -257,13 +261,37 @@ class TestPaperScale:
         assert (paper.batch_size, paper.epochs, paper.steps_per_epoch) == (512, 50, 97)
         assert paper.widths == (2048, 2048, 512) and paper.data in CIFAR_DATASETS  # CIFAR stem
         assert len(paper.cells()) == 42
+        assert paper.stem == "cifar_paper"  # the authors' stem (padding 1), not solo-learn's
         cell = CellConfig(dataset="cifar10", batch_size=512, proj_hidden_dim=2048,
-                          proj_output_dim=2048, pred_hidden_dim=512)  # fmt: skip
+                          proj_output_dim=2048, pred_hidden_dim=512, stem=paper.stem)  # fmt: skip
         overrides = cell_overrides(cell)
         for want in ("data.dataset=cifar10", "backbone.name=resnet18", "optimizer.batch_size=512",
                      "method_kwargs.proj_output_dim=2048", "method_kwargs.pred_hidden_dim=512",
-                     "optimizer.lr=0.025"):  # fmt: skip  # 0.05 x 256 / 512: solo-learn scales
-            assert want in overrides
+                     "optimizer.lr=0.025", "++backbone.stem=cifar_paper"):  # fmt: skip
+            assert want in overrides  # lr: 0.05 x 256 / 512, solo-learn scales it back
+        # the cpu scale keeps the recipe's stem (resnet20 has its own): no stem override
+        assert not [o for o in cell_overrides(CellConfig()) if "stem" in o]
+
+    def test_the_papers_stem_is_the_lightly_hosts(self) -> None:
+        from solo_geometry.reproduce.collapse import cell_host
+
+        assert cell_host("auto", "resnet18", "cifar_paper") == "lightly"
+        assert cell_host("auto", "resnet18", "auto") == "auto"  # solo-learn's stem: any host
+        with pytest.raises(ValueError, match="stem 'cifar_paper'.*stem=auto"):
+            cell_host("solo", "resnet18", "cifar_paper")
+
+    def test_a_record_from_before_the_stem_option_is_still_finished(self, tmp_path: Path) -> None:
+        # cells recorded before `stem` existed were built with the recipe's stem ("auto")
+        from omegaconf import OmegaConf
+
+        from solo_geometry.reproduce.collapse_cell import PROTOCOL_KEYS, CellConfig, _finished
+
+        cfg = OmegaConf.structured(CellConfig())
+        stored = {"cell": {k: cfg[k] for k in PROTOCOL_KEYS if k != "stem"}}
+        (tmp_path / "c.json").write_text(json.dumps(stored))
+        assert _finished(tmp_path / "c.json", cfg) is not None
+        cfg.stem = "cifar_paper"
+        assert _finished(tmp_path / "c.json", cfg) is None  # another stem: trained again
 
     def test_grids(self) -> None:
         from solo_geometry.reproduce.collapse_protocol import protocol_of
@@ -280,6 +308,7 @@ class TestPaperScale:
             (h, "none", 0) for h in ("linear", "relu", "gelu", "swish")
         }
 
+    @pytest.mark.slow
     def test_end_to_end_on_a_tiny_fake_cifar10(self, tmp_path: Path) -> None:
         # --scale paper as a user runs it (ResNet-18 with the CIFAR stem on CIFAR-10 files in
         # torchvision's format, read by solo_geometry.inputs.cifar), at a tiny size: the rows and
@@ -291,8 +320,8 @@ class TestPaperScale:
         out = tmp_path / "o"
         buf = io.StringIO()
         with redirect_stdout(buf):
-            code = cli_main(["reproduce", "collapse", "--scale", "paper", "--quick", "--host",
-                             "lightly", "--jobs", "2", "--out", str(out), "--data-root",
+            code = cli_main(["reproduce", "collapse", "--scale", "paper", "--quick",
+                             "--jobs", "2", "--out", str(out), "--data-root",
                              str(root), "epochs=2", "steps_per_epoch=2", "batch_size=8",
                              "every_n_steps=4", "proj_hidden_dim=32", "proj_output_dim=32",
                              "pred_hidden_dim=8"])  # fmt: skip
@@ -307,10 +336,14 @@ class TestPaperScale:
                                                                    "undecidable")  # fmt: skip
             config = (out / r["run"] / "config.yaml").read_text()
             assert "cifar10" in config and str(root) in config
+            assert "stem: cifar_paper" in config  # the authors' stem, on the lightly host
         assert summary["protocol"]["widths"] == [2048, 2048, 512]  # the scale, overridden per cell
         ids = {c["id"] for c in summary["claims"]}
         assert {"smooth_escape", "relu_needs_bn", "m_negative_at_start"} <= ids
         assert "smooth_escape" in buf.getvalue()
+        # the default host: the authors' stem is the lightly host's, and it says so
+        assert "host: lightly (solo-learn has no stem 'cifar_paper')" in buf.getvalue()
+        assert {r["host"] for r in rows} == {"lightly"}
 
     def test_corrupt_cifar_file_is_exit_2_before_the_sweep(
         self, tmp_path: Path, capsys: pytest.CaptureFixture

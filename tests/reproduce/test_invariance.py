@@ -229,6 +229,51 @@ class TestInvarianceInput:
         assert len(err.splitlines()) == 1 and "cifar10" in err and "never downloads" in err
         assert not out.exists()
 
+    def test_code_in_a_cifar_batch_never_runs(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        # the batches are read by the restricted unpickler, not torchvision's pickle.load
+        import pickle
+
+        from solo_geometry.inputs.cifar import cifar_paths
+        from tests.test_cifar import write_fake_cifar
+
+        root = write_fake_cifar(tmp_path / "cifar")
+
+        class Payload:
+            def __reduce__(self) -> tuple[Any, tuple[str]]:
+                return (print, ("unpickled",))  # what pickle.load would call
+
+        bad = cifar_paths(root, "cifar10", train=False)[0]
+        bad.write_bytes(pickle.dumps({"data": Payload(), "labels": []}, protocol=2))
+        out = tmp_path / "out"
+        code = cli_main(["reproduce", "invariance", "--quick", "--out", str(out), "--dataset",
+                         "cifar10", "--data-root", str(root)])  # fmt: skip
+        captured = capsys.readouterr()
+        assert code == 2 and "unpickled" not in captured.out  # refused, never called
+        err = captured.err.strip()
+        assert len(err.splitlines()) == 1 and str(bad) in err and "refused" in err
+        assert not out.exists()
+
+    def test_cifar_is_exported_from_the_files_as_read(self, tmp_path: Path) -> None:
+        from PIL import Image
+
+        from solo_geometry.inputs.cifar import read_cifar
+        from solo_geometry.reproduce.invariance_data import check_data_root, export_cifar
+        from tests.test_cifar import write_fake_cifar
+
+        root = write_fake_cifar(tmp_path / "cifar", n=20)
+        assert check_data_root("cifar10", root) == root
+        train, test = export_cifar("cifar10", root, tmp_path / "png", (60, 10), seed=0)
+        for folder, split, n in ((train, True, 60), (test, False, 10)):
+            data, labels = read_cifar(root, "cifar10", train=split)
+            files = sorted(folder.glob("*/*.png"))
+            assert abs(len(files) - n) <= 10  # stratified: n up to rounding in each class
+            for f in files:  # <label>/<index>.png holds that image, pixel for pixel
+                i = int(f.stem)
+                assert int(f.parent.name) == labels[i]
+                assert np.array_equal(np.asarray(Image.open(f)), data[i])
+
     def test_cifar_without_data_root(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
         argv = ["reproduce", "invariance", "--quick", "--out", str(tmp_path / "o"), "--dataset",
                 "cifar100"]  # fmt: skip
