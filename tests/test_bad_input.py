@@ -171,6 +171,10 @@ CASES: tuple[Case, ...] = (
     Case("reproduce", "collapse: unknown head",
          ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "head=nope"),
          "cell option head='nope' unknown; choose from"),
+    Case("reproduce", "collapse: unknown stem",
+         ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "stem=vgg"),
+         "cell option stem='vgg' unknown; choose from "
+         "['auto', 'imagenet', 'cifar', 'cifar_paper']"),
     Case("reproduce", "collapse: --out under a file",
          ("reproduce", "collapse", "--quick", "--out", "{w}/recipes/simclr.yaml/sweep"),
          "Not a directory; expected folders all the way down"),
