@@ -16,13 +16,12 @@ from pathlib import Path
 import torch
 from torchvision import datasets
 
-from solo_geometry.inputs.cifar import CifarFiles
+from solo_geometry.inputs.cifar import CIFAR_LAYOUT, CifarFiles
 from solo_geometry.inputs.datasets import stratified_split
 
 __all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
 
-DATASETS = ("digits", "cifar10", "cifar100")
-_CIFAR = ("cifar10", "cifar100")
+DATASETS = ("digits", *CIFAR_LAYOUT)
 
 
 def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
@@ -36,9 +35,9 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
         The data root (None for digits).
 
     Raises:
-        ValueError: on an unknown dataset.
+        ValueError: on an unknown dataset, or a file under ``data_root`` that is not a CIFAR
+            batch (naming it).
         FileNotFoundError: CIFAR without ``data_root`` or without its files there.
-        ValueError: a file there that is not a CIFAR batch (naming it).
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}")
@@ -60,7 +59,7 @@ def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
 
 def train_size(dataset: str, train_path: Path) -> int:
     """Number of pretraining images: CIFAR's train split, or the image folder's files."""
-    if dataset in _CIFAR:
+    if dataset in CIFAR_LAYOUT:
         return len(CifarFiles(train_path, dataset, train=True))
     return len(datasets.ImageFolder(str(train_path)).samples)
 
