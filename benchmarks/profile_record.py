@@ -7,6 +7,9 @@ that step's captured view: the representation statistics, the augmentation tange
 building the operators' graphs, one product of each operator (H_eff, GN, M) in float64 and
 float32, the Lanczos runs of the extremes (steps per operator) at the configured dtype, and the
 spectra with the density, its probes side by side (batched products) and one product at a time.
+Then, in training steps (``.../in_steps``): the record, the record with the density, rho, H_eff's
+Lanczos run alone, and rho with H_eff's run (what a record would cost with GN's and M's runs left
+out, at these products and this batch's Lanczos steps).
 
 Usage::
 
@@ -125,7 +128,7 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     Z = view.features.detach()
     out: dict[str, Any] = {"recipe": method, "step": step, "shape": list(Z.shape)}
     out["stats"], _ = timed(lambda: _stats(view, []))
-    out["rho"], _ = timed(lambda: _rho(view, Z, cfg, torch.Generator().manual_seed(0)), 1)
+    out["rho"], _ = timed(lambda: _rho(view, Z, cfg, torch.Generator().manual_seed(0)))
     index = block_indices(Z.shape[1], cfg.max_samples)
     for dtype in (torch.float64, torch.float32):
         name = str(dtype).removeprefix("torch.")
@@ -151,6 +154,13 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     out["record"], _ = timed(lambda: measure(view, cfg, density=False), 1)
     out["record_density"], _ = timed(lambda: measure(view, cfg, density=True), 1)
     model.geometry_capture(False)
+    out["gn_is_heff"] = spec.gn_is_heff
+    # in training steps: the record, with the density, and rho with H_eff's run alone (what a
+    # record would cost with GN's and M's runs left out)
+    for key in ("record", "record_density", "rho"):
+        out[f"{key}/in_steps"] = out[key] / step
+    out["heff_run/in_steps"] = out["heff/seconds"] / step
+    out["heff_and_rho/in_steps"] = (out["rho"] + out["heff/seconds"]) / step
     return out
 
 

@@ -80,10 +80,11 @@ def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Long cases (marked ``slow``) first, each group in collection order.
 
-    ``make test`` hands tests to its workers one at a time (pytest-xdist ``--dist load
-    --maxschedchunk 1``), so the end-to-end runs start first on every worker and the short cases
-    fill the end: no worker finishes alone on a case of minutes. The order is the same on every
-    worker (a stable sort), as xdist requires.
+    ``make test`` hands tests to its workers a few at a time (pytest-xdist ``--dist loadgroup``:
+    the tests of one ``xdist_group`` as one unit, first, on one worker; the others one by one in
+    this order), so the end-to-end runs start first on every worker and the short cases fill the
+    end: no worker finishes alone on a case of minutes. The order is the same on every worker (a
+    stable sort), as xdist requires.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 

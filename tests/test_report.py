@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -294,3 +298,34 @@ class TestRealRun:
         index = write_report([run])
         sources = _check_pngs(index)
         assert {"spectra.png", "density.png", "orbits.png", "umap_class.png"} <= set(sources)
+
+
+_EMBED = """
+import json, sys
+import numpy as np
+import umap.umap_ as u
+from solo_geometry.analysis.plots import _embed
+emb, how = _embed(np.random.default_rng(0).normal(size=(40, 16)), 0)
+s = u.smooth_knn_dist.stats  # compiled without cache=True by umap-learn itself
+print(json.dumps({"how": how, "hits": sum(s.cache_hits.values()),
+                  "misses": sum(s.cache_misses.values()), "embedding": emb.tolist()}))
+"""
+
+
+class TestUmapCache:
+    def test_second_process_loads_the_compiled_umap_and_draws_the_same(
+        self, tmp_path: Path
+    ) -> None:
+        pytest.importorskip("umap", reason="umap-learn not installed")
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+        out = []
+        for _ in range(2):
+            proc = subprocess.run([sys.executable, "-c", _EMBED], env=env, capture_output=True,
+                                  text=True, timeout=300, check=False)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        first, second = out
+        assert first["how"] == second["how"] == "UMAP"
+        assert first["misses"] >= 1 and first["hits"] == 0  # compiled, written to the cache
+        assert second["hits"] >= 1 and second["misses"] == 0  # loaded, not compiled again
+        assert second["embedding"] == first["embedding"]

@@ -7,9 +7,12 @@ has a title, labelled axes with units and a legend. Matplotlib runs on the Agg b
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import matplotlib
@@ -212,12 +215,36 @@ def plot_bars(
     return _save(fig, path)
 
 
+@functools.cache
+def umap_cached() -> ModuleType:
+    """umap-learn, its numba functions compiled once per machine rather than once per process.
+
+    umap-learn and pynndescent compile most of their numba functions without ``cache=True``, so
+    each process that drew an embedding spent 12 to 25 s of CPU compiling them, most of a short
+    run's report. This turns numba's on-disk cache on for them (``Dispatcher.enable_caching``,
+    the mechanism behind ``cache=True``): later processes load the machine code and draw the
+    same embedding. The cache lies where numba puts it (``NUMBA_CACHE_DIR``, else beside the
+    package's sources or in the user's cache folder).
+
+    Raises:
+        ModuleNotFoundError: umap-learn is not installed (the message names the extra).
+    """
+    umap = require("umap")
+    dispatcher = require("numba.core.dispatcher", "umap")  # numba comes with umap-learn
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.split(".")[0] in ("umap", "pynndescent"):
+            for obj in list(vars(module).values()):
+                if isinstance(obj, dispatcher.Dispatcher):
+                    obj.enable_caching()
+    return umap
+
+
 def _embed(x: np.ndarray, seed: int) -> tuple[np.ndarray, str]:
     """2-d UMAP of rows x (n, d) (PCA when too few points for UMAP); embedding and method."""
     why = f"only {x.shape[0]} points, too few for UMAP"
     if x.shape[0] >= 20:
         try:
-            umap = require("umap")
+            umap = umap_cached()
         except ModuleNotFoundError:
             umap, why = None, "umap-learn not installed: pip install 'solo-geometry[umap]'"
         if umap is not None:

@@ -14,27 +14,28 @@ as many steps; never a count of Ritz values, which grows with the number of step
 Cost: the head and the loss are evaluated once, every product reuses that one graph (M has its
 own on top of it), no product is taken twice, float32 products (half float64's on a CPU; the
 floor is then 1e-5) run under float64 recurrences, and the density probes go side by side with
-the extremes' run, one batched product per step.
+the extremes' run, one batched product per step. A head that is a chain of Linear layers and
+piecewise-linear activations without BatchNorm (solo-learn's SimCLR and MoCo v2+ projectors) has
+M = 0 almost everywhere, so GN = H_eff exactly: GN's spectrum is then H_eff's run, not a second
+Lanczos run of the same operator (``gn_is_heff`` in the record).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.linalg.lanczos import CHECK_EVERY, LanczosResult, lanczos, lanczos_side_by_side
+from solo_geometry.linalg.lanczos import LanczosResult
 from solo_geometry.linalg.operators import (
-    HeadOperators,
     LossFn,
     block_indices,
     head_operators,
-    restrict_to_block,
+    piecewise_linear,
 )
-from solo_geometry.linalg.slq import SpectralDensity
+from solo_geometry.linalg.slq import ExtremesRunner, SpectralDensity
 
 __all__ = [
     "DEFAULT_TAU",
@@ -134,6 +135,8 @@ class HessianSpectrum:
         dim: size of the operators, V * n_block * d.
         n_batch: samples N in the batch the loss sees.
         n_block: samples whose rows span the operators' principal sub-block.
+        gn_is_heff: GN's spectrum is H_eff's run: the head is piecewise linear
+            (:func:`piecewise_linear`), so GN = H_eff exactly and a second run would repeat it.
     """
 
     operators: dict[str, OperatorSpectrum]
@@ -146,6 +149,7 @@ class HessianSpectrum:
     dim: int
     n_batch: int
     n_block: int
+    gn_is_heff: bool = False
 
     @property
     def heff(self) -> OperatorSpectrum:
@@ -169,6 +173,8 @@ class HessianSpectrum:
             record.update(spectrum.as_record(name))
         if "m" in self.operators:
             record["interaction_ratio"] = self.interaction_ratio
+        if "gn" in self.operators:
+            record["gn_is_heff"] = self.gn_is_heff
         record.update(
             floor=self.floor,
             tau=self.tau,
@@ -267,48 +273,6 @@ def _check_arguments(
         raise ValueError(f"Z must have shape (V, N, d); got {tuple(Z.shape)}")
 
 
-@dataclass(frozen=True)
-class _Runner:
-    """The Lanczos settings shared by every run of one measurement."""
-
-    dim: int
-    max_steps: int
-    tol: float
-    probes: int
-    generator: torch.Generator
-    dtype: torch.dtype
-    device: torch.device
-
-    def run(
-        self, ops: HeadOperators, name: str, index: Tensor | None, atol: float
-    ) -> tuple[LanczosResult, SpectralDensity, float]:
-        """Extremes' run and ``probes - 1`` density probes of as many steps; wall time.
-
-        With probes, the runs go side by side, one batched product per step (same numbers).
-        """
-        start = time.perf_counter()
-        options = dict(
-            max_steps=self.max_steps,
-            tol=self.tol,
-            atol=atol,
-            generator=self.generator,
-            dtype=torch.float64,  # Krylov basis and recurrences
-            device=self.device,
-            matvec_dtype=self.dtype,  # the products
-            # a check (a small eigh) costs nothing next to a CPU product: check every step there
-            check_every=1 if self.device.type == "cpu" else CHECK_EVERY,
-        )
-        if self.probes == 1:
-            runs = [lanczos(restrict_to_block(getattr(ops, name), ops.shape, index), self.dim,
-                            **options)]  # type: ignore[arg-type]  # fmt: skip
-        else:
-            product = restrict_to_block(ops.batched(name), ops.shape, index, batched=True)
-            runs = lanczos_side_by_side(product, self.dim, followers=self.probes - 1,
-                                        **options)  # type: ignore[arg-type]  # fmt: skip
-        density = SpectralDensity.from_runs(runs)
-        return runs[0], density, time.perf_counter() - start
-
-
 def effective_hessian_spectrum(
     head: nn.Module,
     loss_fn: LossFn,
@@ -329,8 +293,10 @@ def effective_hessian_spectrum(
     spectral scale, or under the floor. H_eff runs first: its largest |Ritz value| sets the
     floor tau * max|lambda(H_eff)| below which an eigenvalue of any of the three counts as
     negative (docs/design.md section 3), and under which a residual needs no further steps (so M of
-    a linear or ReLU head, pure round-off, converges at once). Start vectors are drawn in turn from
-    ``generator``: H_eff's, its density probes, then GN's, then M's. Leaves the head, its
+    a linear or ReLU head, pure round-off, converges at once). For a piecewise-linear head
+    (:func:`piecewise_linear`) GN = H_eff, and GN's spectrum is H_eff's run (``gn_is_heff``).
+    Start vectors are drawn in turn from ``generator``: H_eff's, its density probes, then GN's
+    (unless GN is H_eff), then M's. Leaves the head, its
     ``.grad``, BatchNorm running statistics, train/eval mode and the global RNG state as found.
 
     Args:
@@ -367,7 +333,7 @@ def effective_hessian_spectrum(
     ops = head_operators(head, loss_fn, Z, dtype=dtype)  # forks the global RNG itself
     index = block_indices(Z.shape[1], max_samples)
     n_block = Z.shape[1] if index is None else index.numel()
-    runner = _Runner(
+    runner = ExtremesRunner(
         dim=Z.shape[0] * n_block * Z.shape[2],
         max_steps=max_steps,
         tol=tol,
@@ -378,7 +344,11 @@ def effective_hessian_spectrum(
     )
     runs = {"heff": runner.run(ops, "heff", index, 0.0)}
     floor = tau * float(runs["heff"][0].ritz_values.abs().max())
+    gn_is_heff = "gn" in operators and piecewise_linear(head)
     for name in (n for n in OPERATORS[1:] if n in operators):
+        if name == "gn" and gn_is_heff:  # the same operator: its run, at no further cost
+            runs[name] = (*runs["heff"][:2], 0.0)
+            continue
         runs[name] = runner.run(ops, name, index, floor)
     spectra = {
         name: operator_spectrum(run, density, floor=floor, tol=tol, dim=runner.dim, seconds=seconds)
@@ -397,4 +367,5 @@ def effective_hessian_spectrum(
         dim=runner.dim,
         n_batch=Z.shape[1],
         n_block=n_block,
+        gn_is_heff=gn_is_heff,
     )

@@ -45,6 +45,7 @@ __all__ = [
     "has_batch_norm",
     "head_jvp",
     "head_operators",
+    "piecewise_linear",
 ]
 
 LossFn = Callable[[Tensor], Tensor]
@@ -53,6 +54,26 @@ LossFn = Callable[[Tensor], Tensor]
 def has_batch_norm(module: nn.Module) -> bool:
     """Whether ``module`` contains a BatchNorm (or other running-statistics norm) layer."""
     return any(isinstance(m, _NormBase) for m in module.modules())
+
+
+# Modules whose second derivative vanishes almost everywhere, matched by exact type (a subclass
+# may compute anything in its forward). Dropout is linear given its mask, drawn once per record.
+PIECEWISE_LINEAR: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.ReLU, nn.LeakyReLU, nn.Identity, nn.Dropout, nn.Flatten)  # fmt: skip
+
+
+def piecewise_linear(head: nn.Module) -> bool:
+    """Whether ``head`` is piecewise linear in its input, as a chain of modules shows it.
+
+    True for an ``nn.Sequential`` (nested ones too) of Linear layers and ReLU, LeakyReLU,
+    Identity, Dropout and Flatten modules: its Hessian in the input is 0 almost everywhere, so
+    M = 0 and H_eff = GN (docs/design.md section 3). False for anything else, BatchNorm
+    included (it normalises by batch statistics of the input) and any module whose forward
+    this cannot see through.
+    """
+    if type(head) is nn.Sequential:
+        return all(piecewise_linear(child) for child in head)
+    return type(head) in PIECEWISE_LINEAR
 
 
 def _grad(

@@ -20,15 +20,23 @@ References:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from solo_geometry.linalg.lanczos import LanczosResult, MatVec, lanczos
+from solo_geometry.linalg.lanczos import (
+    CHECK_EVERY,
+    LanczosResult,
+    MatVec,
+    lanczos,
+    lanczos_side_by_side,
+)
+from solo_geometry.linalg.operators import HeadOperators, restrict_to_block
 
-__all__ = ["FractionEstimate", "SpectralDensity", "slq_density"]
+__all__ = ["ExtremesRunner", "FractionEstimate", "SpectralDensity", "slq_density"]
 
 
 @dataclass(frozen=True)
@@ -203,3 +211,64 @@ def slq_density(
         for _ in range(probes)
     ]
     return SpectralDensity.from_runs(runs)
+
+
+@dataclass(frozen=True)
+class ExtremesRunner:
+    """The Lanczos settings shared by every operator's runs in one measurement.
+
+    Attributes:
+        dim: size of the (sub-block) operator.
+        max_steps: step cap of each run.
+        tol: relative residual tolerance of the extremes.
+        probes: SLQ probes per operator, the extremes' run included.
+        generator: draws the start vectors, one run after another.
+        dtype: dtype of the products (the recurrences are float64).
+        device: where the Krylov vectors live.
+    """
+
+    dim: int
+    max_steps: int
+    tol: float
+    probes: int
+    generator: torch.Generator
+    dtype: torch.dtype
+    device: torch.device
+
+    def run(
+        self, ops: HeadOperators, name: str, index: Tensor | None, atol: float
+    ) -> tuple[LanczosResult, SpectralDensity, float]:
+        """Extremes' run and ``probes - 1`` density probes of as many steps; wall time.
+
+        With probes, the runs go side by side, one batched product per step (same numbers).
+
+        Args:
+            ops: the operators of one batch.
+            name: which of them, ``heff``, ``gn`` or ``m``.
+            index: sample indices of the principal sub-block (None: the whole batch).
+            atol: absolute residual under which an extreme needs no further steps (the floor).
+
+        Returns:
+            The extremes' run, the SLQ density of all ``probes`` runs, the seconds they took.
+        """
+        start = time.perf_counter()
+        options = dict(
+            max_steps=self.max_steps,
+            tol=self.tol,
+            atol=atol,
+            generator=self.generator,
+            dtype=torch.float64,  # Krylov basis and recurrences
+            device=self.device,
+            matvec_dtype=self.dtype,  # the products
+            # a check (a small eigh) costs nothing next to a CPU product: check every step there
+            check_every=1 if self.device.type == "cpu" else CHECK_EVERY,
+        )
+        if self.probes == 1:
+            runs = [lanczos(restrict_to_block(getattr(ops, name), ops.shape, index), self.dim,
+                            **options)]  # type: ignore[arg-type]  # fmt: skip
+        else:
+            product = restrict_to_block(ops.batched(name), ops.shape, index, batched=True)
+            runs = lanczos_side_by_side(product, self.dim, followers=self.probes - 1,
+                                        **options)  # type: ignore[arg-type]  # fmt: skip
+        density = SpectralDensity.from_runs(runs)
+        return runs[0], density, time.perf_counter() - start

@@ -75,6 +75,7 @@ class GeometryMonitor(Callback):
         ``converged_min``, ``converged_max``, ``steps``, ``cond`` (null unless the operator is
         definite beyond the floor and its extremes converged), ``neg_fraction`` with
         ``neg_fraction_std`` and ``neg_fraction_quad`` (SLQ), ``seconds``; ``interaction_ratio``,
+        ``gn_is_heff`` (GN's numbers are H_eff's run: a piecewise-linear head, M = 0),
         ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}``, the
         same for ``h/``, ``stats/n_samples``, ``whitening/{score,rank,cond_z,cond_h}`` (how much
         more isotropic H is than Z), ``metric/{min,max,cond,rank,effective_rank}`` (the metric

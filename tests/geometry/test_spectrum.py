@@ -13,6 +13,7 @@ from solo_geometry.geometry.spectrum import (
     OperatorSpectrum,
     effective_hessian_spectrum,
     operator_spectrum,
+    piecewise_linear,
 )
 from solo_geometry.linalg.lanczos import CHECK_EVERY, lanczos
 from solo_geometry.linalg.operators import block_indices
@@ -250,7 +251,7 @@ class TestEffectiveHessianSpectrum:
         )  # fmt: skip
         settings = {
             "interaction_ratio", "floor", "tau", "lanczos_tol", "lanczos_max_steps",
-            "slq_probes", "dim", "n_batch", "n_block",
+            "slq_probes", "dim", "n_batch", "n_block", "gn_is_heff",
         }  # fmt: skip
         expected = {f"{op}/{k}" for op in ("heff", "gn", "m") for k in fields}
         assert set(record) == expected | settings
@@ -316,6 +317,62 @@ class TestEffectiveHessianSpectrum:
 
 def _loss(h: Tensor) -> Tensor:
     return (h[0] - h[1]).pow(2).sum() + torch.tanh(h).sum()
+
+
+def relu_chain(norm: bool = False) -> nn.Sequential:
+    """Linear-ReLU-Linear as solo-learn builds SimCLR's projector; BatchNorm after the first."""
+    torch.manual_seed(0)
+    middle = [nn.BatchNorm1d(6)] if norm else []
+    return nn.Sequential(nn.Linear(D, 6), *middle, nn.ReLU(), nn.Linear(6, 4))
+
+
+class ShiftedLinear(nn.Linear):
+    """A Linear subclass whose forward is not affine: the type says nothing of its forward."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).pow(2)
+
+
+class TestPiecewiseLinearHead:
+    def test_recognised_by_its_modules(self) -> None:
+        nested = nn.Sequential(nn.Linear(D, 6), nn.LeakyReLU(), nn.Dropout(0.0), nn.Flatten())
+        assert piecewise_linear(relu_chain())
+        assert piecewise_linear(nn.Sequential(nested, nn.Identity(), nn.Linear(6, 4)))
+        assert piecewise_linear(nn.Linear(D, 4))
+        for head in (
+            relu_chain(norm=True),
+            nn.Sequential(nn.Linear(D, 6), nn.GELU(), nn.Linear(6, 4)),
+            nn.Sequential(ShiftedLinear(D, 4)),
+            small_head(activation="relu"),  # its own forward, which this does not read
+        ):
+            assert not piecewise_linear(head), head
+
+    @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+    def test_gn_is_heffs_run_and_the_dense_gn(self, dtype: torch.dtype, ssl_loss: Loss) -> None:
+        head, z, tol = relu_chain(), features(), 1e-6 if dtype == torch.float64 else 1e-3
+        s = effective_hessian_spectrum(head, ssl_loss, z, tol=tol, dtype=dtype)
+        assert s.gn_is_heff and s.as_record()["gn_is_heff"] is True
+        assert s.gn.steps == s.heff.steps and s.gn.seconds == 0.0  # no second run
+        assert (s.gn.lambda_min, s.gn.lambda_max) == (s.heff.lambda_min, s.heff.lambda_max)
+        dense = dense_parts(head, ssl_loss, z)
+        exact = torch.linalg.eigvalsh(dense["gn"])
+        scale = float(exact.abs().max())
+        assert float(dense["m"].abs().max()) <= 1e-12 * scale  # M = 0: GN is H_eff
+        assert s.gn.lambda_min == pytest.approx(float(exact[0]), abs=tol * scale)
+        assert s.gn.lambda_max == pytest.approx(float(exact[-1]), abs=tol * scale)
+        assert s.m.converged_min and max(abs(s.m.ritz_min), abs(s.m.ritz_max)) <= s.floor
+
+    def test_batch_norm_head_runs_gn_itself(self, ssl_losses: dict) -> None:
+        head, z, loss = relu_chain(norm=True), features(), ssl_losses["nt_xent"]
+        s = effective_hessian_spectrum(head, loss, z, tol=1e-6)
+        assert not s.gn_is_heff and s.as_record()["gn_is_heff"] is False
+        dense = {k: torch.linalg.eigvalsh(a) for k, a in dense_parts(head, loss, z).items()}
+        scale = float(dense["heff"].abs().max())
+        assert float(dense["m"].abs().max()) > 1e-3 * scale  # BatchNorm: M is not 0
+        for op in ("gn", "m"):
+            got, exact = s.operators[op], dense[op]
+            assert got.lambda_min == pytest.approx(float(exact[0]), abs=1e-6 * scale)
+            assert got.lambda_max == pytest.approx(float(exact[-1]), abs=1e-6 * scale)
 
 
 class TestNoSideEffects:

@@ -24,7 +24,12 @@ from solo.methods import METHODS  # noqa: E402
 from solo_geometry.config import GeometryConfig  # noqa: E402
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum  # noqa: E402
 from solo_geometry.hosts.solo import install  # noqa: E402
-from solo_geometry.linalg.operators import head_operators  # noqa: E402
+from solo_geometry.linalg.lanczos import lanczos  # noqa: E402
+from solo_geometry.linalg.operators import (  # noqa: E402
+    block_indices,
+    head_operators,
+    restrict_to_block,
+)
 from solo_geometry.recipe import load_recipe  # noqa: E402
 from solo_geometry.runtime.measure import measure  # noqa: E402
 
@@ -81,6 +86,18 @@ def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits:
         # the residual bounds hold: an eigenvalue lies within each of the reference's extremes
         assert op.ritz_min - op.residual_min <= truth.lambda_min + 1e-6 * bound
         assert op.ritz_max + op.residual_max >= truth.lambda_max - 1e-6 * bound
+    # SimCLR's and MoCo v2+'s projectors are Linear-ReLU-Linear: GN's numbers are H_eff's run,
+    # so check them against a float64 run of GN's own products
+    assert got.gn_is_heff == (method in ("simclr", "mocov2plus"))
+    if got.gn_is_heff:
+        ops = head_operators(view.head, view.loss_of_outputs, Z, dtype=torch.float64)
+        gn = restrict_to_block(ops.gn, ops.shape, block_indices(Z.shape[1], cfg.max_samples))
+        own = lanczos(gn, ref.dim, max_steps=400, tol=1e-10,
+                      generator=torch.Generator().manual_seed(5))  # fmt: skip
+        assert own.converged
+        bound = max(cfg.lanczos_tol * max(abs(got.gn.ritz_min), abs(got.gn.ritz_max)), got.floor)
+        assert abs(got.gn.lambda_min - float(own.ritz_values[0])) <= bound
+        assert abs(got.gn.lambda_max - float(own.ritz_values[-1])) <= bound
 
 
 def test_record_says_how_it_was_computed(digits: Path) -> None:

@@ -58,6 +58,7 @@ def _curvature_sets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("invariance_run")  # one worker builds the run
 class TestInvarianceRun:
     def test_orbit_statistics_are_the_papers_formula_on_the_saved_arrays(
         self, reproduced: tuple[Path, dict[str, Any]]
