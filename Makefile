@@ -39,17 +39,16 @@ endif
 demo: setup
 	$(PY) -m solo_geometry.cli demo $(DEMO_ARGS)
 
-# The suite runs on every core (pytest-xdist): tests go to the workers a few at a time, the long
-# ones (marked slow) first (tests/conftest.py), so no worker ends alone on an end-to-end case; the
-# tests of one xdist_group (those sharing a costly fixture) go to one worker, which builds it once;
-# one torch thread per worker and per subprocess, so the workers do not contend for the cores (set
+# The suite runs on every core (pytest-xdist): tests go to the workers one at a time, the long ones
+# (marked slow) first (tests/conftest.py), so no worker ends alone on an end-to-end case; one torch
+# thread per worker and per subprocess, so the workers do not contend for the cores (set
 # OMP_NUM_THREADS to change it). The slowest cases are listed at the end. TEST_WORKERS=0 runs it
 # in one process.
 TEST_WORKERS ?= auto
 OMP_NUM_THREADS ?= 1
 test: solo
-	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup \
-	    --durations 15 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) -m pytest -n $(TEST_WORKERS) --dist load \
+	    --maxschedchunk 1 --durations 15 $(PYTEST_ARGS)
 
 docs: setup
 	$(VENV)/bin/mkdocs serve

@@ -80,13 +80,29 @@ def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Long cases (marked ``slow``) first, each group in collection order.
 
-    ``make test`` hands tests to its workers a few at a time (pytest-xdist ``--dist loadgroup``:
-    the tests of one ``xdist_group`` as one unit, first, on one worker; the others one by one in
-    this order), so the end-to-end runs start first on every worker and the short cases fill the
-    end: no worker finishes alone on a case of minutes. The order is the same on every worker (a
-    stable sort), as xdist requires.
+    ``make test`` hands tests to its workers one at a time (pytest-xdist ``--dist load
+    --maxschedchunk 1``), so the end-to-end runs start first on every worker and the short cases
+    fill the end: no worker finishes alone on a case of minutes. Before them all, the first test
+    of each ``shared`` group: it builds the group's folder (``build_once`` in
+    ``tests/shared.py``) while the other worker starts on the long cases; the group's other tests
+    come after the long cases, when the folder is built, so no worker waits for it or builds it
+    again. The order is the same on every worker (a stable sort), as xdist requires.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    firsts: dict[str, Any] = {}
+    for item in items:
+        marker = item.get_closest_marker("shared")
+        if marker is not None:
+            firsts.setdefault(marker.args[0], item)
+    builders = {id(item) for item in firsts.values()}
+
+    def rank(item: Any) -> int:
+        if id(item) in builders:
+            return 0
+        if item.get_closest_marker("shared") is not None:
+            return 2  # after the long cases: the folder is built by then
+        return 1 if item.get_closest_marker("slow") is not None else 3
+
+    items.sort(key=rank)
 
 
 def _solo_reason(report: Any) -> str | None:

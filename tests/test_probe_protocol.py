@@ -90,7 +90,6 @@ def _hand_linear_on_z(model: LoadedModel, train_x: Tensor, test_x: Tensor) -> fl
         return float((probe(zte).argmax(1) == yte).double().mean())
 
 
-@pytest.mark.xdist_group("probe_protocol")  # one worker fits the probes
 class TestProtocolBoth:
     def test_writes_both_probes(self, run_both: tuple[Path, ProbeTable, LoadedModel]) -> None:
         _, table, _ = run_both

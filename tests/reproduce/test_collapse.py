@@ -81,7 +81,6 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     return out, summary, buf.getvalue()
 
 
-@pytest.mark.xdist_group("collapse_sweep")  # one worker runs the sweep
 class TestSweep:
     def test_rows_match_run_folders(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep

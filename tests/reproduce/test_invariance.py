@@ -29,6 +29,7 @@ from solo_geometry.reproduce.invariance import (
 )
 from solo_geometry.reproduce.invariance_verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.run.run_folder import RunFolder
+from tests.shared import build_once
 from tests.test_orbits_cli import paper_metrics
 
 TINY = replace(QUICK, seeds=2, curvature_images=4, mlp_epochs=3, limit_batches=2)
@@ -43,8 +44,9 @@ def cli(*argv: str) -> int:
 
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("invariance")
-    run_invariance_experiment(out, TINY)
+    """The tiny invariance run, built once per session however many workers read it."""
+    out = build_once(tmp_path_factory, "invariance_run",
+                     lambda folder: run_invariance_experiment(folder, TINY))  # fmt: skip
     return out, json.loads((out / "invariance.json").read_text())
 
 
@@ -58,7 +60,7 @@ def _curvature_sets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("invariance_run")  # one worker builds the run
+@pytest.mark.shared("invariance_run")  # its first test goes first, and builds the run
 class TestInvarianceRun:
     def test_orbit_statistics_are_the_papers_formula_on_the_saved_arrays(
         self, reproduced: tuple[Path, dict[str, Any]]
