@@ -329,3 +329,18 @@ class TestUmapCache:
         assert first["misses"] >= 1 and first["hits"] == 0  # compiled, written to the cache
         assert second["hits"] >= 1 and second["misses"] == 0  # loaded, not compiled again
         assert second["embedding"] == first["embedding"]
+
+    def test_no_writable_cache_folder_still_draws(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        pytest.importorskip("umap", reason="umap-learn not installed")
+        from numba.core.dispatcher import Dispatcher
+
+        def refuse(self: Dispatcher) -> None:  # what numba raises where no folder is writable
+            raise RuntimeError(f"cannot cache function {self.py_func!r}: no locator available")
+
+        monkeypatch.setattr(Dispatcher, "enable_caching", refuse)
+        plots.umap_cached.cache_clear()
+        try:
+            emb, how = plots._embed(np.random.default_rng(0).normal(size=(40, 16)), 0)
+        finally:
+            plots.umap_cached.cache_clear()
+        assert how == "UMAP" and emb.shape == (40, 2) and np.isfinite(emb).all()

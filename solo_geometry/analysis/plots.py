@@ -224,7 +224,8 @@ def umap_cached() -> ModuleType:
     run's report. This turns numba's on-disk cache on for them (``Dispatcher.enable_caching``,
     the mechanism behind ``cache=True``): later processes load the machine code and draw the
     same embedding. The cache lies where numba puts it (``NUMBA_CACHE_DIR``, else beside the
-    package's sources or in the user's cache folder).
+    package's sources or in the user's cache folder); where no folder is writable, the code is
+    compiled in each process as before.
 
     Raises:
         ModuleNotFoundError: umap-learn is not installed (the message names the extra).
@@ -235,7 +236,10 @@ def umap_cached() -> ModuleType:
         if module is not None and name.split(".")[0] in ("umap", "pynndescent"):
             for obj in list(vars(module).values()):
                 if isinstance(obj, dispatcher.Dispatcher):
-                    obj.enable_caching()
+                    try:
+                        obj.enable_caching()
+                    except RuntimeError:  # no writable cache folder: compiled as before
+                        pass
     return umap
 
 
