@@ -10,6 +10,8 @@ spectra with the density, its probes side by side (batched products) and one pro
 Then, in training steps (``.../in_steps``): the record, the record with the density, rho, H_eff's
 Lanczos run alone, and rho with H_eff's run (what a record would cost with GN's and M's runs left
 out, at these products and this batch's Lanczos steps).
+H_eff's run is the spectrum's own ``seconds`` (wall time, the rest is CPU time): the same with
+``--threads 1`` on a core nothing else uses.
 
 Usage::
 
