@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 # multi-GB build to satisfy a looser requirement later.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup solo demo test docs docs-build lint clean
+.PHONY: setup solo demo test check docs docs-build lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ OMP_NUM_THREADS ?= 1
 test: solo
 	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) -m pytest -n $(TEST_WORKERS) --dist load \
 	    --maxschedchunk 1 --durations 15 $(PYTEST_ARGS)
+
+# The fast layer: every test that runs no real recipe (tests/conftest.py marks the others e2e),
+# for after each edit; make test (what CI runs) runs them all.
+check: solo
+	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) -m pytest -n $(TEST_WORKERS) --dist load \
+	    --maxschedchunk 1 --durations 10 -m "not e2e" $(PYTEST_ARGS)
 
 docs: setup
 	$(VENV)/bin/mkdocs serve

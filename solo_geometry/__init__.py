@@ -10,16 +10,11 @@ whom): :mod:`~solo_geometry.config`, :mod:`~solo_geometry.linalg`,
 :mod:`~solo_geometry.models`, :mod:`~solo_geometry.analysis`, :mod:`~solo_geometry.runtime`,
 :mod:`~solo_geometry.hosts`, :mod:`~solo_geometry.commands`, :mod:`~solo_geometry.reproduce`,
 :mod:`~solo_geometry.zoo`, :mod:`~solo_geometry.upstream`, and at the root :mod:`solo_geometry.cli`
-with the modules every floor may use (``extras``, ``state``, ``recipe``). Module names of the
-flat layout stay importable as deprecated aliases (:mod:`solo_geometry._moved`).
+with the modules every floor may use (``extras``, ``state``, ``recipe``).
 """
 
 from __future__ import annotations
 
-from solo_geometry._moved import install
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__"]
-
-install()

@@ -77,8 +77,44 @@ def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
     return SSL_LOSSES
 
 
+# The modules whose tests run a real recipe (a pretrain through the CLI, solo-learn's
+# main_pretrain.py, a sweep, a DDP group): each of their tests is marked ``e2e``, and so is every
+# ``slow`` case. ``make check`` (the fast layer) runs the rest: ``-m "not e2e"``.
+E2E_MODULES = frozenset(
+    {
+        "tests/hosts/test_ddp.py",
+        "tests/hosts/test_lightly_host.py",
+        "tests/hosts/test_lightly_simsiam.py",
+        "tests/hosts/test_solo_e2e.py",
+        "tests/hosts/test_solo_helpers.py",
+        "tests/hosts/test_solo_methods_e2e.py",
+        "tests/hosts/test_solo_methods_extra.py",
+        "tests/hosts/test_solo_precision.py",
+        "tests/reproduce/test_invariance.py",
+        "tests/reproduce/test_updates.py",
+        "tests/test_bad_input.py",
+        "tests/test_demo.py",
+        "tests/test_faults.py",
+        "tests/test_hydra_plugin.py",
+        "tests/test_probes.py",
+        "tests/test_report.py",
+        "tests/test_resume.py",
+        "tests/test_sweeps.py",
+        "tests/test_upstream.py",
+        "tests/test_zoo_build.py",
+    }
+)
+
+
+def _is_e2e(item: Any) -> bool:
+    """Whether a test runs a real recipe: its module is in E2E_MODULES, or it is slow."""
+    path = str(getattr(item, "path", "")).replace("\\", "/")
+    in_module = any(path.endswith(module) for module in E2E_MODULES)
+    return in_module or item.get_closest_marker("slow") is not None
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Long cases (marked ``slow``) first, each group in collection order.
+    """Mark the end-to-end cases ``e2e``; long cases (marked ``slow``) first.
 
     ``make test`` hands tests to its workers one at a time (pytest-xdist ``--dist load
     --maxschedchunk 1``), so the end-to-end runs start first on every worker and the short cases
@@ -88,6 +124,9 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     come after the long cases, when the folder is built, so no worker waits for it or builds it
     again. The order is the same on every worker (a stable sort), as xdist requires.
     """
+    for item in items:
+        if _is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
     firsts: dict[str, Any] = {}
     for item in items:
         marker = item.get_closest_marker("shared")

@@ -163,7 +163,7 @@ CASES = {
         {
             f"{name}.py": ""
             for name in (
-                "_moved",
+                "conf",
                 "extras",
                 "state",
                 "recipe",
@@ -175,7 +175,7 @@ CASES = {
             )
         },  # fmt: skip
         "crowded-root",
-        ["9 root modules > 8: solo_geometry._moved, solo_geometry.cli,"],
+        ["9 root modules > 8: solo_geometry.cli, solo_geometry.conf,"],
     ),
 }
 
@@ -192,8 +192,7 @@ class TestChecker:
 
     def test_clean_tree_passes(self, tmp_path: Path) -> None:
         files = {
-            "__init__.py": "from solo_geometry._moved import install\n\n__version__ = '0'\n",
-            "_moved.py": "def install():\n    pass\n",
+            "__init__.py": "__version__ = '0'\n",
             "linalg/__init__.py": "from solo_geometry.linalg.lanczos import lanczos\n",
             "linalg/lanczos.py": "import torch\nfrom .operators import hvp\n\nlanczos = hvp\n",
             "linalg/operators.py": "from __future__ import annotations\n\nhvp = None\n",

@@ -36,8 +36,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # the package's own __init__). A unit may import itself, the units listed here, and whatever
 # those may import (the closure): so each floor names only the floors right under it.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
-    "": ("_moved",),  # the package's __init__: the finder of the old module names, nothing else
-    "_moved": (),  # imports the new module of an old name by computed name only
+    "": (),  # the package's __init__: the version, nothing else
     "config": (),  # the geometry node: no torch, no solo-learn (the Hydra plugin imports it)
     "extras": (),  # the one lazy importer of solo-learn, lightly, umap-learn
     "state": (),  # the state guard
@@ -58,7 +57,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "cli": ("reproduce", "zoo", "upstream", ""),
 }
 # Units that never import solo-learn at module level (the core and the models under it).
-SOLO_FREE = ("", "_moved", "config", "extras", "state", "linalg", "geometry", "run", "recipe",
+SOLO_FREE = ("", "config", "extras", "state", "linalg", "geometry", "run", "recipe",
              "conf", "inputs", "models", "analysis", "runtime")  # fmt: skip
 # Optional extras: the only imports allowed inside a function (top-level distribution names).
 LAZY_EXTRAS = ("solo", "lightly", "umap")

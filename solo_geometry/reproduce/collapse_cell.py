@@ -28,7 +28,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.models.backbones import STEMS
-from solo_geometry.reproduce.collapse_protocol import ALPHA, BASE_LR, HEADS, NORMS, QUICK
+from solo_geometry.reproduce.collapse_protocol import (
+    ALPHA,
+    BASE_LR,
+    CELL_ACTIVATIONS,
+    CELL_NORMS,
+    QUICK,
+)
 from solo_geometry.reproduce.collapse_summary import cell_record
 
 __all__ = [
@@ -49,8 +55,8 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "simsiam.y
 class CellConfig:
     """One cell of the grid: the config node of :func:`run_cell` (Hydra app ``collapse``)."""
 
-    head: str = "swish"  # a key of HEADS
-    norm: str = "none"  # one of NORMS
+    head: str = "swish"  # a key of CELL_ACTIVATIONS
+    norm: str = "none"  # one of CELL_NORMS
     lr: float = BASE_LR  # the optimiser's effective rate (after solo-learn's batch scaling)
     seed: int = 0
     out: str = "collapse"  # the sweep folder
@@ -90,15 +96,15 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
     Raises:
         ValueError: on an unknown head or norm.
     """
-    if cfg.head not in HEADS:
-        raise ValueError(f"unknown head {cfg.head!r}; choose from {sorted(HEADS)}")
-    if cfg.norm not in NORMS:
-        raise ValueError(f"unknown norm {cfg.norm!r}; choose from {list(NORMS)}")
+    if cfg.head not in CELL_ACTIVATIONS:
+        raise ValueError(f"unknown head {cfg.head!r}; choose from {sorted(CELL_ACTIVATIONS)}")
+    if cfg.norm not in CELL_NORMS:
+        raise ValueError(f"unknown norm {cfg.norm!r}; choose from {list(CELL_NORMS)}")
     recipe_lr = cfg.lr * 256 / cfg.batch_size  # solo-learn multiplies by batch_size / 256
     return [
         "+geometry=on",
         f"name=collapse-{cell_id(cfg.head, cfg.norm, cfg.lr, cfg.seed)}",
-        "geometry.head.name=smooth_mlp", f"geometry.head.activation={HEADS[cfg.head]}",
+        "geometry.head.name=smooth_mlp", f"geometry.head.activation={CELL_ACTIVATIONS[cfg.head]}",
         f"geometry.head.norm={cfg.norm}", "geometry.head.bias=false",
         f"geometry.head.out_norm={str(cfg.norm == 'bn').lower()}",
         "geometry.predictor.name=smooth_mlp",  # follows the head's activation and norm
@@ -210,7 +216,7 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
     bad = [o for o in cell if "=" not in o or o.split("=", 1)[0].lstrip("+") not in keys]
     if bad:
         raise ValueError(f"unknown cell option(s) {bad}; choose from {keys}")
-    choices = {"head": sorted(HEADS), "norm": list(NORMS), "stem": list(STEMS)}
+    choices = {"head": sorted(CELL_ACTIVATIONS), "norm": list(CELL_NORMS), "stem": list(STEMS)}
     for key, value in (o.lstrip("+").split("=", 1) for o in cell):
         wrong = [v for v in value.split(",") if key in choices and v.strip() not in choices[key]]
         if wrong:  # a sweep (head=a,b) is checked value by value

@@ -16,12 +16,12 @@ from typing import Any
 __all__ = [
     "ALPHA",
     "BASE_LR",
+    "CELL_ACTIVATIONS",
+    "CELL_NORMS",
     "CPU",
     "FULL_GRID",
     "GRIDS",
-    "HEADS",
     "LR_FACTORS",
-    "NORMS",
     "PAPER",
     "PAPER_GRID",
     "QUICK",
@@ -34,8 +34,8 @@ __all__ = [
     "protocol_of",
 ]
 
-HEADS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
-NORMS = ("bn", "none")
+CELL_ACTIVATIONS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
+CELL_NORMS = ("bn", "none")
 LR_FACTORS = (0.1, 1.0, 10.0)  # the paper's small, base and large rates (0.005, 0.05, 0.5)
 SEEDS = (0, 1, 2)
 ALPHA = 0.1  # the paper's collapse_init_scale
@@ -55,9 +55,13 @@ class Block:
 # without BN at the base lr; Swish and ReLU x BN on/off x 3 lrs. Linear + BN is not among them
 # (their ProjectionHead builds no BN for "linear").
 PAPER_GRID = (Block(("linear", "gelu"), ("none",), (1.0,)),
-              Block(("swish", "relu"), NORMS, LR_FACTORS))  # fmt: skip
-FULL_GRID = (Block(tuple(HEADS), NORMS, LR_FACTORS),)  # --grid full: the whole factorial
-QUICK_GRID = (Block(tuple(HEADS), ("none",), (1.0,)),)  # --quick: the four heads without BN
+              Block(("swish", "relu"), CELL_NORMS, LR_FACTORS))  # fmt: skip
+FULL_GRID = (
+    Block(tuple(CELL_ACTIVATIONS), CELL_NORMS, LR_FACTORS),
+)  # --grid full: the whole factorial
+QUICK_GRID = (
+    Block(tuple(CELL_ACTIVATIONS), ("none",), (1.0,)),
+)  # --quick: the four heads without BN
 GRIDS = {"paper": PAPER_GRID, "full": FULL_GRID}
 
 

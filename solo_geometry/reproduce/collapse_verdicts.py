@@ -41,10 +41,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from solo_geometry.reproduce.collapse_protocol import BASE_LR
 from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = [
-    "BASE_LR",
     "BN_BAND",
     "CLAIMS",
     "ESCAPE_FACTOR",
@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 ESCAPE_FACTOR = 2.0
-BASE_LR = 0.05  # the paper's lr_collapse
 LR_NAMES = {0.1: "small", 1.0: "base", 10.0: "large"}  # factor of the base rate -> the paper's
 # With BatchNorm "std stays near its level": the authors' curves stay at 0.30 to 1.61 of epoch 0
 # (DESIGN section 8: 0.4 to 1.3 at the end); without it ReLU falls to 0.10 and 0.03.
