@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from solo_geometry.reproduce.collapse_protocol import CPU, Protocol, protocol_of
+from solo_geometry.reproduce.collapse.protocol import CPU, Protocol, protocol_of
 
 QUICK_BUDGET_S, FULL_BUDGET_S = 300.0, 5400.0
 QUICK, FULL = protocol_of(True, "cpu", "paper"), CPU  # --quick and the default grid

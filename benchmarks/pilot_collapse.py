@@ -1,7 +1,7 @@
 """Pilot of the collapse reproduction's CPU scale: a few cells at full length, timed.
 
 Runs the ``--quick`` grid (the four heads without BatchNorm at the base lr, seed 0) at the CPU
-scale's sizes and length (:data:`solo_geometry.reproduce.collapse_protocol.CPU`: epochs x steps
+scale's sizes and length (:data:`solo_geometry.reproduce.collapse.protocol.CPU`: epochs x steps
 per epoch, batch, crop, head widths, backbone) or at the sizes given, on one core, and prints the
 CPU seconds per optimiser step (this process's and its children's, setup included) and per cell
 its seconds per optimiser step, its curve over epoch 0 and its escape. From the measured cost
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from solo_geometry.reproduce.collapse import reproduce_collapse
-from solo_geometry.reproduce.collapse_protocol import CPU, QUICK_GRID
+from solo_geometry.reproduce.collapse.protocol import CPU, QUICK_GRID
 
 
 def _cpu() -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solo_geometry.reproduce.collapse_files import AUTHORS_SETUP
+from solo_geometry.reproduce.collapse.files import AUTHORS_SETUP
 
 REPO = "github.com/farischaudhry/projection-head-geometry"
 PATHS = ("cifar10/resnet18", "cifar10/vit_tiny", "cifar100/resnet18")

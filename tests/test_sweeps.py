@@ -18,7 +18,7 @@ from solo_geometry.commands.sweeps import (
     sweep_size,
 )
 from solo_geometry.reproduce.collapse import reproduce_collapse
-from solo_geometry.reproduce.collapse_protocol import Block, Protocol
+from solo_geometry.reproduce.collapse.protocol import Block, Protocol
 
 REPO = Path(__file__).resolve().parents[1]
 # A user's own Hydra app: nothing of this package but the callback named on the command line.

@@ -1,7 +1,7 @@
 """The reproduction's page: tables and figures in the paper's layout, next to its numbers.
 
 The page frame (:func:`write_page`) and the table helpers every experiment's section uses (the
-invariance section is :mod:`solo_geometry.reproduce.invariance_page`'s). ``run_all`` runs
+invariance section is :mod:`solo_geometry.reproduce.invariance.page`'s). ``run_all`` runs
 several experiments (each a callable returning a page section) and joins their sections into
 ``out/paper.html``: ``solo-geometry reproduce all``.
 """

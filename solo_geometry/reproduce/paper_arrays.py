@@ -9,7 +9,7 @@ scalars and plain containers and refuses any other global (:mod:`solo_geometry.i
 file that names a function is an error, not a call.
 
 :func:`paper_evidence` turns one such folder (or its files) into the evidence that
-:mod:`solo_geometry.reproduce.invariance_verdicts` judges.
+:mod:`solo_geometry.reproduce.invariance.verdicts` judges.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
 
 __all__ = ["KNOWN_FILES", "TEST_IMAGES", "paper_evidence", "read_npy_dict"]
 

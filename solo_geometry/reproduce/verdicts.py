@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.reproduce.collapse_files import add_collapse_kind
-from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
+from solo_geometry.reproduce.collapse.files import add_collapse_kind
+from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence
 
 __all__ = ["KINDS", "add_verdicts_parser", "format_verdicts", "invariance_verdicts"]

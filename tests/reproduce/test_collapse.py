@@ -19,9 +19,9 @@ from joblib.externals.loky import get_reusable_executor
 
 from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import reproduce_collapse
-from solo_geometry.reproduce.collapse_page import FIGURES, page_body
-from solo_geometry.reproduce.collapse_protocol import Block, Protocol
-from solo_geometry.reproduce.collapse_summary import cell_record
+from solo_geometry.reproduce.collapse.page import FIGURES, page_body
+from solo_geometry.reproduce.collapse.protocol import Block, Protocol
+from solo_geometry.reproduce.collapse.summary import cell_record
 from solo_geometry.reproduce.paper import write_page
 from tests.test_cifar import write_fake_cifar
 
@@ -255,7 +255,7 @@ class TestPaperScale:
     def test_the_authors_setup(self) -> None:
         from solo_geometry.models.backbones import CIFAR_DATASETS
         from solo_geometry.reproduce.collapse import CellConfig, cell_overrides
-        from solo_geometry.reproduce.collapse_protocol import protocol_of
+        from solo_geometry.reproduce.collapse.protocol import protocol_of
 
         paper = protocol_of(False, "paper", "paper")
         assert (paper.batch_size, paper.epochs, paper.steps_per_epoch) == (512, 50, 97)
@@ -284,7 +284,7 @@ class TestPaperScale:
         # cells recorded before `stem` existed were built with the recipe's stem ("auto")
         from omegaconf import OmegaConf
 
-        from solo_geometry.reproduce.collapse_cell import PROTOCOL_KEYS, CellConfig, _finished
+        from solo_geometry.reproduce.collapse.cell import PROTOCOL_KEYS, CellConfig, _finished
 
         cfg = OmegaConf.structured(CellConfig())
         stored = {"cell": {k: cfg[k] for k in PROTOCOL_KEYS if k != "stem"}}
@@ -294,7 +294,7 @@ class TestPaperScale:
         assert _finished(tmp_path / "c.json", cfg) is None  # another stem: trained again
 
     def test_grids(self) -> None:
-        from solo_geometry.reproduce.collapse_protocol import protocol_of
+        from solo_geometry.reproduce.collapse.protocol import protocol_of
 
         paper = {(h, n, lr) for h, n, lr, _ in protocol_of(False, "cpu", "paper").cells()}
         assert len(paper) == 14 and ("linear", "bn", 0.05) not in paper

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solo_geometry.reproduce.collapse_files import authors_runs, load_runs
-from solo_geometry.reproduce.collapse_verdicts import (
+from solo_geometry.reproduce.collapse.files import authors_runs, load_runs
+from solo_geometry.reproduce.collapse.verdicts import (
     BN_BAND,
     CLAIMS,
     Run,

@@ -27,7 +27,7 @@ from solo_geometry.reproduce.invariance import (
     add_invariance_parser,
     run_invariance_experiment,
 )
-from solo_geometry.reproduce.invariance_verdicts import CLAIMS, run_evidence, verdicts
+from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.run.run_folder import RunFolder
 from tests.shared import build_once
 from tests.test_orbits_cli import paper_metrics
@@ -262,7 +262,7 @@ class TestInvarianceInput:
         from PIL import Image
 
         from solo_geometry.inputs.cifar import read_cifar
-        from solo_geometry.reproduce.invariance_data import check_data_root, export_cifar
+        from solo_geometry.reproduce.invariance.data import check_data_root, export_cifar
         from tests.test_cifar import write_fake_cifar
 
         root = write_fake_cifar(tmp_path / "cifar", n=20)

@@ -14,14 +14,14 @@ import torch
 
 from solo_geometry.cli import main
 from solo_geometry.geometry.orbits import orbit_comparison
-from solo_geometry.reproduce.invariance_verdicts import (
+from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
+from solo_geometry.reproduce.invariance.verdicts import (
     CLAIMS,
     evidence_from_json,
     evidence_to_json,
     run_evidence,
     verdicts,
 )
-from solo_geometry.reproduce.orbit_evidence import OrbitSummary, orbit_evidence
 from solo_geometry.reproduce.paper_arrays import paper_evidence, read_npy_dict
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "paper_invariance.json"

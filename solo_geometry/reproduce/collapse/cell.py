@@ -28,14 +28,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.models.backbones import STEMS
-from solo_geometry.reproduce.collapse_protocol import (
+from solo_geometry.reproduce.collapse.protocol import (
     ALPHA,
     BASE_LR,
     CELL_ACTIVATIONS,
     CELL_NORMS,
     QUICK,
 )
-from solo_geometry.reproduce.collapse_summary import cell_record
+from solo_geometry.reproduce.collapse.summary import cell_record
 
 __all__ = [
     "PROTOCOL_KEYS",
@@ -48,7 +48,7 @@ __all__ = [
     "run_cell",
 ]
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "simsiam.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "digits" / "simsiam.yaml"
 
 
 @dataclass

@@ -20,7 +20,7 @@ temperature 0.1, on the embedded digits (CIFAR-10/100 when torchvision's files a
 Everything lands in ``--out``: ``invariance.json`` (every number, with the paper's published
 value and a verdict computed per claim), the orbit and sweep arrays (``orbits_*.npz`` in the
 paper's layout: ``solo-geometry orbits FILE`` re-analyses them), the run folders, and the page
-``invariance.html`` (:mod:`solo_geometry.reproduce.invariance_page`).
+``invariance.html`` (:mod:`solo_geometry.reproduce.invariance.page`).
 
 Seeds follow the paper's code: one pretraining, then ``seeds`` draws of the orbit images and of
 the curvature sweeps (experiments.py calls ``set_seed(seed_idx)`` before each draw).
@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 from solo_geometry.extras import require
 from solo_geometry.inputs.datasets import load_image_folder, make_digits
 from solo_geometry.models.checkpoint import load_model
-from solo_geometry.reproduce.invariance_data import (
+from solo_geometry.reproduce.invariance.data import (
     DATASETS,
     check_data_root,
     export_cifar,
     subset_folders,
     train_size,
 )
-from solo_geometry.reproduce.invariance_measure import (
+from solo_geometry.reproduce.invariance.measure import (
     Splits,
     curvature_seeds,
     feature_norm,
@@ -57,9 +57,9 @@ from solo_geometry.reproduce.invariance_measure import (
     spectra_of,
     training_images,
 )
-from solo_geometry.reproduce.invariance_page import invariance_section, write_invariance_page
-from solo_geometry.reproduce.invariance_settings import FULL, QUICK, InvarianceSettings
-from solo_geometry.reproduce.invariance_verdicts import format_verdicts, run_evidence, verdicts
+from solo_geometry.reproduce.invariance.page import invariance_section, write_invariance_page
+from solo_geometry.reproduce.invariance.settings import FULL, QUICK, InvarianceSettings
+from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper import add_run_arguments
 from solo_geometry.run.run_folder import RunFolder
 

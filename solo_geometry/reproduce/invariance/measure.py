@@ -46,7 +46,7 @@ from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.features import extract_features
 from solo_geometry.models.checkpoint import LoadedModel
 from solo_geometry.models.heads import MetricLinearHead
-from solo_geometry.reproduce.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
 from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [

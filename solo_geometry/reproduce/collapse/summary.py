@@ -11,7 +11,7 @@ Definitions (the paper's where it has one, docs/reproducing.md):
   (``head/output_std`` of ``updates.jsonl``, :mod:`solo_geometry.runtime.updates`), epoch 0 first;
   ``baseline_std`` its epoch-0 mean; escape, ``escape_epoch``, ``escape_step``, ``ceiling`` and
   ``outcome`` ("escaped", "not escaped", "undecidable") as
-  :func:`solo_geometry.reproduce.collapse_verdicts.escape` defines them;
+  :func:`solo_geometry.reproduce.collapse.verdicts.escape` defines them;
 * ``start_std`` and ``final_std``: the monitor's ``h/normalized_std`` at step 0 (before any step,
   the collapsed start) and in the final record; the monitor's series after epoch e is the mean
   of its records measured during it;
@@ -33,8 +33,8 @@ from typing import Any
 
 from scipy.stats import spearmanr
 
-from solo_geometry.reproduce.collapse_files import summary_runs as _runs
-from solo_geometry.reproduce.collapse_verdicts import ESCAPE_FACTOR, escape, judge, lr_name
+from solo_geometry.reproduce.collapse.files import summary_runs as _runs
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
 from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.updates import read_update_records
 

@@ -8,7 +8,7 @@ min-max shaded (collapse instability), Swish's and ReLU's BatchNorm and learning
 sizes (timescale separation). For the monitor's series epoch 0 is the collapsed start (its
 step-0 record) and epoch e >= 1 the mean over epoch e's steps. With ``--compare FILE``,
 ``fig1_compare.png`` draws these curves beside the authors' released ones
-(:func:`solo_geometry.reproduce.collapse_files.load_runs`), normalised the same way, against
+(:func:`solo_geometry.reproduce.collapse.files.load_runs`), normalised the same way, against
 optimiser steps.
 """
 
@@ -26,8 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402 - after selecting the non-interact
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from solo_geometry.reproduce.collapse_summary import CURVE_KEY, table_markdown  # noqa: E402
-from solo_geometry.reproduce.collapse_verdicts import Run  # noqa: E402
+from solo_geometry.reproduce.collapse.summary import CURVE_KEY, table_markdown  # noqa: E402
+from solo_geometry.reproduce.collapse.verdicts import Run  # noqa: E402
 
 __all__ = ["COMPARE", "FIGURES", "page_body", "write_compare", "write_page"]
 

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from solo_geometry.reproduce.invariance_claims import PUBLISHED, PUBLISHED_DEPTH  # noqa: E402
+from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH  # noqa: E402
 from solo_geometry.reproduce.paper import Section, _pm, _save, _table, write_page  # noqa: E402
 
 __all__ = ["DEPARTURES", "invariance_section", "write_invariance_page"]

@@ -8,15 +8,15 @@ over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recip
 (always the lightly host for a backbone solo-learn lacks: the CPU scale's ``resnet20``):
 
 * heads as the paper builds them, pseudo-collapse, the monitor and the update-size callback
-  (:mod:`.collapse_cell`, one cell);
+  (:mod:`.cell`, one cell);
 * the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
   on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
   (:mod:`solo_geometry.commands.sweeps`: ``submitit_local``, ``submitit_slurm``).
 
 A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
 interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
-``summary.json``, ``table.md``, the figures and ``index.html`` (:mod:`.collapse_page`) and prints
-each claim's verdict (:mod:`.collapse_summary`), computed from the runs' numbers.
+``summary.json``, ``table.md``, the figures and ``index.html`` (:mod:`.page`) and prints
+each claim's verdict (:mod:`.summary`), computed from the runs' numbers.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from solo_geometry.commands.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.datasets import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
-from solo_geometry.reproduce.collapse_cell import (
+from solo_geometry.reproduce.collapse.cell import (
     CellConfig,
     cell_file,
     cell_id,
@@ -44,9 +44,9 @@ from solo_geometry.reproduce.collapse_cell import (
     check_cell_overrides,
     run_cell,
 )
-from solo_geometry.reproduce.collapse_files import load_runs, summary_runs
-from solo_geometry.reproduce.collapse_page import FIGURES, page_body, write_compare, write_page
-from solo_geometry.reproduce.collapse_protocol import (
+from solo_geometry.reproduce.collapse.files import load_runs, summary_runs
+from solo_geometry.reproduce.collapse.page import FIGURES, page_body, write_compare, write_page
+from solo_geometry.reproduce.collapse.protocol import (
     BASE_LR,
     GRIDS,
     SCALES,
@@ -54,9 +54,9 @@ from solo_geometry.reproduce.collapse_protocol import (
     describe,
     protocol_of,
 )
-from solo_geometry.reproduce.collapse_summary import print_claims, summarise, write_summary
+from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
 
-__all__ = [  # the cell's names are re-exported from .collapse_cell
+__all__ = [  # the cell's names are re-exported from .cell
     "DATA_CHOICES",
     "CellConfig",
     "add_parser",

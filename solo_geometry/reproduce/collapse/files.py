@@ -4,7 +4,7 @@ Our ``summary.json`` (rows with their per-epoch curves), the authors' released
 ``collapse_results.npy`` (a pickled dict, read by the restricted unpickler unless
 ``--trust-pickle``; both key layouts: CIFAR-10's ``<act>_bn_<True|False>_lr_<small|base|large>``,
 CIFAR-100's ``<act>``) or their curves as JSON (``tests/fixtures/collapse_authors.json``) become
-:class:`~.collapse_verdicts.Run` s, judged by :func:`~.collapse_verdicts.judge`.
+:class:`~.verdicts.Run` s, judged by :func:`~.verdicts.judge`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.collapse_verdicts import ESCAPE_FACTOR, Run, judge, lr_name
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 
 __all__ = [
     "AUTHORS_SETUP",

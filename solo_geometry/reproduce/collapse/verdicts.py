@@ -26,7 +26,7 @@ undecidable with its evidence:
   head with it is not linear in z and is left out).
 
 The runs come from files (our ``summary.json``, the authors' results) through
-:mod:`.collapse_files`, which also holds ``solo-geometry reproduce verdicts collapse FILE``.
+:mod:`.files`, which also holds ``solo-geometry reproduce verdicts collapse FILE``.
 
 Calibration: on the authors' released CIFAR-10 ResNet-18 results (``tests/fixtures/
 collapse_authors.json``) the first two are "held" and the third "undecidable" (their file holds
@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from solo_geometry.reproduce.collapse_protocol import BASE_LR
+from solo_geometry.reproduce.collapse.protocol import BASE_LR
 from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = [

@@ -11,9 +11,9 @@ claim is ``held``, as the paper states (``tests/reproduce/test_invariance_verdic
 
 Standard errors: rotation probes, binomial on the held-out images, independent (unpaired, so
 conservative); orbit compression, per-orbit log spread ratio over orbits; separation, paired
-bootstrap over orbits (:mod:`~solo_geometry.reproduce.orbit_evidence`); curvature ratio, over the
-draws of sweeps (one draw: undecidable); depth, each step of the mean log spread ratio against
-both depths' errors.
+bootstrap over orbits (:mod:`~solo_geometry.reproduce.invariance.orbit_evidence`); curvature
+ratio, over the draws of sweeps (one draw: undecidable); depth, each step of the mean log spread
+ratio against both depths' errors.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from solo_geometry.reproduce.orbit_evidence import OrbitSummary, orbit_evidence
+from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
 
 __all__ = [
     "CLAIMS",

@@ -1,4 +1,4 @@
-"""The paper's published invariance numbers (the verdicts: :mod:`.invariance_verdicts`).
+"""The paper's published invariance numbers (the verdicts: :mod:`.verdicts`).
 
 Published values: CIFAR-10, ResNet-18, SimCLR (github farischaudhry/projection-head-geometry,
 ``results/cifar10/resnet18``): ``guillotine_results.npy`` (rotation probes),

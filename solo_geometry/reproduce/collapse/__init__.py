@@ -1,0 +1,39 @@
+"""The collapse experiment: SimSiam from pseudo-collapse, heads x norms x learning rates x seeds.
+
+* :mod:`.command`: ``solo-geometry reproduce collapse``, the Hydra multirun and its summary;
+* :mod:`.protocol`: the grid, its scales and the protocol of each cell;
+* :mod:`.cell`: one cell (a pretrain with the monitor and the update-size callback);
+* :mod:`.files`: the cells' records and the authors' released collapse files;
+* :mod:`.verdicts` and :mod:`.summary`: the claims judged on the runs' numbers;
+* :mod:`.page`: the figures and ``index.html``.
+"""
+
+from __future__ import annotations
+
+from solo_geometry.reproduce.collapse.command import (
+    DATA_CHOICES,
+    CellConfig,
+    add_parser,
+    cell_host,
+    cell_id,
+    cell_overrides,
+    check_cell_overrides,
+    collapse_experiment,
+    grid_overrides,
+    reproduce_collapse,
+    run_cell,
+)
+
+__all__ = [
+    "DATA_CHOICES",
+    "CellConfig",
+    "add_parser",
+    "cell_host",
+    "cell_id",
+    "cell_overrides",
+    "check_cell_overrides",
+    "collapse_experiment",
+    "grid_overrides",
+    "reproduce_collapse",
+    "run_cell",
+]
