@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ from solo_geometry.config import (
     HeadConfig,
     PredictorConfig,
 )
+from solo_geometry.models.solo_mlp import Block, LayerFactory, block_layers
 
 __all__ = [
     "ACTIVATIONS",
@@ -49,8 +50,6 @@ __all__ = [
     "get_activation",
 ]
 
-LayerFactory = Callable[..., nn.Module]
-Block = tuple[int, int, LayerFactory | None, LayerFactory | None]
 
 # Activations by name. relu and identity are the controls the theory needs: their second
 # derivative is zero (almost everywhere), so they add no curvature to the loss landscape.
@@ -106,12 +105,7 @@ class ProjectionHead(nn.Module):
         super().__init__()
         if not blocks:
             raise ValueError("a ProjectionHead needs at least one block, got none")
-        layers: list[nn.Module] = []
-        for in_f, out_f, norm_layer, act_layer in blocks:
-            layers.append(nn.Linear(in_f, out_f, bias=bias and norm_layer is None))
-            layers.append(norm_layer(out_f) if norm_layer is not None else nn.Identity())
-            layers.append(act_layer() if act_layer is not None else nn.Identity())
-        self.layers = nn.Sequential(*layers)
+        self.layers = block_layers(blocks, bias=bias)  # the "blocks" layout of build_mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map representations (N, in) to head outputs (N, out)."""

@@ -1,20 +1,41 @@
-"""solo-learn-shaped MLPs: ``build_mlp`` and the projectors and predictors solo-learn builds inline.
+"""The package's one MLP builder, ``build_mlp``, in either key layout, and solo-learn's MLPs.
 
-solo-learn's methods build their projectors (and BYOL's and SimSiam's predictors) inline from
-Linear, BatchNorm1d and ReLU layers. The lightly host, the checkpoint loaders and the MLP probe
-rebuild them here with the same structure and state-dict keys, so solo-learn's checkpoints load
-into them strictly. Depends on torch alone.
+Two state-dict layouts exist in checkpoints and both are built here (``layout``):
+
+* ``"solo"``: solo-learn's inline projectors (and BYOL's and SimSiam's predictors), Linear,
+  BatchNorm1d and ReLU numbered as ``nn.Sequential`` numbers them (``0.weight``,
+  ``1.running_mean``, ``3.weight``); the lightly host, the checkpoint loaders and the MLP probe
+  rebuild them so solo-learn's checkpoints load strictly;
+* ``"blocks"``: this package's heads (:class:`~solo_geometry.models.heads.ProjectionHead`,
+  lightly's ``ProjectionHead`` style), three slots per Linear, Linear, norm or Identity,
+  activation or Identity (``0.weight``, ``1.weight``, ``3.weight``), from :func:`block_layers`.
+
+Depends on torch alone.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from torch import nn
 
-__all__ = ["SOLO_PREDICTORS", "SOLO_PROJECTORS", "build_mlp", "solo_predictor", "solo_projector"]
+__all__ = [
+    "MLP_LAYOUTS",
+    "SOLO_PREDICTORS",
+    "SOLO_PROJECTORS",
+    "Block",
+    "block_layers",
+    "build_mlp",
+    "solo_predictor",
+    "solo_projector",
+]
 
 LayerFactory = Callable[..., nn.Module]
+# (in_features, out_features, norm_layer, act_layer); None stands for nn.Identity.
+Block = tuple[int, int, LayerFactory | None, LayerFactory | None]
+# The state-dict key layouts build_mlp writes (the module docstring says which is whose).
+MLP_LAYOUTS = ("solo", "blocks")
 
 # solo-learn's inline projectors of Linear-BN-ReLU shape (mocov3 and vibcreg add other layers):
 # (hidden Linear layers, BatchNorm after each hidden Linear).
@@ -39,6 +60,27 @@ SOLO_PREDICTORS: dict[str, dict[str, bool]] = {
 }
 
 
+def block_layers(blocks: Sequence[Block], *, bias: bool = True) -> nn.Sequential:
+    """The ``"blocks"`` layout: Linear, norm (or Identity), activation (or Identity) per block.
+
+    Args:
+        blocks: the blocks, in order; at least one.
+        bias: False drops every Linear's bias; otherwise a Linear has one unless a norm follows
+            (the norm's shift replaces it).
+
+    Raises:
+        ValueError: with no blocks.
+    """
+    if not blocks:
+        raise ValueError("an MLP needs at least one block, got none")
+    layers: list[nn.Module] = []
+    for in_f, out_f, norm_layer, act_layer in blocks:
+        layers.append(nn.Linear(in_f, out_f, bias=bias and norm_layer is None))
+        layers.append(norm_layer(out_f) if norm_layer is not None else nn.Identity())
+        layers.append(act_layer() if act_layer is not None else nn.Identity())
+    return nn.Sequential(*layers)
+
+
 def build_mlp(
     dims: Sequence[int],
     *,
@@ -46,13 +88,12 @@ def build_mlp(
     act_layer: LayerFactory = nn.ReLU,
     hidden_bias: bool = True,
     out_norm: bool = False,
+    layout: str = "solo",
 ) -> nn.Sequential:
-    """Linear layers (with bias) joined by ``[BatchNorm1d,] act``: solo-learn's projector layout.
+    """Linear layers joined by ``[BatchNorm1d,] act``, in either key layout.
 
     The one MLP builder of the package: solo-learn-shaped projectors and predictors (lightly
-    host, checkpoint loader) and the MLP probe. Modules are numbered as solo-learn numbers them
-    (``0.weight``, ``1.running_mean``, ``3.weight``, ...), so state-dict keys match its
-    checkpoints.
+    host, checkpoint loader), the MLP probe and (``layout="blocks"``) the package's heads.
 
     Args:
         dims: layer widths, input first, e.g. ``[d, hidden, out]``; at least two.
@@ -60,15 +101,22 @@ def build_mlp(
         act_layer: activation after every hidden Linear (and its norm).
         hidden_bias: biases of the hidden Linears (SimSiam's are dropped).
         out_norm: end in ``BatchNorm1d(dims[-1], affine=False)`` (SimSiam's projector).
+        layout: one of :data:`MLP_LAYOUTS`. ``"solo"`` keeps every Linear's bias unless
+            ``hidden_bias`` drops a hidden one; ``"blocks"`` follows :func:`block_layers`
+            (no bias before a norm), the output norm in the last block's norm slot.
 
     Returns:
         ``nn.Sequential`` mapping (N, dims[0]) to (N, dims[-1]).
 
     Raises:
-        ValueError: with fewer than two widths or a width below 1.
+        ValueError: with fewer than two widths, a width below 1, or an unknown layout.
     """
     if len(dims) < 2 or min(dims) < 1:
         raise ValueError(f"dims must hold at least two positive widths, got {list(dims)}")
+    if layout not in MLP_LAYOUTS:
+        raise ValueError(f"unknown MLP layout {layout!r}; choose from {', '.join(MLP_LAYOUTS)}")
+    if layout == "blocks":
+        return _blocks_mlp(dims, norm, act_layer, hidden_bias, out_norm)
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         hidden = i < len(dims) - 2
@@ -78,6 +126,19 @@ def build_mlp(
     if out_norm:
         layers.append(nn.BatchNorm1d(dims[-1], affine=False))
     return nn.Sequential(*layers)
+
+
+def _blocks_mlp(
+    dims: Sequence[int], norm: bool, act_layer: LayerFactory, hidden_bias: bool, out_norm: bool
+) -> nn.Sequential:
+    hidden: list[Block] = [(a, b, nn.BatchNorm1d if norm else None, act_layer)
+                           for a, b in zip(dims[:-2], dims[1:-1], strict=True)]  # fmt: skip
+    last_norm = functools.partial(nn.BatchNorm1d, affine=False) if out_norm else None
+    mlp = block_layers([*hidden, (dims[-2], dims[-1], last_norm, None)])
+    if not hidden_bias:
+        for layer in list(mlp)[:-3:3]:
+            layer.bias = None  # hidden Linears only, as the "solo" layout drops them
+    return mlp
 
 
 def solo_projector(method: str, in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:

@@ -17,11 +17,12 @@ from typing import Any
 from solo_geometry.reproduce.collapse.files import add_collapse_kind
 from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence
+from solo_geometry.reproduce.results import Verdict, read_result
 
 __all__ = ["KINDS", "add_verdicts_parser", "format_verdicts", "invariance_verdicts"]
 
 
-def invariance_verdicts(paths: list[Path]) -> list[dict[str, str]]:
+def invariance_verdicts(paths: list[Path]) -> list[Verdict]:
     """Invariance verdicts on one ``invariance.json`` (or its folder) or the authors' arrays.
 
     Raises:
@@ -29,11 +30,7 @@ def invariance_verdicts(paths: list[Path]) -> list[dict[str, str]]:
     """
     runs = [p / "invariance.json" if (p / "invariance.json").is_file() else p for p in paths]
     if len(runs) == 1 and runs[0].suffix == ".json" and runs[0].is_file():
-        try:
-            result = json.loads(runs[0].read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"cannot read {str(runs[0])!r}: {err}") from err
-        return verdicts(run_evidence(result))
+        return verdicts(run_evidence(dict(read_result(runs[0], "invariance").content)))
     if any(p.suffix == ".json" for p in runs):
         raise ValueError("give one invariance.json, or the authors' result folders or files")
     return verdicts(paper_evidence(list(paths)))
@@ -41,7 +38,7 @@ def invariance_verdicts(paths: list[Path]) -> list[dict[str, str]]:
 
 def _run_invariance(args: argparse.Namespace) -> int:
     rows = invariance_verdicts(args.paths)
-    print(json.dumps(rows, indent=1) if args.json else format_verdicts(rows))
+    print(json.dumps([r.as_json() for r in rows], indent=1) if args.json else format_verdicts(rows))
     return 0
 
 

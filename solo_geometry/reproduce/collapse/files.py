@@ -20,6 +20,7 @@ import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
+from solo_geometry.reproduce.results import Verdict, read_result
 
 __all__ = [
     "AUTHORS_SETUP",
@@ -116,8 +117,8 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
         results = load_arrays(path, trust_pickle=trust_pickle)
         return authors_runs(results, dataset=dataset, backbone=backbone)
     data = json.loads(path.read_text())
-    if isinstance(data, dict) and "rows" in data:
-        return summary_runs(data)
+    if isinstance(data, dict) and ("rows" in data or data.get("kind") == "collapse"):
+        return summary_runs(read_result(path, "collapse").content)
     if isinstance(data, dict) and "results" in data and "provenance" in data:
         return [run for name, results in data["results"].items()
                 for run in authors_runs(results, dataset=name.split("/")[0],
@@ -130,7 +131,7 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
 
 
 def verdicts_of_file(path: str | Path, *, trust_pickle: bool = False,
-                     factor: float = ESCAPE_FACTOR) -> list[dict[str, str]]:  # fmt: skip
+                     factor: float = ESCAPE_FACTOR) -> list[Verdict]:  # fmt: skip
     """The claims judged on a file's runs (:func:`load_runs`), per backbone and data set.
 
     Raises:
@@ -146,7 +147,7 @@ def _run_verdicts(args: argparse.Namespace) -> int:
     """Entry of ``solo-geometry reproduce verdicts collapse FILE``."""
     verdicts = verdicts_of_file(args.file, trust_pickle=args.trust_pickle, factor=args.factor)
     if args.json:
-        print(json.dumps(verdicts, indent=1))
+        print(json.dumps([v.as_json() for v in verdicts], indent=1))
         return 0
     for v in verdicts:
         print(f"[{v['verdict']}] {v['id']} ({v['dataset']}, {v['backbone']}): {v['claim']}\n"

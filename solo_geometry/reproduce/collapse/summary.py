@@ -24,7 +24,6 @@ Definitions (the paper's where it has one, docs/reproducing.md):
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from scipy.stats import spearmanr
 
 from solo_geometry.reproduce.collapse.files import summary_runs as _runs
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
+from solo_geometry.reproduce.results import write_result
 from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.updates import read_update_records
 
@@ -259,7 +259,7 @@ def table_markdown(summary: Mapping[str, Any]) -> str:
 
 def write_summary(out: Path, summary: Mapping[str, Any]) -> None:
     """Write ``summary.json`` and ``table.md`` into the sweep folder."""
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_result(out, "collapse", summary)
     (out / "table.md").write_text(table_markdown(summary))
 
 

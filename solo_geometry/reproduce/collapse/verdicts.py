@@ -38,10 +38,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from solo_geometry.reproduce.collapse.protocol import BASE_LR
+from solo_geometry.reproduce.results import Verdict
 from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = [
@@ -145,8 +146,8 @@ def _select(runs: Sequence[Run], head: str, norm: str, lr: str | None = None) ->
     return [r for r in runs if r.head == head and r.norm == norm and (lr is None or r.lr == lr)]
 
 
-def _verdict(cid: str, verdict: str, evidence: str) -> dict[str, str]:
-    return {"id": cid, "claim": CLAIMS[cid], "verdict": verdict, "evidence": evidence}
+def _verdict(cid: str, verdict: str, evidence: str) -> Verdict:
+    return Verdict(cid, CLAIMS[cid], verdict, evidence)
 
 
 def _epochs(escapes: Sequence[Escape]) -> str:
@@ -159,7 +160,7 @@ def _median_epoch(escapes: Sequence[Escape]) -> float:
                              for e in escapes)  # fmt: skip
 
 
-def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[str, str]:
+def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``smooth_escape`` on one backbone and data set's runs."""
     cells = {h: _select(runs, h, "none", "base") for h in ("linear", "relu", *SMOOTH)}
     smooth = [h for h in SMOOTH if cells[h]]
@@ -185,7 +186,7 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[st
     return _verdict("smooth_escape", "held" if held else "not held", evidence)
 
 
-def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[str, str]:
+def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``relu_needs_bn`` on one backbone and data set's runs."""
     order = ("small", "base", "large")
     plain = {lr: _select(runs, "relu", "none", lr) for lr in order}
@@ -210,7 +211,7 @@ def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[st
     return _verdict("relu_needs_bn", "held" if falls and inside else "not held", evidence)
 
 
-def m_negative_at_start(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> dict[str, str]:
+def m_negative_at_start(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``m_negative_at_start`` on one backbone and data set's runs."""
     smooth = [r for r in runs if r.head in SMOOTH]
     flat = [r for r in runs if r.head in ("linear", "relu") and r.norm == "none"]
@@ -232,17 +233,16 @@ def m_negative_at_start(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> d
 RULES = (smooth_escape, relu_needs_bn, m_negative_at_start)
 
 
-def judge(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> list[dict[str, str]]:
+def judge(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> list[Verdict]:
     """Every claim on every backbone and data set in ``runs``.
 
     Returns:
-        One object per claim and group: ``id``, ``claim``, ``verdict``, ``evidence``,
-        ``dataset`` and ``backbone``.
+        One verdict per claim and group, its ``dataset`` and ``backbone`` set.
     """
     groups = sorted({(r.dataset, r.backbone) for r in runs})
     out = []
     for dataset, backbone in groups:
         members = [r for r in runs if (r.dataset, r.backbone) == (dataset, backbone)]
         for rule in RULES:
-            out.append({**rule(members, factor), "dataset": dataset, "backbone": backbone})
+            out.append(replace(rule(members, factor), dataset=dataset, backbone=backbone))
     return out

@@ -29,8 +29,6 @@ the curvature sweeps (experiments.py calls ``set_seed(seed_idx)`` before each dr
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -61,6 +59,7 @@ from solo_geometry.reproduce.invariance.page import invariance_section, write_in
 from solo_geometry.reproduce.invariance.settings import FULL, QUICK, InvarianceSettings
 from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper import add_run_arguments
+from solo_geometry.reproduce.results import write_result
 from solo_geometry.run.run_folder import RunFolder
 
 if TYPE_CHECKING:
@@ -323,19 +322,10 @@ def run_invariance_experiment(
     result["claims"] = verdicts(run_evidence(result))
     seconds["total"] = time.perf_counter() - start
     result["seconds"] = seconds
-    (out / "invariance.json").write_text(json.dumps(_finite(result), indent=1))
+    write_result(out, "invariance", result)
     page = write_invariance_page(out, result)
     _stage(f"wrote {out / 'invariance.json'} and {page} in {seconds['total']:.0f} s")
     return result
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: non-finite floats become null, recursively."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def run_invariance(args: argparse.Namespace) -> int:

@@ -19,10 +19,11 @@ ratio against both depths' errors.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
+from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
     "CLAIMS",
@@ -134,7 +135,7 @@ def _curvature(ratios: list[float] | None) -> tuple[str, str]:
     return judge(mean - 1.0, se), f"{mean:.3f}x +- {se:.3f} over {n} draws of sweeps"
 
 
-def verdicts(ev: dict[str, Any]) -> list[dict[str, str]]:
+def verdicts(ev: dict[str, Any]) -> list[Verdict]:
     """Every invariance claim judged on one body of evidence.
 
     Args:
@@ -144,7 +145,8 @@ def verdicts(ev: dict[str, Any]) -> list[dict[str, str]]:
             :func:`~solo_geometry.reproduce.paper_arrays.paper_evidence`).
 
     Returns:
-        One dict per claim of :data:`CLAIMS`, in that order.
+        One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, in
+        that order.
     """
     found: dict[str, tuple[str, str]] = {
         "probe_linear": _combine(_probe(ev.get("probes") or {}, "linear")),
@@ -161,17 +163,12 @@ def verdicts(ev: dict[str, Any]) -> list[dict[str, str]]:
         ),
     }
     return [
-        {
-            "id": cid,
-            "claim": text,
-            "verdict": found[cid][0],
-            "evidence": found[cid][1] or "no evidence in the inputs",
-        }
+        Verdict(cid, text, found[cid][0], found[cid][1] or "no evidence in the inputs")
         for cid, text in CLAIMS.items()
     ]
 
 
-def format_verdicts(rows: list[dict[str, str]]) -> str:
+def format_verdicts(rows: Sequence[Mapping[str, str]]) -> str:
     """Verdicts as text: the verdict and the claim, then the evidence, per claim."""
     return "\n".join(f"{r['verdict']:>12s}  {r['claim']}\n{'':14s}{r['evidence']}" for r in rows)
 

@@ -1,0 +1,184 @@
+"""The reproductions' results on disk: one verdict type, one writer and one reader per file.
+
+Every experiment judges the paper's claims into :class:`Verdict` objects (frozen; they read
+as the ``{"id", "claim", "verdict", "evidence"}`` mappings they replace, so a page or a
+test indexes them as before). ``summary.json`` (the collapse sweep) and ``invariance.json``
+(the invariance experiments) are written by :func:`write_result` alone, which stamps their
+kind and :data:`RESULT_VERSION`, writes atomically (a temporary file, then a rename) and
+turns non-finite floats into ``null``; :func:`read_result` alone reads them back. Files
+written before the stamp (no ``version``) still read: they are version 0, same layout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "KINDS",
+    "RESULT_VERSION",
+    "VERDICTS",
+    "ResultFile",
+    "Verdict",
+    "read_result",
+    "write_result",
+]
+
+# The words a claim's verdict may be, in the order pages list them.
+VERDICTS = ("held", "not held", "undecidable")
+# The layout version write_result stamps; a file of a later version is refused, not guessed.
+RESULT_VERSION = 1
+# The result files, by kind: the file name each kind is written to.
+KINDS = {"collapse": "summary.json", "invariance": "invariance.json"}
+_VERDICT_KEYS = ("id", "claim", "verdict", "evidence")
+_GROUP_KEYS = ("dataset", "backbone")
+
+
+@dataclass(frozen=True, eq=False)
+class Verdict(Mapping[str, str]):
+    """One claim's verdict with its evidence; a collapse verdict also names its group.
+
+    Attributes:
+        id: the claim's identifier (e.g. ``smooth_escape``).
+        claim: the claim as the paper states it.
+        verdict: one of :data:`VERDICTS`.
+        evidence: the numbers the verdict rests on, in words.
+        dataset: the data set the runs judged came from (collapse verdicts), else None.
+        backbone: their backbone (collapse verdicts), else None.
+    """
+
+    id: str
+    claim: str
+    verdict: str
+    evidence: str
+    dataset: str | None = None
+    backbone: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} of {self.id!r}: expected one of "
+                             f"{', '.join(VERDICTS)}")  # fmt: skip
+
+    def as_json(self) -> dict[str, str]:
+        """The plain object written to files and ``--json``: the group keys only when set."""
+        keys = _VERDICT_KEYS + tuple(k for k in _GROUP_KEYS if getattr(self, k) is not None)
+        return {k: getattr(self, k) for k in keys}
+
+    @classmethod
+    def from_json(cls, obj: object) -> Verdict:
+        """A verdict from its plain object.
+
+        Raises:
+            ValueError: not an object, a missing or non-string key, or an unknown verdict.
+        """
+        if not isinstance(obj, Mapping):
+            raise ValueError(f"a verdict must be an object with {', '.join(_VERDICT_KEYS)}, "
+                             f"got {type(obj).__name__}")  # fmt: skip
+        missing = [k for k in _VERDICT_KEYS if not isinstance(obj.get(k), str)]
+        if missing:
+            raise ValueError(f"verdict {obj.get('id')!r} lacks string {', '.join(missing)}")
+        return cls(**{k: obj[k] for k in _VERDICT_KEYS + _GROUP_KEYS if k in obj})
+
+    def __getitem__(self, key: str) -> str:
+        plain = self.as_json()
+        if key not in plain:
+            raise KeyError(key)
+        return plain[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_json())
+
+    def __len__(self) -> int:
+        return len(self.as_json())
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """A result file as read: its kind, its layout version and its content.
+
+    Attributes:
+        kind: a key of :data:`KINDS`.
+        version: the layout version (0: written before versions were stamped).
+        content: the file's object without the stamp; its ``claims`` are :class:`Verdict`.
+    """
+
+    kind: str
+    version: int
+    content: Mapping[str, object]
+
+    @property
+    def claims(self) -> tuple[Verdict, ...]:
+        """The verdicts the file holds (empty when it holds none)."""
+        return tuple(self.content.get("claims") or ())  # type: ignore[arg-type]
+
+
+def _plain(value: object) -> object:
+    """Verdicts to objects, tuples to lists and non-finite floats to None, recursively."""
+    if isinstance(value, Verdict):
+        return value.as_json()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"result kind {kind!r}: expected one of {', '.join(KINDS)}")
+    return KINDS[kind]
+
+
+def write_result(folder: Path, kind: str, content: Mapping[str, object]) -> Path:
+    """Write ``content`` as ``folder/<KINDS[kind]>``, stamped with its kind and version.
+
+    The file appears whole or not at all (a temporary file renamed over it).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    path = Path(folder) / _check_kind(kind)
+    stamped = {"kind": kind, "version": RESULT_VERSION, **_plain(content)}  # type: ignore[dict-item]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(stamped, indent=1, allow_nan=False))
+    os.replace(tmp, path)
+    return path
+
+
+def read_result(path: Path, kind: str) -> ResultFile:
+    """Read a result file of ``kind`` (a folder is read as its ``KINDS[kind]`` file).
+
+    Raises:
+        ValueError: an unknown kind, a file that is not JSON, not an object, of another kind,
+            of a later version than this package writes, or with a malformed verdict; each
+            message names the file.
+    """
+    name = _check_kind(kind)
+    path = Path(path)
+    path = path / name if path.is_dir() else path
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {str(path)!r} as JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(path)!r}: expected a JSON object, got {type(data).__name__}")
+    found, version = data.pop("kind", kind), data.pop("version", 0)
+    if found != kind:
+        raise ValueError(f"{str(path)!r} is a {found!r} result, expected {kind!r}")
+    if not isinstance(version, int) or not 0 <= version <= RESULT_VERSION:
+        raise ValueError(f"{str(path)!r} has layout version {version!r}; this package reads "
+                         f"versions 0 to {RESULT_VERSION}")  # fmt: skip
+    try:
+        claims = tuple(Verdict.from_json(c) for c in data.get("claims") or ())
+    except ValueError as err:
+        raise ValueError(f"{str(path)!r}: {err}") from err
+    if "claims" in data:
+        data["claims"] = claims
+    return ResultFile(kind, version, data)
