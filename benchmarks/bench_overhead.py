@@ -71,7 +71,8 @@ EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32
 DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "cifar/mocov2plus",
                    "cifar/dino", "digits/byol")  # fmt: skip
 MODES = ("off", "on", "default")  # geometry off; every --every steps, no budget; the defaults
-CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]
+CPU = ["devices=[0]", "strategy=auto", "sync_batchnorm=False"]  # + accelerator and precision
+DEVICES = ("auto", "cpu", "gpu")  # --device: auto is the GPU where CUDA is available
 
 
 def recipe_path(name: str, solo_root: Path | None) -> Path:
@@ -121,7 +122,8 @@ def overrides(recipe: str, mode: str, args: argparse.Namespace, out_dir: str) ->
     data = [f"data.train_path={args.data / 'train'}", "data.val_path=null"]
     if recipe.startswith("cifar/"):
         data += ["data.dataset=custom", "data.format=image_folder", "auto_resume.enabled=False",
-                 "wandb.enabled=False", *CPU]  # fmt: skip
+                 "wandb.enabled=False", *CPU, f"accelerator={accelerator(args)}",
+                 f"precision={args.precision}"]  # fmt: skip
     cadence = {
         "on": [f"geometry.every_n_steps={args.every}", "geometry.budget=null"],
         "default": [f"geometry.every_n_steps={args.default_every}"],
@@ -131,6 +133,14 @@ def overrides(recipe: str, mode: str, args: argparse.Namespace, out_dir: str) ->
                  f"geometry.out_dir={out_dir}", *cadence[mode], *args.geometry])  # fmt: skip
     return [*data, f"optimizer.batch_size={args.batch_size}", f"data.num_workers={args.workers}",
             "checkpoint.enabled=False", f"++seed={args.seed}", *geometry]  # fmt: skip
+
+
+def accelerator(args: argparse.Namespace) -> str:
+    """``gpu`` or ``cpu``: ``--device``, where ``auto`` is the GPU when CUDA is available."""
+    import torch
+
+    device = getattr(args, "device", "auto")
+    return ("gpu" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
 def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -150,8 +160,11 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, verbose=False)
     model = METHODS[cfg.method](cfg)
     marks: list[tuple[float, float]] = []  # (wall, cpu) at the start and after every batch
+    cuda = accelerator(args) == "gpu"
 
     def mark() -> None:
+        if cuda:
+            torch.cuda.synchronize()  # a step's kernels end inside its own interval
         marks.append((time.perf_counter(), time.process_time()))
 
     class Timer(pl.Callback):
@@ -161,11 +174,10 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         def on_train_batch_end(self, *_: Any) -> None:
             mark()
 
-    cuda = torch.cuda.is_available()
     trainer = pl.Trainer(
         max_steps=args.steps, accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[Timer()], precision=32,
+        callbacks=[Timer()], precision=args.precision,
     )  # fmt: skip
     trainer.fit(model, _loader(cfg))
     mark()  # the end of fit: the interval after the last step holds the final record
@@ -325,6 +337,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="11 steps, every 5, one pair")
     parser.add_argument("--geometry", nargs="*", default=[],
                         help="extra geometry overrides for the 'on' runs")  # fmt: skip
+    parser.add_argument("--device", choices=DEVICES, default="auto")
+    parser.add_argument("--precision", default="32", help="the Trainer's precision, e.g. 16-mixed")
     parser.add_argument("--single", nargs=2, metavar=("RECIPE", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--from-log", type=Path, help="re-summarise the runs printed in a log")
     args = parser.parse_args()
@@ -354,6 +368,7 @@ def main() -> None:
             f"--default-every={args.default_every}",
             f"--seed={args.seed}",
             f"--workers={args.workers}", f"--data={args.data}",
+            f"--device={args.device}", f"--precision={args.precision}",
             *([f"--solo-root={args.solo_root}"] if args.solo_root else []),
             *(["--geometry", *args.geometry] if args.geometry else [])]  # fmt: skip
     rows = []

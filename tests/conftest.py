@@ -93,6 +93,7 @@ E2E_MODULES = frozenset(
         "tests/reproduce/test_invariance.py",
         "tests/reproduce/test_updates.py",
         "tests/test_bad_input.py",
+        "tests/test_bench_gpu.py",
         "tests/test_demo.py",
         "tests/test_faults.py",
         "tests/test_hydra_plugin.py",
