@@ -25,6 +25,7 @@ import torch  # noqa: E402
 
 from solo_geometry.extras import require  # noqa: E402
 from solo_geometry.linalg.slq import SpectralDensity  # noqa: E402
+from solo_geometry.run.atomic import save_figure  # noqa: E402
 from solo_geometry.run.records import GeometryRecord  # noqa: E402
 
 __all__ = [
@@ -81,8 +82,10 @@ def _symlog(ax: Any, thresh: float) -> None:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=90, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from solo_geometry.analysis import plots
 from solo_geometry.inputs.features import load_cache
+from solo_geometry.run.atomic import write_text
 from solo_geometry.run.records import GeometryRecord, ProbeTable, RecordsError, read_records
 from solo_geometry.run.run_folder import RunFolder
 
@@ -295,7 +296,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
             + "\n".join(_run_html(r) for r in runs) + "<h2>Plots</h2>" + "\n".join(figures)
             + "</body></html>")  # fmt: skip
     index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
+    write_text(index, page)
     return index
 
 

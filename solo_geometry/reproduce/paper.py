@@ -19,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from solo_geometry.run.atomic import save_figure, write_text
+
 __all__ = [
     "Experiment",
     "Section",
@@ -52,7 +54,7 @@ def _pm(pair: Sequence[float | None], fmt: str = "{:.4f}") -> str:
 def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -68,10 +70,11 @@ def write_page(path: Path, sections: Sequence[Section]) -> Path:
         The path written.
     """
     parts = [f"<h2>{html.escape(t)}</h2>\n{b}" for t, b in sections]
-    path.write_text(
+    write_text(
+        path,
         f"<!doctype html><html><head><meta charset='utf-8'><title>solo-geometry: "
         f"the paper reproduced</title><style>{_STYLE}</style></head><body>"
-        f"<h1>The paper reproduced</h1>{''.join(parts)}</body></html>"
+        f"<h1>The paper reproduced</h1>{''.join(parts)}</body></html>",
     )
     return path
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from solo_geometry.run.atomic import write_text
 
 __all__ = [
     "KINDS",
@@ -146,10 +147,7 @@ def write_result(folder: Path, kind: str, content: Mapping[str, object]) -> Path
     """
     path = Path(folder) / _check_kind(kind)
     stamped = {"kind": kind, "version": RESULT_VERSION, **_plain(content)}  # type: ignore[dict-item]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(stamped, indent=1, allow_nan=False))
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(stamped, indent=1, allow_nan=False))
 
 
 def read_result(path: Path, kind: str) -> ResultFile:

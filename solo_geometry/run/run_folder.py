@@ -9,7 +9,6 @@ reads or writes a run goes through :class:`RunFolder`; no other module spells a 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterable, Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from solo_geometry.run.atomic import append_line, write_text
 from solo_geometry.run.records import (
     GEOMETRY_FILE,
     GeometryRecord,
@@ -28,14 +28,6 @@ from solo_geometry.run.records import (
 )
 
 __all__ = ["RunFolder"]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file and a rename: nothing half-written is left behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -142,7 +134,7 @@ class RunFolder:
 
     def mark_incomplete(self, why: str) -> None:
         """Put the ``.incomplete`` marker back (a resumed run), saying why."""
-        (self.path / self.INCOMPLETE).write_text(f"{why}\n")
+        write_text(self.path / self.INCOMPLETE, f"{why}\n")
 
     def finish(self, *, ok: bool) -> bool:
         """Drop the marker on success; on failure remove the folder unless it holds results.
@@ -156,7 +148,7 @@ class RunFolder:
         if not self.has_results():
             shutil.rmtree(self.path, ignore_errors=True)
             return False
-        (self.path / self.INCOMPLETE).write_text("failed; partial results kept\n")
+        write_text(self.path / self.INCOMPLETE, "failed; partial results kept\n")
         return True
 
     def write_config(self, cfg: DictConfig | Mapping[str, Any]) -> Path:
@@ -166,7 +158,7 @@ class RunFolder:
             text = OmegaConf.to_yaml(node, resolve=True)
         except Exception:  # noqa: BLE001 - an unresolvable interpolation: keep it unresolved
             text = OmegaConf.to_yaml(node)
-        _write_atomic(self.config, text)
+        write_text(self.config, text)
         return self.config
 
     def records(self, *, ok_only: bool = False) -> list[GeometryRecord]:
@@ -184,12 +176,11 @@ class RunFolder:
         kept: Iterable[GeometryRecord] = ()
         if keep_through is not None:
             kept = [r for r in self.records() if r.step <= keep_through]
-        _write_atomic(self.geometry, "".join(f"{r.to_json()}\n" for r in kept))
+        write_text(self.geometry, "".join(f"{r.to_json()}\n" for r in kept))
 
     def append_record(self, record: GeometryRecord) -> None:
-        """Append one record as one line (flushed at once)."""
-        with self.geometry.open("a") as fh:
-            fh.write(record.to_json() + "\n")
+        """Append one record as one line, whole or not at all (:func:`.atomic.append_line`)."""
+        append_line(self.geometry, record.to_json())
 
     def read_probes(self) -> ProbeTable | None:
         """The probe table, None when the run has none."""
@@ -203,5 +194,5 @@ class RunFolder:
 
     def write_probes(self, table: ProbeTable) -> Path:
         """Write ``probes.json`` atomically."""
-        _write_atomic(self.probes, json.dumps(table.to_dict(), indent=2, allow_nan=True))
+        write_text(self.probes, json.dumps(table.to_dict(), indent=2, allow_nan=True))
         return self.probes

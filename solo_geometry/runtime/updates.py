@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from typing_extensions import override
 
+from solo_geometry.run.atomic import append_line
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.measure import backbone_and_head
 
@@ -281,5 +282,4 @@ class UpdateSizeMonitor(Callback):
         record = UpdateRecord(UPDATES_SCHEMA, int(trainer.current_epoch), self._steps, metrics)
         path = RunFolder(self.run_dir or Path(trainer.default_root_dir)).updates
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as fh:
-            fh.write(json.dumps(asdict(record)) + "\n")
+        append_line(path, json.dumps(asdict(record)))

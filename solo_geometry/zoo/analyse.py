@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from solo_geometry.run.atomic import write_text
 from solo_geometry.zoo.layouts import load_checkpoint
 from solo_geometry.zoo.measurements import MeasureSettings, measure_model
 
@@ -64,7 +65,7 @@ def analyse(
                       out_dir=out, progress=progress)  # fmt: skip
     result = {"checkpoint": str(checkpoint), "layout": found, "notes": model.notes,
               "settings": settings.to_dict(), "measurements": results}  # fmt: skip
-    (out / ANALYSIS_FILE).write_text(json.dumps(result, indent=2, allow_nan=True) + "\n")
+    write_text(out / ANALYSIS_FILE, json.dumps(result, indent=2, allow_nan=True) + "\n")
     return result
 
 

@@ -28,6 +28,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from solo_geometry.reproduce.collapse.summary import CURVE_KEY, table_markdown  # noqa: E402
 from solo_geometry.reproduce.collapse.verdicts import Run  # noqa: E402
+from solo_geometry.run.atomic import save_figure, write_text
 
 __all__ = ["COMPARE", "FIGURES", "page_body", "write_compare", "write_page"]
 
@@ -91,7 +92,7 @@ def _figure(path: Path, title: str, ylabel: str, draw: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3, linestyle=":")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
-    fig.savefig(path, dpi=90, bbox_inches="tight")
+    save_figure(fig, path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -182,7 +183,7 @@ def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source:
         members = [r for r in theirs if (r.dataset, r.backbone) == (dataset, backbone)]
         _compare_panel(ax, members, f"authors: {dataset} {backbone} ({Path(source).name})")
     axes[0, 0].set_ylabel("std / epoch-0 mean (dotted: 2x)")
-    fig.savefig(out / COMPARE, dpi=90, bbox_inches="tight")
+    save_figure(fig, out / COMPARE, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return COMPARE
 
@@ -228,5 +229,5 @@ def write_page(
     """Draw the figures and write ``<out>/index.html`` (with ``extra`` figures); its path."""
     figures = [*(write_figures(out, records) if records else []), *extra]
     index = out / "index.html"
-    index.write_text(_page(summary, figures))
+    write_text(index, _page(summary, figures))
     return index

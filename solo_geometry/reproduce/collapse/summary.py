@@ -35,6 +35,7 @@ from scipy.stats import spearmanr
 from solo_geometry.reproduce.collapse.files import summary_runs as _runs
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
 from solo_geometry.reproduce.results import write_result
+from solo_geometry.run.atomic import write_text
 from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.updates import read_update_records
 
@@ -260,7 +261,7 @@ def table_markdown(summary: Mapping[str, Any]) -> str:
 def write_summary(out: Path, summary: Mapping[str, Any]) -> None:
     """Write ``summary.json`` and ``table.md`` into the sweep folder."""
     write_result(out, "collapse", summary)
-    (out / "table.md").write_text(table_markdown(summary))
+    write_text(out / "table.md", table_markdown(summary))
 
 
 def print_claims(summary: Mapping[str, Any]) -> None:
