@@ -15,7 +15,7 @@ from typing import Any
 DTYPE_CHOICES = ("float64", "float32")
 HEAD_CHOICES = ("projector", "metric_linear", "smooth_mlp")
 # "predictor": the method's own predictor (BYOL, SimSiam); smooth_mlp: this package's MLP.
-PREDICTOR_CHOICES = ("predictor", "smooth_mlp")
+PREDICTOR_CHOICES = ("predictor", "smooth_mlp", "identity")
 ACTIVATION_CHOICES = ("swish", "gelu", "softplus", "tanh", "elu", "relu", "identity")
 NORM_CHOICES = ("bn", "ln", "none")
 PARAMETRIZATION_CHOICES = ("spectral", "factor")

@@ -108,7 +108,8 @@ class PredictorConfig:
     the norm between them).
     """
 
-    # "predictor": keep the method's own predictor; "smooth_mlp": this package's MLP.
+    # "predictor": keep the method's own predictor; "smooth_mlp": this package's MLP;
+    # "identity": no predictor (Chen and He 2021's collapse ablation of SimSiam; BYOL too).
     name: str = "predictor"
     # null: the head's activation, norm, beta, bias and out_norm.
     activation: str | None = None

@@ -348,6 +348,9 @@ def build_configured_predictor(
     ``geometry.head.activation=gelu geometry.predictor.name=smooth_mlp`` gives projector and
     predictor the same activation, norm, bias and output norm (the paper's SimSiam).
 
+    ``geometry.predictor.name=identity`` gives ``nn.Identity``: no predictor, the ablation with
+    which Chen and He (2021, 2011.10566, Table 1) show SimSiam collapse without one.
+
     Args:
         pcfg: the predictor node; ``name`` must not be ``"predictor"`` (the host keeps its own).
         hcfg: the head node whose options fill the predictor's nulls.
@@ -363,6 +366,8 @@ def build_configured_predictor(
     """
     if pcfg.name == "predictor":
         raise ValueError("geometry.predictor.name='predictor' keeps the host's own predictor")
+    if pcfg.name == "identity":
+        return nn.Identity()
     hidden = next(h for h in (pcfg.hidden_dim, default_hidden, dim) if h is not None)
     norm = hcfg.norm if pcfg.norm is None else pcfg.norm
     return build_head(

@@ -116,6 +116,12 @@ class TestPredictorOptions:
         assert pred(torch.randn(3, 8)).shape == (3, 8)
         assert pred.layers[0].weight.shape == (6, 8)  # the recipe's pred_hidden_dim
 
+    def test_identity_is_no_predictor(self) -> None:
+        pred = build_configured_predictor(PredictorConfig(name="identity"), HeadConfig(), 8, 6)
+        assert isinstance(pred, nn.Identity) and not list(pred.parameters())
+        with pytest.raises(ValueError, match="identity"):  # the choices name it
+            PredictorConfig(name="none")
+
     def test_own_options_win(self) -> None:
         head = HeadConfig(name="smooth_mlp", activation="gelu", norm="none")
         pcfg = PredictorConfig(name="smooth_mlp", activation="relu", norm="bn", out_norm=True)

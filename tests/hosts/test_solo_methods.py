@@ -164,6 +164,27 @@ class TestHeadAndInit:
         assert {id(p) for p in group["params"]} == {id(p) for p in model.projector.parameters()}
         assert model.projector(torch.randn(4, model.features_dim)).shape == (4, 32)
 
+    @pytest.mark.parametrize("method", ["byol", "simsiam"])
+    def test_identity_predictor(self, digits: Path, method: str) -> None:
+        """``geometry.predictor.name=identity``: Chen and He's ablation, p = z."""
+        from solo.losses.simsiam import simsiam_loss_func
+
+        identity = [*GEOMETRY_ON, "geometry.predictor.name=identity"]
+        model = METHODS[method](_cfg(digits, method, identity))
+        assert isinstance(model.predictor, torch.nn.Identity)
+        group = next(g for g in model.learnable_params if g["name"] == "predictor")
+        assert list(group["params"]) == []
+        model.train()
+        batch = _batch()
+        expected = ssl_loss(model, batch)
+        view = model.geometry_view(batch)
+        torch.testing.assert_close(view.loss_of_features(view.features), expected,
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        if method == "simsiam":  # the loss without a predictor, from solo-learn's own function
+            z1, z2 = (model.projector(f) for f in view.features)
+            plain = simsiam_loss_func(z1, z2.detach()) / 2 + simsiam_loss_func(z2, z1.detach()) / 2
+            torch.testing.assert_close(expected, plain, rtol=1e-4, atol=1e-5)
+
     def test_pseudo_collapse(self, digits: Path) -> None:
         torch.manual_seed(0)
         plain = METHODS["byol"](_cfg(digits, "byol", GEOMETRY_ON))
