@@ -1,13 +1,23 @@
-"""Folders that several tests read, built once per test session (marker ``shared``)."""
+"""What several test modules share: builders and independent references, in one place.
+
+No test module imports from another; what two of them need lives here (or in ``conftest.py``
+for fixtures). ``build_once``: folders several tests read, built once per test session
+(marker ``shared``).
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy.spatial.distance import pdist
+
+from solo_geometry.inputs.cifar import cifar_paths
 
 
 def build_once(
@@ -34,3 +44,41 @@ def build_once(
             build(out)
             done.touch()
     return out
+
+
+def write_fake_cifar(root: Path, dataset: str = "cifar10", n: int = 8, seed: int = 0) -> Path:
+    """A tiny CIFAR in torchvision's on-disk format (pickled batches), random pixels.
+
+    Protocol 2, as the official files; written by Python 3, so bytes values are pickled through
+    ``_codecs.encode`` (which the reader admits).
+    """
+    rng = np.random.default_rng(seed)
+    classes, key = (10, "labels") if dataset == "cifar10" else (100, "fine_labels")
+    for train in (True, False):
+        for path in cifar_paths(root, dataset, train):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            batch: dict = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                           key: [int(v) for v in rng.integers(0, classes, n)],
+                           "filenames": [f"img{i}.png" for i in range(n)]}  # fmt: skip
+            batch["batch_label"] = b"fake batch"
+            path.write_bytes(pickle.dumps(batch, protocol=2))
+    return root
+
+
+def paper_metrics(X: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> dict:
+    """The paper's plot_results.py ``_calculate_geometric_metrics`` (float64)."""
+    intra = [np.mean(pdist(X[ids == o])) for o in np.unique(ids) if np.sum(ids == o) > 1]
+    cents = np.array([np.mean(X[labels == c], axis=0) for c in np.unique(labels)])
+    inter = pdist(cents)
+    spread = [np.mean(np.sum((X[ids == o] - X[ids == o].mean(0)) ** 2, 1)) for o in np.unique(ids)]
+    ratio = np.mean(inter) / (np.mean(intra) + 1e-10)
+    err = ratio * np.sqrt(
+        (np.std(inter) / (np.mean(inter) + 1e-10)) ** 2
+        + (np.std(intra) / (np.mean(intra) + 1e-10)) ** 2
+    )
+    return {
+        "spread": [np.mean(spread), np.std(spread)],
+        "d_intra": [np.mean(intra), np.std(intra)],
+        "d_inter": [np.mean(inter), np.std(inter)],
+        "separation": [ratio, err],
+    }

@@ -14,25 +14,7 @@ import pytest
 from torchvision import datasets
 
 from solo_geometry.inputs.cifar import CifarFiles, cifar_paths, read_cifar
-
-
-def write_fake_cifar(root: Path, dataset: str = "cifar10", n: int = 8, seed: int = 0) -> Path:
-    """A tiny CIFAR in torchvision's on-disk format (pickled batches), random pixels.
-
-    Protocol 2, as the official files; written by Python 3, so bytes values are pickled through
-    ``_codecs.encode`` (which the reader admits).
-    """
-    rng = np.random.default_rng(seed)
-    classes, key = (10, "labels") if dataset == "cifar10" else (100, "fine_labels")
-    for train in (True, False):
-        for path in cifar_paths(root, dataset, train):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            batch: dict = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                           key: [int(v) for v in rng.integers(0, classes, n)],
-                           "filenames": [f"img{i}.png" for i in range(n)]}  # fmt: skip
-            batch["batch_label"] = b"fake batch"
-            path.write_bytes(pickle.dumps(batch, protocol=2))
-    return root
+from tests.shared import write_fake_cifar
 
 
 class _Unchecked10(datasets.CIFAR10):

@@ -6,28 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.spatial.distance import pdist
 
 from solo_geometry.cli import main
-
-
-def paper_metrics(X: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> dict:
-    """The paper's plot_results.py ``_calculate_geometric_metrics`` (float64)."""
-    intra = [np.mean(pdist(X[ids == o])) for o in np.unique(ids) if np.sum(ids == o) > 1]
-    cents = np.array([np.mean(X[labels == c], axis=0) for c in np.unique(labels)])
-    inter = pdist(cents)
-    spread = [np.mean(np.sum((X[ids == o] - X[ids == o].mean(0)) ** 2, 1)) for o in np.unique(ids)]
-    ratio = np.mean(inter) / (np.mean(intra) + 1e-10)
-    err = ratio * np.sqrt(
-        (np.std(inter) / (np.mean(inter) + 1e-10)) ** 2
-        + (np.std(intra) / (np.mean(intra) + 1e-10)) ** 2
-    )
-    return {
-        "spread": [np.mean(spread), np.std(spread)],
-        "d_intra": [np.mean(intra), np.std(intra)],
-        "d_inter": [np.mean(inter), np.std(inter)],
-        "separation": [ratio, err],
-    }
+from tests.shared import paper_metrics
 
 
 def orbit_arrays(seed: int = 0) -> dict[str, np.ndarray]:

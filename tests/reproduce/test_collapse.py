@@ -23,7 +23,7 @@ from solo_geometry.reproduce.collapse.page import FIGURES, page_body
 from solo_geometry.reproduce.collapse.protocol import Block, Protocol
 from solo_geometry.reproduce.collapse.summary import cell_record
 from solo_geometry.reproduce.paper import write_page
-from tests.test_cifar import write_fake_cifar
+from tests.shared import write_fake_cifar
 
 AUTHORS = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
 

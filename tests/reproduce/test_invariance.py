@@ -29,8 +29,7 @@ from solo_geometry.reproduce.invariance import (
 )
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.run.run_folder import RunFolder
-from tests.shared import build_once
-from tests.test_orbits_cli import paper_metrics
+from tests.shared import build_once, paper_metrics, write_fake_cifar
 
 TINY = replace(QUICK, seeds=2, curvature_images=4, mlp_epochs=3, limit_batches=2)
 
@@ -239,7 +238,6 @@ class TestInvarianceInput:
         import pickle
 
         from solo_geometry.inputs.cifar import cifar_paths
-        from tests.test_cifar import write_fake_cifar
 
         root = write_fake_cifar(tmp_path / "cifar")
 
@@ -263,7 +261,6 @@ class TestInvarianceInput:
 
         from solo_geometry.inputs.cifar import read_cifar
         from solo_geometry.reproduce.invariance.data import check_data_root, export_cifar
-        from tests.test_cifar import write_fake_cifar
 
         root = write_fake_cifar(tmp_path / "cifar", n=20)
         assert check_data_root("cifar10", root) == root
