@@ -76,8 +76,9 @@ class GeometryMonitor(Callback):
         definite beyond the floor and its extremes converged), ``neg_fraction`` with
         ``neg_fraction_std`` and ``neg_fraction_quad`` (SLQ), ``seconds``; ``interaction_ratio``,
         ``gn_is_heff`` (GN's numbers are H_eff's run: a piecewise-linear head, M = 0),
-        ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}``, the
-        same for ``h/``, ``stats/n_samples``, ``whitening/{score,rank,cond_z,cond_h}`` (how much
+        ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}`` and the
+        quality metrics ``z/{rankme,lidar,alpha_req,alpha_req_r2,collapse_level,dim}``, the
+        same for ``h/``, ``cka/z_h`` (linear CKA of Z and H), ``stats/n_samples``, ``whitening/{score,rank,cond_z,cond_h}`` (how much
         more isotropic H is than Z), ``metric/{min,max,cond,rank,effective_rank}`` (the metric
         W^T W of a metric-linear head only), ``rho/<family>`` per configured colour family,
         ``head/weight_norm`` (norm of the head's Linear weights, which pseudo-collapse scales);
