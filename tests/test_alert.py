@@ -132,8 +132,8 @@ class TestConfig:
 
 def _always_complete(tmp: Path, **alert: Any) -> GeometryConfig:
     """Every record points to `complete` (std under 0.999 of its ceiling): the run shows it."""
-    return _config(tmp, augment=False, every_n_steps=1, lanczos_max_steps=20,
-                   alert=AlertConfig(complete_enter=0.999, complete_leave=0.9999, **alert))  # fmt: skip
+    alert_cfg = AlertConfig(complete_enter=0.999, complete_leave=0.9999, **alert)
+    return _config(tmp, augment=False, every_n_steps=1, lanczos_max_steps=20, alert=alert_cfg)
 
 
 class TestMonitorAlert:

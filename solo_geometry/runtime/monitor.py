@@ -303,7 +303,7 @@ class GeometryMonitor(Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        summary = {k: v for k, v in self.state_dict().items() if k != "last"}
+        summary = {k: v for k, v in self.state_dict().items() if k not in ("last", "alert")}
         checkpoint["geometry"] = {"config": asdict(self.config), "meta": self.meta,
                                   "last": dict(self.last), "summary": summary}  # fmt: skip
 
