@@ -219,4 +219,4 @@ class CollapseAlert:
         self._candidate, self._count = state.get("candidate"), int(state.get("count", 0))
         self._complete = int(state.get("complete", 0))
         last = state.get("last")
-        self._last = tuple(last) if last is not None else None  # type: ignore[assignment]
+        self._last = (float(last[0]), float(last[1])) if last is not None else None
