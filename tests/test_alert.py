@@ -148,6 +148,8 @@ class TestMonitorAlert:
         assert states[:3] == ["healthy", "complete", "complete"]
         assert trainer.global_step < 8  # asked to stop after complete lasted 2 records
         assert records[1].alert["diagnosis"].startswith((SADDLE, FLAT))  # spectra of M at hand
+        quality = ("z/rankme", "h/rankme", "z/lidar", "h/lidar", "h/alpha_req", "cka/z_h")
+        assert all(isinstance(records[0].metrics[k], float) for k in quality)
         lines = [str(w.message) for w in caught if "collapse alert" in str(w.message)]
         assert len(lines) == 1 and "healthy -> complete at step 1" in lines[0]
         with open(Path(logger.log_dir) / "metrics.csv") as f:
