@@ -161,3 +161,54 @@ class TestMonitorAlert:
         _, trainer = _fit(tmp_path, [GeometryMonitor(_always_complete(tmp_path))], steps=4)
         assert trainer.global_step == 4
         assert read_records(tmp_path)[-1].alert["state"] == "complete"
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "collapse_authors.json"
+
+
+def replay(curve: list[float], rows: int, dim: int) -> list[str]:
+    """The default alert's states over one of the authors' per-epoch std curves (rank unknown)."""
+    alert = CollapseAlert(AlertConfig())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [alert.observe(epoch, {"h/normalized_std": std, "h/effective_rank": float(dim),
+                                      "h/n_samples": rows, "h/dim": dim}, None)["state"]
+                for epoch, std in enumerate(curve)]  # fmt: skip
+
+
+class TestCalibrationOnTheAuthorsCurves:
+    """The default thresholds on the authors' released collapse curves (docs/reproducing.md)."""
+
+    @pytest.fixture(scope="class")
+    def states(self) -> dict[str, list[list[str]]]:
+        import json
+
+        data = json.loads(FIXTURE.read_text())
+        rows, dim = data["setup"]["rows"], data["setup"]["dim"]
+        return {f"{ds}/{key}": [replay(seed, rows, dim) for seed in seeds]
+                for ds, runs in data["results"].items() for key, seeds in runs.items()}  # fmt: skip
+
+    def test_batchnorm_runs_never_alarm(self, states: dict[str, list[list[str]]]) -> None:
+        bn = {k: v for k, v in states.items() if "bn_True" in k}
+        assert len(bn) == 9
+        assert all(s == "healthy" for runs in bn.values() for run in runs for s in run)
+
+    def test_pseudo_collapsed_starts_enter_complete(self, states: dict[str, list]) -> None:
+        for key, runs in states.items():
+            if "bn_True" not in key:
+                assert all(run[1] == "complete" for run in runs), key  # patience 2: epoch 1
+
+    def test_relu_without_batchnorm_never_leaves(self, states: dict) -> None:
+        relu = [k for k in states if "relu" in k and "bn_True" not in k]
+        assert len(relu) == 7
+        assert all(run[-1] == "complete" and "healthy" not in run[1:]
+                   for k in relu for run in states[k])  # fmt: skip
+
+    def test_smooth_heads_escape_on_resnet18(self, states: dict) -> None:
+        escaping = (
+            "cifar10/resnet18/swish_bn_False_lr_base",
+            "cifar10/resnet18/gelu_bn_False_lr_base",
+            "cifar100/resnet18/gelu",
+        )
+        for key in escaping:
+            assert all(run[-1] == "healthy" for run in states[key]), key
