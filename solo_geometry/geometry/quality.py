@@ -230,10 +230,16 @@ def linear_cka(X: Tensor, Y: Tensor) -> float | None:
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X and Y must hold the same samples; got {X.shape[0]} and {Y.shape[0]}")
     Xc, Yc = X - X.mean(dim=0), Y - Y.mean(dim=0)
-    denom = torch.linalg.matrix_norm(Xc.T @ Xc) * torch.linalg.matrix_norm(Yc.T @ Yc)
-    if denom <= 0:
+    if X.shape[0] < max(X.shape[1], Y.shape[1]):  # the M x M Gram form: the same numbers
+        K, L = Xc @ Xc.T, Yc @ Yc.T  # (M, M); ||Y^T X||_F^2 = <K, L>, ||X^T X||_F = ||K||_F
+        cross = (K * L).sum()
+        norm_x, norm_y = torch.linalg.matrix_norm(K), torch.linalg.matrix_norm(L)
+    else:
+        cross = torch.linalg.matrix_norm(Yc.T @ Xc) ** 2
+        norm_x, norm_y = torch.linalg.matrix_norm(Xc.T @ Xc), torch.linalg.matrix_norm(Yc.T @ Yc)
+    if norm_x * norm_y <= 0:
         return None
-    return float(torch.linalg.matrix_norm(Yc.T @ Xc) ** 2 / denom)
+    return float(cross / (norm_x * norm_y))
 
 
 def quality_record(prefix: str, X: Tensor, views: Tensor | None = None) -> dict[str, float | None]:

@@ -182,10 +182,11 @@ class TestCollapseLevel:
 
 
 class TestLinearCka:
-    def test_matches_hsic_form(self) -> None:
+    @pytest.mark.parametrize(("n", "d"), [(40, 10), (12, 30)])  # feature and Gram forms
+    def test_matches_hsic_form(self, n: int, d: int) -> None:
         gen = np.random.default_rng(8)
-        x = gen.normal(size=(40, 10))
-        y = np.tanh(x @ gen.normal(size=(10, 6))) + gen.normal(size=(40, 6)) * 0.3
+        x = gen.normal(size=(n, d))
+        y = np.tanh(x @ gen.normal(size=(d, 6))) + gen.normal(size=(n, 6)) * 0.3
         assert linear_cka(torch.from_numpy(x), torch.from_numpy(y)) == pytest.approx(
             np_cka(x, y), rel=1e-10
         )
