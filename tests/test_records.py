@@ -178,7 +178,7 @@ class TestGeometryRecord:
               "metrics": {"heff/lambda_max": 1.0, "z/cond": 2.0, "rho/hue": 0.1},
               "density": {"nodes": [0.0], "weights": [1.0]}}  # fmt: skip
         record = GeometryRecord.from_dict(v1)
-        assert record.schema == SCHEMA_VERSION == 2
+        assert record.schema == SCHEMA_VERSION == 3
         assert record.parts == ["stats", "hessian", "augment", "density"]
         assert record.deferred_parts == {}
         stats_only = GeometryRecord.from_dict({**v1, "metrics": {"h/rank": 3}, "density": None})

@@ -344,3 +344,38 @@ class TestUmapCache:
         finally:
             plots.umap_cached.cache_clear()
         assert how == "UMAP" and emb.shape == (40, 2) and np.isfinite(emb).all()
+
+
+class TestQualityAndAlerts:
+    def test_quality_panels_shading_and_banner(self, tmp_path: Path) -> None:
+        rng = np.random.default_rng(0)
+        states = ["healthy", "healthy", "dimensional", "complete", "complete"]
+        records = []
+        for i, state in enumerate(states):
+            rec = _record(50 * i, 1.0, rng, False)
+            quality = {f"{x}/{k}": 1.0 + i for x in ("z", "h")
+                       for k in ("rankme", "lidar", "alpha_req", "collapse_level")}  # fmt: skip
+            why = "strict saddle: (numbers)" if state != "healthy" else None
+            alert = {"state": state, "level": i, "since": 0, "features": "h", "diagnosis": why}
+            metrics = {**rec.metrics, **quality, "cka/z_h": 0.5}
+            records.append(dataclasses.replace(rec, metrics=metrics, alert=alert))
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "geometry.jsonl").write_text("".join(r.to_json() + "\n" for r in records))
+        spans: list[tuple[float, float, str]] = []
+        real = plots.plt.Axes.axvspan
+
+        def spy(ax: Any, x0: float, x1: float, **kwargs: Any) -> Any:
+            spans.append((x0, x1, kwargs["color"]))
+            return real(ax, x0, x1, **kwargs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(plots.plt.Axes, "axvspan", spy)
+            index = write_report([run])
+        assert "quality.png" in _check_pngs(index)
+        # per shaded panel: dimensional over [100, 150], complete over [150, 200] and the last
+        assert set(spans) == {(100, 150, "tab:orange"), (150, 200, "tab:red"),
+                              (200, 200.5, "tab:red")}  # fmt: skip
+        page = index.read_text()
+        assert "collapse alert dimensional first at step 100" in page
+        assert "at the last record (step 200) complete; strict saddle" in page

@@ -120,14 +120,41 @@ def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
     return _save(fig, path)
 
 
+_ALERT_COLOURS = {"dimensional": "tab:orange", "complete": "tab:red"}
+
+
+def _shade_alerts(ax: Any, runs: Sequence[tuple[str, Records]]) -> None:
+    """Shade the steps each run spent in a collapse state (``alert``), one band per record.
+
+    A record's state holds from its step to the next record's (its own step for the last).
+    """
+    labelled: set[str] = set()
+    for _, recs in runs:
+        held = [(r.step, r.alert["state"]) for r in recs if r.alert]
+        if not held:
+            continue
+        ends = [step for step, _ in held[1:]] + [held[-1][0]]
+        for (start, state), end in zip(held, ends, strict=True):
+            if state in _ALERT_COLOURS:
+                label = None if state in labelled else f"alert: {state}"
+                labelled.add(state)
+                ax.axvspan(start, max(end, start + 0.5), color=_ALERT_COLOURS[state],
+                           alpha=0.15 / len(runs), lw=0, label=label)  # fmt: skip
+
+
 def plot_lines(
     runs: Sequence[tuple[str, Records]],
     path: Path,
     panels: Sequence[tuple[str, str, str]],
     *,
     log: bool = False,
+    alerts: bool = False,
 ) -> Path | None:
-    """One panel per (key, title, y label), one curve per run over optimiser steps."""
+    """One panel per (key, title, y label), one curve per run over optimiser steps.
+
+    ``alerts``: shade the steps each run's records spent ``dimensional`` (orange) or
+    ``complete`` (red).
+    """
     if not any(_series(recs, key)[0].size for _, recs in runs for key, _, _ in panels):
         return None
     cols = min(len(panels), 2)
@@ -142,6 +169,8 @@ def plot_lines(
             if log:
                 vals = np.where(vals > 0, vals, np.nan)
             ax.plot(steps, vals, marker=".", color=f"C{i % 10}", label=name)
+        if alerts:
+            _shade_alerts(ax, runs)
         ax.set_title(title)
         ax.set_xlabel("optimiser step")
         ax.set_ylabel(ylabel)

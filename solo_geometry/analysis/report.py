@@ -133,6 +133,12 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
              ("h/normalized_std", "normalised std of H", "std of L2-normalised rows (1)"),
              ("z/effective_rank", "effective rank of Z", "RankMe (dimensions)"),
              ("h/effective_rank", "effective rank of H", "RankMe (dimensions)")]  # fmt: skip
+    quality = [(f"{k}/{m}", f"{title} of {k.upper()}", unit) for m, title, unit in (
+        ("rankme", "RankMe", "effective rank (dimensions)"),
+        ("lidar", "LiDAR", "effective rank of the LDA matrix (dimensions)"),
+        ("alpha_req", "alpha-ReQ", "eigenvalue decay exponent (1)"),
+        ("collapse_level", "collapse level (lightly)", "1 - sqrt(d) x normalised std (1)"))
+        for k in ("z", "h")] + [("cka/z_h", "linear CKA of Z and H", "CKA (1)")]  # fmt: skip
     conds = [(f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
              for k in ("heff", "gn", "z", "h")]  # fmt: skip
     rho = [(r.name, _last(r.records, "rho/")) for r in runs]
@@ -148,7 +154,10 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
             [("interaction_ratio", "interaction ratio", "||M|| / ||H_eff|| (1)")], log=True,
         ), no_geo),
         ("Condition numbers", plots.plot_lines(recs, out / "cond.png", conds, log=True), no_geo),
-        ("Representation statistics", plots.plot_lines(recs, out / "stats.png", stats), no_geo),
+        ("Representation statistics (shaded: collapse alert)", plots.plot_lines(
+            recs, out / "stats.png", stats, alerts=True), no_geo),
+        ("Representation quality (shaded: collapse alert)", plots.plot_lines(
+            recs, out / "quality.png", quality, alerts=True), "no quality metrics in the records"),
         ("SLQ spectral density of H_eff", plots.plot_density(recs, out / "density.png"),
          "no record carries a density"),
         ("Metric singularity per family (last measurement)", plots.plot_bars(
@@ -226,6 +235,22 @@ def _last_html(records: list[GeometryRecord]) -> list[str]:
     return [head, _table(["metric", "value", "step"], rows)]
 
 
+def _banner(runs: Sequence[RunData]) -> str:
+    """A warning line per run whose records ever left ``healthy``: its state now and the worst."""
+    lines = []
+    for run in runs:
+        held = [r for r in run.records if r.alert]
+        bad = [r for r in held if r.alert and r.alert["state"] != "healthy"]
+        if not bad:
+            continue
+        last, first = held[-1].alert or {}, bad[0]
+        why = f"; {last['diagnosis']}" if last.get("diagnosis") else ""
+        lines.append(f"{html.escape(run.name)}: collapse alert {first.alert['state']} first at "  # type: ignore[index]
+                     f"step {first.step}; at the last record (step {held[-1].step}) "
+                     f"{last['state']}{html.escape(why)}")  # fmt: skip
+    return "".join(f"<div class='warn'>{line}</div>" for line in lines)
+
+
 def _run_html(run: RunData) -> str:
     parts = [f"<h3>{html.escape(run.name)} <small>{html.escape(str(run.path))}</small></h3>"]
     parts += [f"<p class='note'>{html.escape(n)}</p>" for n in run.notes]
@@ -292,7 +317,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
             figures.append(f"<h3>{html.escape(title)}</h3><img src='{png.name}' alt='{title}'>")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>solo-geometry report"
             f"</title><style>{_CSS}</style></head><body><h1>solo-geometry report: "
-            f"{html.escape(', '.join(names))}</h1><h2>Runs</h2>"
+            f"{html.escape(', '.join(names))}</h1>{_banner(runs)}<h2>Runs</h2>"
             + "\n".join(_run_html(r) for r in runs) + "<h2>Plots</h2>" + "\n".join(figures)
             + "</body></html>")  # fmt: skip
     index = out / "index.html"

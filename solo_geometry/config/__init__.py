@@ -44,6 +44,7 @@ from solo_geometry.config.choices import (
     _positive,
 )
 from solo_geometry.config.nodes import (
+    AlertConfig,
     HeadConfig,
     InitConfig,
     MeasureConfig,
@@ -70,6 +71,7 @@ __all__ = [
     "PROBE_CHOICES",
     "PROBE_PROTOCOLS",
     "TARGET_CHOICES",
+    "AlertConfig",
     "GeometryConfig",
     "HeadConfig",
     "InitConfig",
@@ -114,6 +116,7 @@ class GeometryConfig:
     budget: float | None = 0.02
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
+    alert: AlertConfig = field(default_factory=AlertConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     predictor: PredictorConfig = field(default_factory=PredictorConfig)
     init: InitConfig = field(default_factory=InitConfig)
@@ -195,7 +198,8 @@ def geometry_config(cfg: DictConfig) -> GeometryConfig | None:
         return None
     for sub, key in (("init", "pseudo_collapse"), ("init", "backbone"), ("probes", "enabled"),
                      ("head", "bias"), ("head", "out_norm"), ("predictor", "bias"),
-                     ("predictor", "out_norm"), ("measure", "updates")):  # fmt: skip
+                     ("predictor", "out_norm"), ("measure", "updates"), ("alert", "enabled"),
+                     ("alert", "stop")):  # fmt: skip
         if isinstance(raw.get(sub), dict) and raw[sub].get(key) is not None:
             raw[sub][key] = as_bool(raw[sub][key], f"geometry.{sub}.{key}")
     try:

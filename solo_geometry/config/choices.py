@@ -25,6 +25,7 @@ PROBE_CHOICES = ("linear", "mlp")
 MLP_STOP_CHOICES = ("loss", "val")
 ORBIT_PROTOCOLS = ("default", "paper")
 PROBE_PROTOCOLS = ("package", "paper", "both")
+ALERT_FEATURES = ("h", "z")  # the representation the collapse alert watches
 _TRUE = ("true", "on", "yes", "1")
 _FALSE = ("false", "off", "no", "0")
 

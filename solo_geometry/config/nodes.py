@@ -1,4 +1,4 @@
-"""The measurement, head, predictor and initialiser nodes of the ``geometry`` config."""
+"""The measurement, alert, head, predictor and initialiser nodes of the ``geometry`` config."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from solo_geometry.config.choices import (
     ACTIVATION_CHOICES,
+    ALERT_FEATURES,
     FAMILY_CHOICES,
     HEAD_CHOICES,
     NORM_CHOICES,
@@ -14,6 +15,7 @@ from solo_geometry.config.choices import (
     _at_least,
     _choice,
     _choices,
+    _fraction,
     _positive,
 )
 
@@ -62,6 +64,47 @@ class StatsConfig:
 
     def __post_init__(self) -> None:
         _at_least(self.queue, "geometry.stats.queue", 0)
+
+
+@dataclass
+class AlertConfig:
+    """The collapse alert (:mod:`solo_geometry.runtime.alert`).
+
+    Every threshold is a fraction of its statistic's ceiling, so none depends on a data set:
+    the normalised std against sqrt(M / ((M - 1) d)), the most it can be on M rows of width d;
+    the effective rank (RankMe) against min(M, d). A state is entered below its ``enter``
+    fraction and left above its ``leave`` fraction, and only after ``patience`` consecutive
+    records say so: one noisy batch does not flip it.
+    """
+
+    enabled: bool = True
+    # "h": the head's outputs (the paper's collapse statistic); "z": the backbone's features.
+    features: str = "h"
+    # complete collapse: the normalised std below 1/20 of its ceiling; left above 1/10.
+    complete_enter: float = 0.05
+    complete_leave: float = 0.1
+    # dimensional collapse (the std holds): effective rank below 1/20 of min(M, d); left above
+    # 1/10.
+    dimensional_enter: float = 0.05
+    dimensional_leave: float = 0.1
+    # consecutive records that must agree before the state changes.
+    patience: int = 2
+    # Opt-in: ask Lightning to stop (trainer.should_stop) once `complete` has lasted
+    # `stop_after` records. By default the monitor never changes training.
+    stop: bool = False
+    stop_after: int = 5
+
+    def __post_init__(self) -> None:
+        _choice(self.features, ALERT_FEATURES, "geometry.alert.features")
+        for name in ("complete", "dimensional"):
+            enter, leave = getattr(self, f"{name}_enter"), getattr(self, f"{name}_leave")
+            _fraction(enter, f"geometry.alert.{name}_enter")
+            _fraction(leave, f"geometry.alert.{name}_leave")
+            if leave < enter:
+                raise ValueError(f"geometry.alert.{name}_leave: must be >= {name}_enter "
+                                 f"({enter!r}), got {leave!r}")  # fmt: skip
+        _at_least(self.patience, "geometry.alert.patience")
+        _at_least(self.stop_after, "geometry.alert.stop_after")
 
 
 @dataclass

@@ -14,7 +14,8 @@ schema version with an error naming the version, so no reader ever guesses a def
 
 Schema versions of ``geometry.jsonl``: 1 (no ``parts``: every record held every configured
 part, read as such), 2 (``parts`` and ``deferred_parts``: a record may hold the representation
-statistics alone while the spectra wait for the time budget).
+statistics alone while the spectra wait for the time budget), 3 (``alert``: the collapse state and
+its diagnosis, :mod:`solo_geometry.runtime.alert`; absent, None, in the versions before).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ __all__ = [
     "read_records",
 ]
 
-SCHEMA_VERSION = 2  # of geometry.jsonl's records
-READABLE_VERSIONS = (1, 2)  # record versions this reader knows (1 is upgraded on reading)
+SCHEMA_VERSION = 3  # of geometry.jsonl's records
+READABLE_VERSIONS = (1, 2, 3)  # record versions this reader knows (1, 2 upgraded on reading)
 PROBES_SCHEMA_VERSION = 1  # of probes.json
 GEOMETRY_FILE = "geometry.jsonl"
 # The parts of a record: representation statistics, spectra of H_eff/GN/M, augmentation
@@ -153,6 +154,9 @@ class GeometryRecord:
         n_skipped: skipped measurements so far in the run, this one included.
         seconds: wall time of the measurement.
         meta: plain facts about the run (first record only), e.g. the geometry config.
+        alert: the collapse alert at this record (``state``, ``since``, ``std_ratio``,
+            ``rank_ratio``, ``diagnosis``, ...: :meth:`~solo_geometry.runtime.alert.
+            CollapseAlert.as_record`); None when skipped, switched off, or before version 3.
         schema: the schema version, :data:`SCHEMA_VERSION`.
     """
 
@@ -170,6 +174,7 @@ class GeometryRecord:
     n_skipped: int = 0
     seconds: float = 0.0
     meta: dict[str, Any] | None = None
+    alert: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -209,7 +214,7 @@ class GeometryRecord:
         if data["schema"] == 1:  # upgraded: the parts it held, read off its metrics
             ok = data.get("status") == "ok"
             data["parts"] = _parts_of(data.get("metrics") or {}, data.get("density")) if ok else []
-            data["schema"] = SCHEMA_VERSION
+        data["schema"] = SCHEMA_VERSION  # 1 and 2 hold no alert: None
         data["settings"] = _from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
         try:
             return _from_dict(cls, data, where)

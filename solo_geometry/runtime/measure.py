@@ -7,7 +7,8 @@ docs/design.md section 3 from it and says which settings define them:
 * the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff||, on the principal sub-block
   of ``max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;
 * normalised std, covariance condition number and effective rank of Z and of H, over the whole
-  batch (all views);
+  batch (all views), with the quality metrics RankMe, LiDAR, alpha-ReQ, lightly's collapse level
+  and the linear CKA between Z and H;
 * the metric singularity rho of the head along colour-augmentation tangents;
 * on request, the SLQ spectral density of H_eff.
 
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.augment import Normalization, augmentation_tangents, metric_singularity
+from solo_geometry.geometry.quality import linear_cka, quality_record
 from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spectrum
 from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
 from solo_geometry.models.heads import MetricLinearHead
@@ -184,12 +186,21 @@ def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:
 
 
 def _stats(view: GeometryView, history: Sequence[tuple[Tensor, Tensor]]) -> dict[str, Scalar]:
-    """Statistics of Z and H pooled over the whole batch, all views, and the queued batches."""
-    Zp, Hp = outputs(view)  # (V * N, d), (V * N, p)
+    """Statistics of Z and H pooled over the whole batch, all views, and the queued batches.
+
+    The quality metrics (:mod:`~solo_geometry.geometry.quality`) join them; LiDAR takes the
+    measured batch's views alone (a queued batch's views are pooled).
+    """
+    Zb, Hb = outputs(view)  # (V * N, d), (V * N, p)
+    Zp, Hp = Zb, Hb
     if history:
         Zp = torch.cat([Zp, *(z.to(Zp) for z, _ in history)])  # (M, d)
         Hp = torch.cat([Hp, *(h.to(Hp) for _, h in history)])  # (M, p)
     out: dict[str, Scalar] = {**stats_record("z", Zp), **stats_record("h", Hp)}
+    V = view.features.shape[0]
+    out.update(quality_record("z", Zp, Zb.unflatten(0, (V, -1))))  # views (V, N, d)
+    out.update(quality_record("h", Hp, Hb.unflatten(0, (V, -1))))  # views (V, N, p)
+    out["cka/z_h"] = linear_cka(Zp, Hp)
     out.update(whitening_score(Zp, Hp).as_record("whitening"))
     if isinstance(view.head, MetricLinearHead):
         with torch.no_grad():

@@ -51,6 +51,7 @@ from typing_extensions import override
 from solo_geometry.config import GeometryConfig
 from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
 from solo_geometry.runtime.measure import GeometryAware, checked, measure, outputs
@@ -76,13 +77,16 @@ class GeometryMonitor(Callback):
         definite beyond the floor and its extremes converged), ``neg_fraction`` with
         ``neg_fraction_std`` and ``neg_fraction_quad`` (SLQ), ``seconds``; ``interaction_ratio``,
         ``gn_is_heff`` (GN's numbers are H_eff's run: a piecewise-linear head, M = 0),
-        ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}``, the
-        same for ``h/``, ``stats/n_samples``, ``whitening/{score,rank,cond_z,cond_h}`` (how much
-        more isotropic H is than Z), ``metric/{min,max,cond,rank,effective_rank}`` (the metric
-        W^T W of a metric-linear head only), ``rho/<family>`` per configured colour family,
-        ``head/weight_norm`` (norm of the head's Linear weights, which pseudo-collapse scales);
-        with every record ``geometry/n_skipped`` (records skipped so far) and
-        ``geometry/seconds`` (the record's measuring time).
+        ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}`` and
+        ``z/{rankme,lidar,alpha_req,alpha_req_r2,collapse_level,dim}`` (quality metrics), the
+        same for ``h/``, ``cka/z_h`` (linear CKA of Z and H), ``stats/n_samples``,
+        ``whitening/{score,rank,cond_z,cond_h}`` (how much more isotropic H is than Z),
+        ``metric/{min,max,cond,rank,effective_rank}`` (the metric W^T W of a metric-linear head
+        only), ``rho/<family>`` per configured colour family, ``head/weight_norm`` (norm of the
+        head's Linear weights, which pseudo-collapse scales); with every record
+        ``geometry/n_skipped`` (records skipped so far), ``geometry/seconds`` (the record's
+        measuring time) and ``geometry/alert`` (the collapse state of
+        :mod:`solo_geometry.runtime.alert`: 0 healthy, 1 dimensional, 2 complete).
 
     Args:
         config: the ``geometry`` config node (validated); None for the defaults.
@@ -116,6 +120,7 @@ class GeometryMonitor(Callback):
         self._queue: deque[tuple[Tensor, Tensor]] = deque(maxlen=self.config.stats.queue or 1)
         self._queuing: Any = None
         self.budget = TimeBudget(self.config)  # time spent, cost estimate, the budget's rule
+        self.alert = CollapseAlert(self.config.alert)  # the collapse state across records
 
     @property
     def run(self) -> RunFolder | None:
@@ -298,14 +303,15 @@ class GeometryMonitor(Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        summary = {k: v for k, v in self.state_dict().items() if k != "last"}
+        summary = {k: v for k, v in self.state_dict().items() if k not in ("last", "alert")}
         checkpoint["geometry"] = {"config": asdict(self.config), "meta": self.meta,
                                   "last": dict(self.last), "summary": summary}  # fmt: skip
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"n_records": self.n_records, "n_skipped": self.n_skipped,
-                "last_step": self.last_step, "last": dict(self.last)}  # fmt: skip
+        return {"n_records": self.n_records, "n_skipped": self.n_skipped, "last_step":
+                self.last_step, "last": dict(self.last),
+                "alert": self.alert.state_dict()}  # fmt: skip
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -313,6 +319,7 @@ class GeometryMonitor(Callback):
         self.n_records = int(state_dict["n_records"])
         self.n_skipped = int(state_dict["n_skipped"])
         self.last = dict(state_dict.get("last", {}))
+        self.alert.load_state_dict(state_dict.get("alert") or {})
         self._resumed = True
 
     def _fields(self, trainer: pl.Trainer, step: int, *, final: bool) -> dict[str, Any]:
@@ -357,6 +364,7 @@ class GeometryMonitor(Callback):
                                                      deferred=deferred)  # fmt: skip
         if full or final:
             self._owed = None
+        self.alert.attach(trainer, fields)
         seconds = self.budget.clock() - start
         self.budget.add(seconds, full=full, density=fields.get("density") is not None)
         self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped,
@@ -377,7 +385,7 @@ class GeometryMonitor(Callback):
                                 f"{err!r}; measurements continue, unrecorded")  # fmt: skip
         scalars = {f"geometry/{k}": float(v) for k, v in record.metrics.items()
                    if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
-        scalars.update({"geometry/n_skipped": float(record.n_skipped),
+        scalars.update({"geometry/n_skipped": float(record.n_skipped), **self.alert.scalars(record),
                         "geometry/seconds": record.seconds})  # fmt: skip
         try:
             if record.final:

@@ -1,0 +1,222 @@
+"""The collapse alert: a state at every record, with the theory's diagnosis beside it.
+
+A small state machine over the records' representation statistics (docs/design.md section 3),
+of H by default (``geometry.alert.features``):
+
+* ``complete``: the normalised std below ``complete_enter`` of its ceiling sqrt(M / ((M - 1) d))
+  (the most it can be on M rows of width d, :func:`~solo_geometry.runtime.updates.std_ceiling`),
+  left above ``complete_leave``;
+* ``dimensional``: the std holds but the effective rank (RankMe) is below ``dimensional_enter``
+  of min(M, d), left above ``dimensional_leave``;
+* ``healthy`` otherwise.
+
+A state changes only after ``patience`` consecutive records point to the same new one, so one
+noisy batch does not flip it (hysteresis twice over: separate enter and leave thresholds, and
+the run of records). At a collapsed state the diagnosis reads the latest spectra of M, the
+curvature the head injects: a Ritz value of M below -floor (a Rayleigh quotient, so it bounds
+lambda_min(M) from above: proof of negative curvature whether or not it converged) is a strict
+saddle, and gradient descent has a way out; none means the head (linear or ReLU, M = 0) cannot
+leave by curvature. Each change of state is one rank-zero warning; ``geometry/alert`` (0, 1, 2 for
+:data:`STATES`) goes to every logger, and the opt-in ``geometry.alert.stop`` asks Lightning to
+stop once ``complete`` has lasted ``stop_after`` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
+
+from solo_geometry.config import AlertConfig
+from solo_geometry.run.records import GeometryRecord
+from solo_geometry.runtime.updates import std_ceiling
+
+__all__ = ["STATES", "CollapseAlert", "classify", "diagnosis", "ratios"]
+
+STATES = ("healthy", "dimensional", "complete")  # logged as their index
+SADDLE = "strict saddle: the head's curvature gives gradient descent a way out"
+FLAT = ("no negative curvature: a linear or ReLU head cannot leave by curvature; the paper finds "
+        "such heads rely on BatchNorm and the step size")  # fmt: skip
+
+
+def ratios(metrics: Mapping[str, Any], features: str) -> tuple[float, float] | None:
+    """The normalised std over its ceiling and the effective rank over min(M, d).
+
+    Args:
+        metrics: a record's metrics (``<features>/normalized_std``, ``/effective_rank``,
+            ``/n_samples`` and ``/dim``).
+        features: ``"h"`` or ``"z"``.
+
+    Returns:
+        ``(std_ratio, rank_ratio)``, each in [0, 1]; None when the record lacks one of them.
+    """
+    keys = ("normalized_std", "effective_rank", "n_samples", "dim")
+    std, rank, m, d = (metrics.get(f"{features}/{k}") for k in keys)
+    if any(not isinstance(v, int | float) or isinstance(v, bool) for v in (std, rank, m, d)):
+        return None
+    assert std is not None and rank is not None and m is not None and d is not None
+    if m < 2 or d < 1:
+        return None
+    return float(std) / std_ceiling(int(m), int(d)), float(rank) / min(m, d)
+
+
+def classify(std_ratio: float, rank_ratio: float, current: str, cfg: AlertConfig) -> str:
+    """The state these ratios point to, from ``current`` (enter and leave thresholds differ).
+
+    Args:
+        std_ratio: normalised std over its ceiling.
+        rank_ratio: effective rank over min(M, d).
+        current: the state now, one of :data:`STATES`.
+        cfg: the thresholds.
+
+    Returns:
+        One of :data:`STATES`.
+    """
+    complete = cfg.complete_leave if current == "complete" else cfg.complete_enter
+    if std_ratio < complete:
+        return "complete"
+    dimensional = cfg.dimensional_enter if current == "healthy" else cfg.dimensional_leave
+    return "dimensional" if rank_ratio < dimensional else "healthy"
+
+
+def diagnosis(curvature: Mapping[str, Any] | None) -> str:
+    """The theory's reading of the latest spectra of M, with their numbers.
+
+    Args:
+        curvature: ``step``, ``m_ritz_min``, ``floor`` (and ``m_neg_fraction``) of the latest
+            record with spectra, or None.
+
+    Returns:
+        The strict-saddle line, the no-negative-curvature line, or why there is none.
+    """
+    if curvature is None:
+        return "no spectra of M yet: the diagnosis waits for a record with geometry.measure.hessian"
+    lam, floor, step = curvature["m_ritz_min"], curvature["floor"], curvature["step"]
+    numbers = f"lowest Ritz value of M {lam:.3g}, floor {floor:.3g}, at step {step}"
+    if curvature.get("m_neg_fraction") is not None:
+        numbers += f"; negative fraction {curvature['m_neg_fraction']:.3g}"
+    if lam < -floor:
+        return f"{SADDLE} ({numbers} < -floor)"
+    return f"{FLAT} ({numbers} >= -floor)"
+
+
+class CollapseAlert:
+    """The collapse state across a run's records (module docstring).
+
+    Args:
+        cfg: the ``geometry.alert`` node.
+    """
+
+    def __init__(self, cfg: AlertConfig) -> None:
+        self.cfg = cfg
+        self.state = "healthy"
+        self.since: int | None = None  # step the state was entered (None: the start)
+        self.curvature: dict[str, Any] | None = None
+        self._candidate: str | None = None
+        self._count = 0  # consecutive records pointing to the candidate
+        self._complete = 0  # consecutive records in ``complete``
+        self._last: tuple[float, float] | None = None
+        self._asked = False  # whether the opt-in stop was asked for
+
+    def _spectra(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> None:
+        lam = metrics.get("m/ritz_min")
+        if isinstance(lam, int | float) and not isinstance(lam, bool) and floor is not None:
+            self.curvature = {"step": step, "m_ritz_min": float(lam), "floor": float(floor),
+                              "m_neg_fraction": metrics.get("m/neg_fraction")}  # fmt: skip
+
+    def observe(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> dict:
+        """Take one ok record's metrics; warn (rank zero) when the state changes.
+
+        Args:
+            step: the record's step.
+            metrics: its metrics.
+            floor: its absolute negativity floor (``settings.floor``; None without spectra).
+
+        Returns:
+            :meth:`as_record` after this record.
+        """
+        self._spectra(step, metrics, floor)
+        reading = ratios(metrics, self.cfg.features)
+        if reading is not None:
+            self._last = reading
+            target = classify(*reading, self.state, self.cfg)
+            if target == self.state:
+                self._candidate, self._count = None, 0
+            else:
+                self._count = self._count + 1 if target == self._candidate else 1
+                self._candidate = target
+                if self._count >= self.cfg.patience:
+                    self._enter(target, step)
+            self._complete = self._complete + 1 if self.state == "complete" else 0
+        return self.as_record()
+
+    def _enter(self, state: str, step: int) -> None:
+        old, self.state, self.since = self.state, state, step
+        self._candidate, self._count = None, 0
+        record = self.as_record()
+        rank_zero_warn(
+            f"GeometryMonitor: collapse alert {old} -> {state} at step {step} (normalised std of "
+            f"{self.cfg.features.upper()} {record['std_ratio']:.3g} of its ceiling, effective "
+            f"rank {record['rank_ratio']:.3g} of min(M, d))"
+            + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
+        )
+
+    def as_record(self) -> dict[str, Any]:
+        """The record's ``alert``: state, since, the ratios, the diagnosis and its spectra."""
+        std_ratio, rank_ratio = self._last if self._last is not None else (None, None)
+        return {
+            "state": self.state,
+            "level": STATES.index(self.state),
+            "since": self.since,
+            "features": self.cfg.features,
+            "std_ratio": std_ratio,
+            "rank_ratio": rank_ratio,
+            "pending": self._candidate,
+            "diagnosis": diagnosis(self.curvature) if self.state != "healthy" else None,
+            "curvature": self.curvature,
+        }
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether the opt-in stop is due: ``complete`` lasted ``stop_after`` records."""
+        return self.cfg.stop and self._complete >= self.cfg.stop_after
+
+    def attach(self, trainer: pl.Trainer, fields: dict[str, Any]) -> None:
+        """Put the alert into an ok record's ``fields``; ask Lightning to stop if due.
+
+        Args:
+            trainer: the trainer (``should_stop`` is set only with ``geometry.alert.stop``).
+            fields: the record's fields being built (``metrics``, ``settings``, ``step``).
+        """
+        if not self.cfg.enabled or fields.get("status") != "ok":
+            return
+        floor = getattr(fields.get("settings"), "floor", None)
+        fields["alert"] = self.observe(fields["step"], fields["metrics"], floor)
+        if self.should_stop and not self._asked:
+            self._asked = True
+            rank_zero_warn(f"GeometryMonitor: complete collapse for {self._complete} records; "
+                           "stopping (geometry.alert.stop=true)")  # fmt: skip
+            trainer.should_stop = True
+
+    @staticmethod
+    def scalars(record: GeometryRecord) -> dict[str, float]:
+        """``geometry/alert``: the index of the record's state in :data:`STATES` (if any)."""
+        return {"geometry/alert": float(record.alert["level"])} if record.alert else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to continue the states (plain types)."""
+        return {"state": self.state, "since": self.since, "curvature": self.curvature,
+                "candidate": self._candidate, "count": self._count,
+                "complete": self._complete,
+                "last": list(self._last) if self._last is not None else None}  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (an empty mapping: the start)."""
+        self.state = state.get("state", "healthy")
+        self.since, self.curvature = state.get("since"), state.get("curvature")
+        self._candidate, self._count = state.get("candidate"), int(state.get("count", 0))
+        self._complete = int(state.get("complete", 0))
+        last = state.get("last")
+        self._last = (float(last[0]), float(last[1])) if last is not None else None

@@ -1,0 +1,214 @@
+"""Tests of solo_geometry.runtime.alert: the state machine, its diagnosis, and the monitor's use."""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightning.pytorch.loggers import CSVLogger
+
+from solo_geometry.config import AlertConfig, GeometryConfig, geometry_config
+from solo_geometry.run.records import GeometryRecord, read_records
+from solo_geometry.runtime.alert import FLAT, SADDLE, STATES, CollapseAlert, classify, ratios
+from solo_geometry.runtime.monitor import GeometryMonitor
+from tests.test_monitor import _config, _fit
+
+M, D = 512, 128
+CEILING = math.sqrt(M / ((M - 1) * D))
+
+
+def metrics(std_ratio: float, rank_ratio: float, **extra: Any) -> dict[str, Any]:
+    """A record's metrics of H at the given fractions of the std's and the rank's ceilings."""
+    return {"h/normalized_std": std_ratio * CEILING, "h/effective_rank": rank_ratio * D,
+            "h/n_samples": M, "h/dim": D, **extra}  # fmt: skip
+
+
+def run(alert: CollapseAlert, readings: list[tuple[float, float]]) -> list[str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [alert.observe(i, metrics(*r), None)["state"] for i, r in enumerate(readings)]
+
+
+class TestRatios:
+    def test_against_the_ceilings(self) -> None:
+        got = ratios(metrics(0.5, 0.25), "h")
+        assert got == pytest.approx((0.5, 0.25))
+        # M < d: the rank's ceiling is M
+        few = {"z/normalized_std": 0.1, "z/effective_rank": 4.0, "z/n_samples": 8, "z/dim": 64}
+        assert ratios(few, "z")[1] == pytest.approx(0.5)  # type: ignore[index]
+
+    def test_missing_statistics(self) -> None:
+        assert ratios({"h/normalized_std": 0.1}, "h") is None
+        assert ratios(metrics(0.5, 0.5), "z") is None
+
+
+class TestStateMachine:
+    def test_classify_uses_enter_then_leave(self) -> None:
+        cfg = AlertConfig()
+        assert classify(0.07, 0.9, "healthy", cfg) == "healthy"  # above complete_enter 0.05
+        assert classify(0.07, 0.9, "complete", cfg) == "complete"  # below complete_leave 0.1
+        assert classify(0.5, 0.07, "healthy", cfg) == "healthy"
+        assert classify(0.5, 0.07, "dimensional", cfg) == "dimensional"
+        assert classify(0.5, 0.04, "healthy", cfg) == "dimensional"
+        assert classify(0.04, 0.04, "dimensional", cfg) == "complete"
+
+    def test_one_noisy_record_does_not_flip_it(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=2))
+        states = run(alert, [(0.8, 0.8), (0.01, 0.8), (0.8, 0.8), (0.01, 0.8), (0.8, 0.8)])
+        assert states == ["healthy"] * 5
+
+    def test_enters_after_patience_and_leaves_with_hysteresis(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=2))
+        states = run(alert, [(0.8, 0.8), (0.01, 0.8), (0.02, 0.8),  # enter complete at 2
+                             (0.07, 0.8), (0.07, 0.8), (0.09, 0.8),  # inside the band: stays
+                             (0.5, 0.8), (0.01, 0.8), (0.5, 0.8), (0.5, 0.8)])  # fmt: skip
+        assert states == ["healthy", "healthy"] + ["complete"] * 7 + ["healthy"]
+        assert alert.since == 9
+
+    def test_dimensional_when_the_std_holds(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=3))
+        states = run(alert, [(0.6, 0.02)] * 4 + [(0.6, 0.3)] * 3)
+        assert states == ["healthy"] * 2 + ["dimensional"] * 4 + ["healthy"]
+
+    def test_one_warning_per_change(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=1))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i, r in enumerate([(0.8, 0.8), (0.01, 0.8), (0.01, 0.8), (0.01, 0.8)]):
+                alert.observe(i, metrics(*r), None)
+        lines = [str(w.message) for w in caught if "collapse alert" in str(w.message)]
+        assert len(lines) == 1 and "healthy -> complete at step 1" in lines[0]
+
+    def test_state_dict_round_trip(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=3))
+        run(alert, [(0.01, 0.8)] * 2)  # a candidate half-way
+        again = CollapseAlert(AlertConfig(patience=3))
+        again.load_state_dict(alert.state_dict())
+        assert run(again, [(0.01, 0.8)]) == ["complete"]
+
+
+class TestDiagnosis:
+    def test_strict_saddle_and_flat(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            saddle = alert.observe(0, metrics(0.01, 0.8, **{"m/ritz_min": -2e-3}), 1e-6)
+            assert saddle["diagnosis"].startswith(SADDLE) and "-0.002" in saddle["diagnosis"]
+            flat = alert.observe(1, metrics(0.01, 0.8, **{"m/ritz_min": -1e-9}), 1e-6)
+        assert flat["diagnosis"].startswith(FLAT) and "at step 1" in flat["diagnosis"]
+        assert flat["curvature"]["floor"] == 1e-6
+
+    def test_no_spectra_and_healthy(self) -> None:
+        alert = CollapseAlert(AlertConfig(patience=1))
+        assert alert.observe(0, metrics(0.8, 0.8), None)["diagnosis"] is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert "no spectra" in alert.observe(1, metrics(0.01, 0.8), None)["diagnosis"]
+
+
+class TestConfig:
+    def test_bad_thresholds_name_the_key(self) -> None:
+        with pytest.raises(ValueError, match="geometry.alert.complete_leave: must be >="):
+            AlertConfig(complete_enter=0.2, complete_leave=0.1)
+        with pytest.raises(ValueError, match=r"geometry.alert.features.*choose from"):
+            AlertConfig(features="x")
+        with pytest.raises(ValueError, match=r"dimensional_enter: must be in \(0, 1\)"):
+            AlertConfig(dimensional_enter=1.5)
+
+    def test_stop_from_the_command_line_words(self) -> None:
+        from omegaconf import OmegaConf
+
+        cfg = geometry_config(OmegaConf.create({"geometry": {"alert": {"stop": "on"}}}))
+        assert cfg is not None and cfg.alert.stop is True and cfg.alert.stop_after == 5
+
+    def test_version_2_records_read_without_alert(self) -> None:
+        record = GeometryRecord.from_dict({"schema": 2, "step": 0, "epoch": 0, "status": "ok"})
+        assert record.alert is None and CollapseAlert.scalars(record) == {}
+
+
+def _always_complete(tmp: Path, **alert: Any) -> GeometryConfig:
+    """Every record points to `complete` (std under 0.999 of its ceiling): the run shows it."""
+    alert_cfg = AlertConfig(complete_enter=0.999, complete_leave=0.9999, **alert)
+    return _config(tmp, augment=False, every_n_steps=1, lanczos_max_steps=20, alert=alert_cfg)
+
+
+class TestMonitorAlert:
+    def test_records_warning_logger_and_stop(self, tmp_path: Path) -> None:
+        logger = CSVLogger(tmp_path, name="logs")
+        cfg = _always_complete(tmp_path, patience=2, stop=True, stop_after=2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _, trainer = _fit(tmp_path, [GeometryMonitor(cfg)], steps=8, logger=logger)
+        records = read_records(tmp_path)
+        states = [r.alert["state"] for r in records if r.alert]
+        assert states[:3] == ["healthy", "complete", "complete"]
+        assert trainer.global_step < 8  # asked to stop after complete lasted 2 records
+        assert records[1].alert["diagnosis"].startswith((SADDLE, FLAT))  # spectra of M at hand
+        quality = ("z/rankme", "h/rankme", "z/lidar", "h/lidar", "h/alpha_req", "cka/z_h")
+        assert all(isinstance(records[0].metrics[k], float) for k in quality)
+        lines = [str(w.message) for w in caught if "collapse alert" in str(w.message)]
+        assert len(lines) == 1 and "healthy -> complete at step 1" in lines[0]
+        with open(Path(logger.log_dir) / "metrics.csv") as f:
+            logged = [row["geometry/alert"] for row in csv.DictReader(f) if row["geometry/alert"]]
+        assert {float(v) for v in logged} <= {0.0, float(STATES.index("complete"))}
+        assert float(STATES.index("complete")) in {float(v) for v in logged}
+
+    def test_default_never_stops(self, tmp_path: Path) -> None:
+        _, trainer = _fit(tmp_path, [GeometryMonitor(_always_complete(tmp_path))], steps=4)
+        assert trainer.global_step == 4
+        assert read_records(tmp_path)[-1].alert["state"] == "complete"
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "collapse_authors.json"
+
+
+def replay(curve: list[float], rows: int, dim: int) -> list[str]:
+    """The default alert's states over one of the authors' per-epoch std curves (rank unknown)."""
+    alert = CollapseAlert(AlertConfig())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [alert.observe(epoch, {"h/normalized_std": std, "h/effective_rank": float(dim),
+                                      "h/n_samples": rows, "h/dim": dim}, None)["state"]
+                for epoch, std in enumerate(curve)]  # fmt: skip
+
+
+class TestCalibrationOnTheAuthorsCurves:
+    """The default thresholds on the authors' released collapse curves (docs/reproducing.md)."""
+
+    @pytest.fixture(scope="class")
+    def states(self) -> dict[str, list[list[str]]]:
+        import json
+
+        data = json.loads(FIXTURE.read_text())
+        rows, dim = data["setup"]["rows"], data["setup"]["dim"]
+        return {f"{ds}/{key}": [replay(seed, rows, dim) for seed in seeds]
+                for ds, runs in data["results"].items() for key, seeds in runs.items()}  # fmt: skip
+
+    def test_batchnorm_runs_never_alarm(self, states: dict[str, list[list[str]]]) -> None:
+        bn = {k: v for k, v in states.items() if "bn_True" in k}
+        assert len(bn) == 9
+        assert all(s == "healthy" for runs in bn.values() for run in runs for s in run)
+
+    def test_pseudo_collapsed_starts_enter_complete(self, states: dict[str, list]) -> None:
+        for key, runs in states.items():
+            if "bn_True" not in key:
+                assert all(run[1] == "complete" for run in runs), key  # patience 2: epoch 1
+
+    def test_relu_without_batchnorm_never_leaves(self, states: dict) -> None:
+        relu = [k for k in states if "relu" in k and "bn_True" not in k]
+        assert len(relu) == 7
+        assert all(run[-1] == "complete" and "healthy" not in run[1:]
+                   for k in relu for run in states[k])  # fmt: skip
+
+    def test_smooth_heads_escape_on_resnet18(self, states: dict) -> None:
+        escaping = (
+            "cifar10/resnet18/swish_bn_False_lr_base",
+            "cifar10/resnet18/gelu_bn_False_lr_base",
+            "cifar100/resnet18/gelu",
+        )
+        for key in escaping:
+            assert all(run[-1] == "healthy" for run in states[key]), key
