@@ -226,8 +226,11 @@ class TestHelpers:
 
     def test_kept_detaches_and_raises_half_precision(self) -> None:
         x = torch.randn(3, 4, requires_grad=True)
-        half = kept((x * 2).to(torch.bfloat16))
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # *-mixed: an autocast output
+            half = kept((x * 2).to(torch.bfloat16))
         assert half.dtype == torch.float32 and not half.requires_grad
+        # *-true: the module computes in half precision, its outputs are kept as they are
+        assert kept((x * 2).to(torch.bfloat16)).dtype == torch.bfloat16
         assert kept(x.double()).dtype == torch.float64 and not kept(x).requires_grad
 
     def test_protocol(self) -> None:
