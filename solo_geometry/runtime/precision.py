@@ -90,9 +90,10 @@ def full_precision(view: Any) -> Any:
     """The view with float32 copies of a half-precision head and backbone (``*-true``).
 
     The loss of the features is rebuilt on the copied head from ``loss_of_outputs`` (the
-    closures cast what they hold to H's dtype); without it, the view's own closure receives Z in
-    the head's dtype and its loss is raised to float32. A view with no half-precision module is
-    returned with its half-precision features and images (if any) raised to float32.
+    closures cast what they hold to H's dtype); without it the spectra cannot be taken in
+    float32, and that part fails saying so (the statistics and rho are kept). A view with no
+    half-precision module is returned with its half-precision features and images (if any)
+    raised to float32.
 
     Args:
         view: a :class:`~solo_geometry.runtime.measure.GeometryView`.
@@ -101,20 +102,15 @@ def full_precision(view: Any) -> Any:
     if holds_dtype(view.backbone):
         changes["backbone"] = float32_copy(view.backbone)
     if holds_dtype(view.head):
-        half = next(t.dtype for t in [*view.head.parameters(), *view.head.buffers()]
-                    if t.dtype in HALF)  # fmt: skip
-        head, own = float32_copy(view.head), view.loss_of_features
+        head = float32_copy(view.head)
         changes["head"] = head
-        if view.loss_of_outputs is not None:
-            loss_of_outputs = view.loss_of_outputs
+        loss_of_outputs = view.loss_of_outputs
 
-            def loss_of_features(Z: Tensor) -> Tensor:
-                return loss_of_outputs(torch.stack([head(Z[v]) for v in range(Z.shape[0])]))
-
-        else:
-
-            def loss_of_features(Z: Tensor) -> Tensor:
-                return own(Z.to(half)).to(Z.dtype)
+        def loss_of_features(Z: Tensor) -> Tensor:
+            if loss_of_outputs is None:
+                raise TypeError("a half-precision head's loss cannot be re-evaluated in float32 "
+                                "without the view's loss_of_outputs; the spectra need it")
+            return loss_of_outputs(torch.stack([head(Z[v]) for v in range(Z.shape[0])]))
 
         changes["loss_of_features"] = loss_of_features
     return dataclasses.replace(view, **changes)
