@@ -108,8 +108,10 @@ def full_precision(view: Any) -> Any:
 
         def loss_of_features(Z: Tensor) -> Tensor:
             if loss_of_outputs is None:
-                raise TypeError("a half-precision head's loss cannot be re-evaluated in float32 "
-                                "without the view's loss_of_outputs; the spectra need it")
+                raise TypeError(
+                    "a half-precision head's loss cannot be re-evaluated in float32 "
+                    "without the view's loss_of_outputs; the spectra need it"
+                )
             return loss_of_outputs(torch.stack([head(Z[v]) for v in range(Z.shape[0])]))
 
         changes["loss_of_features"] = loss_of_features

@@ -10,10 +10,9 @@ precision and the features' dtype.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
-
-import math
 
 import pytest
 import torch

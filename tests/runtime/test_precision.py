@@ -120,7 +120,8 @@ def test_bf16_true_view_measured_as_float32_of_the_same_values() -> None:
     assert half.failed == {} and half.parts == ["stats", "hessian", "augment"]
     timing = {k for k in ref.metrics if k.endswith("/seconds")}
     assert {k: v for k, v in half.metrics.items() if k not in timing} == {
-        k: v for k, v in ref.metrics.items() if k not in timing}
+        k: v for k, v in ref.metrics.items() if k not in timing
+    }
     assert "heff/lambda_max" in half.metrics and "rho/brightness" in half.metrics
     assert half.settings.features_dtype == "bfloat16" and half.settings.dtype == "float32"
     # the modules themselves untouched

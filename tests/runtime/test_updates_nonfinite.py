@@ -2,8 +2,9 @@
 
 A real Lightning Trainer with its ``16-mixed`` plugin on the CPU (its own GradScaler) trains a
 tiny module on four batches; the first two give non-finite gradients (the scaled gradients, then
-the forward, overflow float16) and the scaler skips them. The epoch means must be those of the two finite ones,
-against the same training replayed in plain torch with ``torch.autocast`` and a GradScaler.
+the forward, overflow float16) and the scaler skips them. The epoch means must be those of the
+two finite ones, against the same training replayed in plain torch with ``torch.autocast`` and a
+GradScaler.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import math
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.plugins.precision import MixedPrecision
 import pytest
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -66,8 +67,9 @@ def _reference() -> tuple[dict[str, float], int, int]:
             loss = model.training_step((x,), 0)
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
-        grads = {p: model.head if p == "head" else model.backbone for p in ("head", "backbone")}
-        norms = {f"{p}/grad_norm": _norm([q.grad for q in m.parameters()]) for p, m in grads.items()}
+        parts = {"head": model.head, "backbone": model.backbone}
+        norms = {f"{p}/grad_norm": _norm([q.grad for q in m.parameters()])
+                 for p, m in parts.items()}  # fmt: skip
         scale = scaler.get_scale()
         scaler.step(opt)
         scaler.update()
@@ -85,8 +87,9 @@ def test_skipped_steps_are_counted_not_averaged(tmp_path: Path) -> None:
     monitor = UpdateSizeMonitor(tmp_path)
     # Lightning maps precision="16-mixed" to bf16-mixed on a CPU; its float16 plugin, GradScaler
     # included, runs there when passed as such (on a GPU it is what "16-mixed" selects)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, plugins=[MixedPrecision("16-mixed", "cpu")],
-                         max_epochs=1, callbacks=[monitor], logger=False, enable_checkpointing=False,
+    plugin = MixedPrecision("16-mixed", "cpu")
+    trainer = pl.Trainer(accelerator="cpu", devices=1, plugins=[plugin], max_epochs=1,
+                         callbacks=[monitor], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path)  # fmt: skip
     trainer.fit(Tiny(), _data())
