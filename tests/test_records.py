@@ -192,6 +192,22 @@ class TestGeometryRecord:
         back = GeometryRecord.from_dict(json.loads(record.to_json()))
         assert back == record and back.holds("stats") and not back.holds("hessian")
 
+    def test_version_2_reads_and_version_3_round_trips_precision(self) -> None:
+        v2 = {"schema": 2, "step": 1, "epoch": 0, "status": "ok", "parts": ["stats"],
+              "settings": {"dtype": "float32"}}  # fmt: skip
+        old = GeometryRecord.from_dict(v2)
+        assert old.failed_parts == {} and old.settings.precision is None
+        matmul = {"cuda_matmul_allow_tf32": True, "cudnn_allow_tf32": True,
+                  "float32_matmul_precision": "high"}  # fmt: skip
+        settings = Settings(dtype="float32", features_dtype="bfloat16", precision="bf16-mixed",
+                            user_matmul=matmul)  # fmt: skip
+        record = GeometryRecord(2, 0, "ok", settings=settings, parts=["stats"],
+                                failed_parts={"hessian": "FloatingPointError: ..."})  # fmt: skip
+        back = GeometryRecord.from_dict(json.loads(record.to_json()))
+        assert back == record and back.holds("stats") and not back.holds("hessian")
+        with pytest.raises(RecordsError, match="rho"):
+            GeometryRecord(2, 0, "ok", failed_parts={"rho": "?"})
+
     @pytest.mark.parametrize("field", ["parts", "deferred_parts"])
     def test_unknown_part_rejected_naming_the_choices(self, field: str) -> None:
         value: Any = ["spectra"] if field == "parts" else {"spectra": "budget"}

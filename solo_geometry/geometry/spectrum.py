@@ -331,7 +331,7 @@ def effective_hessian_spectrum(
     _check_arguments(Z, max_steps, tol, dtype, max_samples, density_probes, operators)
     tau = DEFAULT_TAU[dtype] if tau is None else tau
     ops = head_operators(head, loss_fn, Z, dtype=dtype)  # forks the global RNG itself
-    index = block_indices(Z.shape[1], max_samples)
+    index = block_indices(Z.shape[1], max_samples, Z.device)  # on the features' device
     n_block = Z.shape[1] if index is None else index.numel()
     runner = ExtremesRunner(
         dim=Z.shape[0] * n_block * Z.shape[2],

@@ -43,11 +43,15 @@ LossOfOutputs = Callable[[Tensor], Tensor]
 def kept(t: Tensor) -> Tensor:
     """A tensor as a module keeps it for ``geometry_capture``.
 
-    Detached; half precision (an autocast output) is raised to float32, as a fresh forward
-    outside autocast would give it.
+    Detached; half precision under autocast (``*-mixed``) is raised to float32, as a fresh
+    forward outside autocast would give it. Outside autocast (``bf16-true``, ``16-true``: the
+    module itself is half precision) it stays as it is, so the fixed quantities computed from
+    it (momentum targets) are the training step's; the measurement raises it
+    (:func:`~solo_geometry.runtime.precision.full_precision`).
     """
     t = t.detach()
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+    half = t.dtype in (torch.float16, torch.bfloat16)
+    return t.float() if half and torch.is_autocast_enabled(t.device.type) else t
 
 
 def assemble_view(
@@ -57,6 +61,7 @@ def assemble_view(
     backbone: torch.nn.Module | None = None,
     images: Tensor | None = None,
     normalization: MeanStd | None = None,
+    features_dtype: str | None = None,
 ) -> GeometryView:
     """The view of one batch, the loss of Z built as the loss of H[v] = head(Z[v]).
 
@@ -67,6 +72,7 @@ def assemble_view(
         backbone: the backbone, for augmentation tangents.
         images: the first crop's images (N, C, H, W).
         normalization: the ``(mean, std)`` the images were normalised with.
+        features_dtype: the dtype the backbone computed the features in (None: theirs).
 
     Returns:
         The :class:`GeometryView`.
@@ -83,6 +89,7 @@ def assemble_view(
         images=images,
         loss_of_outputs=loss_of_outputs,
         normalization=normalization,
+        features_dtype=features_dtype,
     )
 
 
@@ -91,15 +98,22 @@ class GeometryHost:
 
     # What the training step kept while capture is on: key -> tensors in call order.
     _geometry_kept: dict[str, list[Tensor]] | None = None
+    # The dtype each key's tensors had before :func:`kept` (autocast's), and the features' of
+    # the last view's parts (``Settings.features_dtype``).
+    _geometry_dtypes: dict[str, str] | None = None
+    _geometry_features_dtype: str | None = None
 
     def geometry_capture(self, enabled: bool) -> None:
         """Keep (or stop keeping and drop) what the training step computes."""
         self._geometry_kept = {} if enabled else None
+        self._geometry_dtypes = {}
 
     def keep(self, key: str, tensor: Tensor) -> None:
         """Keep ``tensor`` (detached) under ``key`` if capture is on and the module trains."""
         if self._geometry_kept is not None and getattr(self, "training", False):
             self._geometry_kept.setdefault(key, []).append(kept(tensor))
+            dtype = str(tensor.dtype).removeprefix("torch.")
+            self._geometry_dtypes = {**(self._geometry_dtypes or {}), key: dtype}
 
     def captured(self, key: str, count: int) -> list[Tensor] | None:
         """The tensors kept under ``key`` if exactly ``count`` were kept, else None."""
@@ -153,8 +167,10 @@ class GeometryHost:
         crops = self.geometry_crops(batch)
         with torch.no_grad(), preserved_state(module):
             feats = self.captured("feats", len(crops))
+            own = None if feats is None else (self._geometry_dtypes or {}).get("feats")
             if feats is None:
                 feats = self.geometry_forward(crops)
+            self._geometry_features_dtype = own or str(feats[0].dtype).removeprefix("torch.")
             context = self.geometry_context(batch, crops)
         Z = torch.stack([f.detach() for f in feats])  # (views, batch, d)
         return ViewParts(Z, context, crops[0])
@@ -173,7 +189,8 @@ class GeometryHost:
         head = global_head(self.geometry_measured_head(), len(parts), Z.shape[1])
         loss_of_outputs = self.geometry_global_loss([p.context for p in parts])
         return assemble_view(Z, head, loss_of_outputs, module.backbone, parts[0].images,
-                             self.geometry_normalization())  # fmt: skip
+                             self.geometry_normalization(),
+                             self._geometry_features_dtype)  # fmt: skip
 
     def geometry_view(self, batch: Any) -> GeometryView:
         """The monitor's view of a whole training batch (``GeometryAware``), one process."""

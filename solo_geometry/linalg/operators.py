@@ -302,11 +302,13 @@ def head_jvp(
     return ops.jvp(V.unsqueeze(0)).squeeze(0)  # (N, p)
 
 
-def block_indices(n: int, max_samples: int | None) -> Tensor | None:
-    """Evenly spaced sample indices of the operators' sub-block, or None for the whole batch."""
+def block_indices(
+    n: int, max_samples: int | None, device: torch.device | str | None = None
+) -> Tensor | None:
+    """Evenly spaced sample indices of the operators' sub-block (on ``device``), or None."""
     if max_samples is None or max_samples >= n:
         return None
-    return torch.linspace(0, n - 1, max_samples, dtype=torch.float64).round().long()
+    return torch.linspace(0, n - 1, max_samples, dtype=torch.float64).round().long().to(device)
 
 
 def restrict_to_block(
@@ -318,17 +320,23 @@ def restrict_to_block(
 ) -> Callable[[Tensor], Tensor]:
     """Principal sub-block of ``matvec`` on the coordinates of samples ``index``.
 
-    ``batched``: ``matvec`` and the sub-block's product map (B, dim) to (B, dim).
+    ``batched``: ``matvec`` and the sub-block's product map (B, dim) to (B, dim). The index is
+    moved to the vectors' device once, on the first product there: no product indexes GPU
+    vectors with a CPU tensor (a host-to-device copy each time).
     """
     if index is None:
         return matvec
     views, _, d = shape
+    on_device = {index.device: index}
 
     def sub(v: Tensor) -> Tensor:
+        if v.device not in on_device:
+            on_device[v.device] = index.to(v.device)
+        index_ = on_device[v.device]
         lead = (v.shape[0],) if batched else ()
         full = v.new_zeros(*lead, *shape)  # ([B,] V, N, d)
-        full[..., index, :] = v.reshape(*lead, views, -1, d)  # ([B,] V, m, d) into the batch
+        full[..., index_, :] = v.reshape(*lead, views, -1, d)  # ([B,] V, m, d) into the batch
         out = matvec(full.reshape(*lead, -1)).reshape(*lead, *shape)
-        return out[..., index, :].reshape(*lead, -1)
+        return out[..., index_, :].reshape(*lead, -1)
 
     return sub

@@ -15,7 +15,9 @@ schema version with an error naming the version, so no reader ever guesses a def
 Schema versions of ``geometry.jsonl``: 1 (no ``parts``: every record held every configured
 part, read as such), 2 (``parts`` and ``deferred_parts``: a record may hold the representation
 statistics alone while the spectra wait for the time budget), 3 (``alert``: the collapse state and
-its diagnosis, :mod:`solo_geometry.runtime.alert`; absent, None, in the versions before).
+its diagnosis, :mod:`solo_geometry.runtime.alert`; ``failed_parts``: a part that failed while the
+others were kept; the settings' ``precision``, ``features_dtype`` and ``user_matmul``; absent, None,
+in the versions before).
 """
 
 from __future__ import annotations
@@ -98,6 +100,12 @@ class Settings:
     Attributes:
         dtype: arithmetic of the operator products and the statistics (``float64`` or
             ``float32``).
+        features_dtype: the dtype the backbone computed the measured features in (e.g.
+            ``bfloat16`` under ``bf16-mixed``; the measurement raises them to float32).
+        precision: the trainer's precision (``32-true``, ``bf16-mixed``, ...): the head and
+            loss are re-evaluated in ``dtype`` at that forward's features (docs/design.md 3).
+        user_matmul: the float32 matmul settings the user had (TF32 flags, matmul precision),
+            turned off (``highest``, no TF32) during the measurement and restored after.
         recurrence_dtype: arithmetic of the Lanczos recurrences, Krylov basis and
             reorthogonalisation (``float64``; the tridiagonal is always solved in float64).
         tau: relative negativity floor (docs/design.md section 3).
@@ -116,6 +124,9 @@ class Settings:
     """
 
     dtype: str | None = None
+    features_dtype: str | None = None
+    precision: str | None = None
+    user_matmul: dict[str, Any] | None = None
     recurrence_dtype: str | None = None
     tau: float | None = None
     floor: float | None = None
@@ -149,6 +160,8 @@ class GeometryRecord:
         deferred_parts: ``part -> reason`` for each due part this record does not hold
             because the time budget deferred it (a ``budget:`` reason); the spectra and rho
             then come in a later record, the statistics never wait.
+        failed_parts: ``part -> reason`` for each due part that raised or came out
+            non-finite while the record's other parts were kept.
         final: the measurement at the end of fit.
         head: name of the measured head.
         n_skipped: skipped measurements so far in the run, this one included.
@@ -169,6 +182,7 @@ class GeometryRecord:
     density: dict[str, list[float]] | None = None
     parts: list[str] = field(default_factory=list)
     deferred_parts: dict[str, str] = field(default_factory=dict)
+    failed_parts: dict[str, str] = field(default_factory=dict)
     final: bool = False
     head: str | None = None
     n_skipped: int = 0
@@ -180,7 +194,8 @@ class GeometryRecord:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise RecordsError(f"status: unknown value {self.status!r}; choose from {STATUSES}")
-        unknown = sorted((set(self.parts) | set(self.deferred_parts)) - set(PARTS))
+        named = set(self.parts) | set(self.deferred_parts) | set(self.failed_parts)
+        unknown = sorted(named - set(PARTS))
         if unknown:
             raise RecordsError(f"parts: unknown {unknown}; choose from {list(PARTS)}")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
@@ -36,8 +37,13 @@ from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.measure import backbone_and_head
 from solo_geometry.runtime.monitor import GeometryMonitor
+from solo_geometry.runtime.precision import exact_matmul, float32_copy, holds_dtype
 from solo_geometry.runtime.updates import UpdateSizeMonitor
 from solo_geometry.state import preserved_state
+
+# Under ``bf16-true``, ``16-true`` and ``64-true`` the probes run float32 copies of the modules
+# on their float32 images (precision.float32_copy).
+OTHER_FLOATS = (torch.float16, torch.bfloat16, torch.float64)
 
 __all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]
 
@@ -113,8 +119,10 @@ class ProbeCallback(Callback):
         run = _run_of(self.run_dir, trainer)
         backbone, head = backbone_and_head(pl_module, "probes")
         try:
-            with preserved_state(pl_module):
+            with preserved_state(pl_module), exact_matmul():
                 pl_module.eval()
+                backbone, head = (float32_copy(m, OTHER_FLOATS) if holds_dtype(m, OTHER_FLOATS)
+                                  else m for m in (backbone, head))  # fmt: skip
                 self.result = evaluate(backbone, head, self.data, run, self.cfg,
                                        mean_std=self.mean_std, device=pl_module.device)  # fmt: skip
             rank_zero_info(f"solo-geometry: probes written to {run.probes}")

@@ -32,6 +32,7 @@ from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spect
 from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.records import Scalar, Settings
+from solo_geometry.runtime.precision import full_precision
 
 __all__ = [
     "GeometryAware",
@@ -61,6 +62,8 @@ class GeometryView:
             ``t.to(H)``.
         normalization: the recipe's ``(mean, std)`` with which ``images`` were normalised, so
             augmentation tangents act in pixel space; None: the images are pixels.
+        features_dtype: the dtype the backbone computed the features in (``bfloat16`` under
+            ``bf16-mixed``, before they were kept in float32); None: ``features``' own.
     """
 
     features: Tensor
@@ -70,6 +73,7 @@ class GeometryView:
     images: Tensor | None = None
     loss_of_outputs: Callable[[Tensor], Tensor] | None = None
     normalization: Normalization | None = None
+    features_dtype: str | None = None
 
 
 @runtime_checkable
@@ -131,12 +135,15 @@ class Measurement:
         settings: what defines the numbers.
         density: H_eff's SLQ density (``nodes``, ``weights``) or None.
         parts: which of :data:`~solo_geometry.run.records.PARTS` were taken.
+        failed: ``part -> reason`` for each due part that raised or came out non-finite; the
+            other parts are kept.
     """
 
     metrics: dict[str, Scalar]
     settings: Settings
     density: dict[str, list[float]] | None
     parts: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 def _weight_norm(head: nn.Module) -> float:
@@ -241,8 +248,8 @@ def checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
     return out
 
 
-def _check_finite(view: GeometryView, Z: Tensor, loss: bool) -> None:
-    """Refuse non-finite features Z (V, N, d), or a non-finite loss when spectra are due.
+def _check_finite(Z: Tensor) -> None:
+    """Refuse non-finite features Z (V, N, d): no part of a record can be taken from them.
 
     Raises:
         FloatingPointError: naming what is non-finite, so a skipped record says why.
@@ -250,11 +257,36 @@ def _check_finite(view: GeometryView, Z: Tensor, loss: bool) -> None:
     bad = int((~torch.isfinite(Z)).sum())
     if bad:
         raise FloatingPointError(f"non-finite backbone features: {bad} of {Z.numel()} entries")
-    if loss:
-        with torch.no_grad():
-            value = view.loss_of_features(Z)
-        if not bool(torch.isfinite(value).all()):
-            raise FloatingPointError(f"non-finite loss at the measured batch: {value.tolist()}")
+
+
+def _check_loss(view: GeometryView, Z: Tensor) -> None:
+    """Refuse a non-finite loss at Z, before the spectra are taken of it.
+
+    Raises:
+        FloatingPointError: with the loss's value.
+    """
+    with torch.no_grad():
+        value = view.loss_of_features(Z)
+    if not bool(torch.isfinite(value).all()):
+        raise FloatingPointError(f"non-finite loss at the measured batch: {value.tolist()}")
+
+
+def _taken(part: str, take: Callable[[], Any], failed: dict[str, str]) -> Any:
+    """``take()``, or None with the reason in ``failed[part]`` if it raised: a part fails alone."""
+    try:
+        return take()
+    except Exception as err:  # noqa: BLE001 - one part's failure keeps the others
+        failed[part] = f"{type(err).__name__}: {err}"
+        return None
+
+
+def _spectra(
+    view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator, density: bool
+) -> tuple[dict[str, Scalar], dict[str, Scalar], dict[str, list[float]] | None]:
+    """The spectra's part: the loss checked finite, :func:`_hessian`, its metrics checked."""
+    _check_loss(view, Z)
+    spectra, spectral, dens = _hessian(view, Z, cfg, gen, density)
+    return checked(spectra), spectral, dens
 
 
 def measure(
@@ -267,6 +299,10 @@ def measure(
 ) -> Measurement:
     """Take every configured measurement of one view.
 
+    The head and the loss run in full precision (:func:`~solo_geometry.runtime.precision.
+    full_precision`: float32 copies of half-precision modules). Each part (statistics, spectra,
+    rho) fails alone: its reason goes to ``failed``, the other parts are kept.
+
     Args:
         view: the module's view of a whole training batch.
         cfg: the geometry config (``measure`` says which numbers).
@@ -277,34 +313,41 @@ def measure(
             the cheap part of a record, which never waits for the time budget.
 
     Returns:
-        The metrics (not yet checked: see :func:`checked`), the settings that define them,
-        the density (or None) and the parts taken.
+        The metrics (each part's checked finite), the settings that define them, the density
+        (or None), the parts taken and the parts failed.
 
     Raises:
-        FloatingPointError: for non-finite features, or a non-finite loss with spectra on.
+        FloatingPointError: for non-finite features.
+        RuntimeError: when every due part failed, naming each one's reason.
     """
     gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
+    features_dtype = view.features_dtype or str(view.features.dtype).removeprefix("torch.")
+    view = full_precision(view)
     Z = view.features.detach()  # (V, N, d)
     hessian, augment = (cfg.measure.hessian, cfg.measure.augment) if not stats_only else (0, 0)
-    _check_finite(view, Z, loss=bool(hessian))
-    dtype = getattr(torch, cfg.dtype)
+    augment = augment and view.backbone is not None and view.images is not None
+    _check_finite(Z)
+    failed: dict[str, str] = {}
     metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
-    spectral: dict[str, Scalar] = {}
-    dens = None
-    if hessian:
-        spectra, spectral, dens = _hessian(view, Z, cfg, gen, density)
+    spectral, dens = {}, None
+    taken = hessian and _taken("hessian", lambda: _spectra(view, Z, cfg, gen, density), failed)
+    if taken:
+        spectra, spectral, dens = taken
         metrics.update(spectra)
     if cfg.measure.stats:
-        metrics.update(_stats(view, history))
+        metrics.update(_taken("stats", lambda: checked(_stats(view, history)), failed) or {})
     if augment:
-        metrics.update(_rho(view, Z, cfg, gen))
-    parts = [p for p, on in (("stats", cfg.measure.stats), ("hessian", hessian),
-                             ("augment", augment and view.backbone is not None
-                              and view.images is not None),
-                             ("density", dens is not None)) if on]  # fmt: skip
+        metrics.update(_taken("augment", lambda: checked(_rho(view, Z, cfg, gen)), failed) or {})
+    due = [p for p, on in (("stats", cfg.measure.stats), ("hessian", hessian),
+                           ("augment", augment)) if on]  # fmt: skip
+    if due and all(p in failed for p in due):
+        raise RuntimeError("; ".join(f"{p}: {why}" for p, why in failed.items()))
+    parts = [p for p in due if p not in failed] + (["density"] if dens is not None else [])
+    dtype = getattr(torch, cfg.dtype)
     fields: dict[str, Any] = {
         "dtype": cfg.dtype,
-        "recurrence_dtype": "float64" if hessian else None,
+        "features_dtype": features_dtype,
+        "recurrence_dtype": "float64" if "hessian" in parts else None,
         "tau": DEFAULT_TAU[dtype] if cfg.measure.tau is None else cfg.measure.tau,
         "n_batch": Z.shape[1],
         "n_views": Z.shape[0],
@@ -312,5 +355,4 @@ def measure(
         "seed": cfg.seed,
     }
     fields.update(spectral)  # the spectrum's own: floor, n_block, dim, Lanczos and SLQ settings
-    settings = Settings(**fields)
-    return Measurement(metrics, settings, dens, parts)
+    return Measurement(metrics, Settings(**fields), dens, parts, failed)

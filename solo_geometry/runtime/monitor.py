@@ -6,12 +6,10 @@ The monitor needs one thing from the LightningModule: ``geometry_view(batch)`` r
 it measures the current batch (:func:`solo_geometry.runtime.measure.measure`, docs/design.md
 section 3):
 
-* the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff|| of the whole-batch loss,
-  restricted to a principal sub-block of ``max_samples`` samples' rows;
-* normalised std, covariance condition number and effective rank of Z and of H (whole batch);
-* the metric singularity rho of the head along the tangents of colour augmentations;
-* in the first and the final record, the SLQ spectral density of H_eff (with a time budget:
-  in the first later record and the final one the budget holds it for).
+the extreme eigenvalues of H_eff, GN and M of the whole-batch loss on a sub-block of
+``max_samples`` samples' rows, the representation statistics and quality metrics of Z and H,
+the metric singularity rho along colour augmentations, and at the first and final records the
+SLQ density of H_eff.
 
 Under the time budget (``geometry.budget``) only the costly parts wait: at every step due on the
 cadence the representation statistics are written (from the step's captured features); where
@@ -55,6 +53,7 @@ from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
 from solo_geometry.runtime.measure import GeometryAware, checked, measure, outputs
+from solo_geometry.runtime.precision import exact_matmul, full_precision
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryMonitor"]
@@ -189,8 +188,8 @@ class GeometryMonitor(Callback):
         """Keep the pooled (Z, H) of the captured batch; never raises."""
         batch, self._queuing = self._queuing, None
         try:
-            with preserved_state(pl_module), collectives_off():  # rank-local under DDP
-                view = pl_module.geometry_view(batch)  # type: ignore[operator]
+            with preserved_state(pl_module), collectives_off(), exact_matmul():  # rank-local
+                view = full_precision(pl_module.geometry_view(batch))  # type: ignore[operator]
                 self._queue.append(tuple(t.detach() for t in outputs(view)))  # type: ignore[arg-type]
         except Exception as err:  # noqa: BLE001 - the queue is an extra, never fatal
             self._warn_once("queue", f"GeometryMonitor: could not queue a batch ({err!r})")
@@ -341,7 +340,7 @@ class GeometryMonitor(Callback):
         fields["deferred_parts"] = self.budget.deferred_parts(full, final, density, self._owed)
         start = self.budget.clock()
         try:
-            with preserved_state(pl_module):
+            with preserved_state(pl_module), exact_matmul() as user:
                 history = list(self._queue) if self.config.stats.queue else []
                 # under DDP: the global batch, measured on rank zero, skips agreed (distributed.py)
                 result = measure_across_ranks(
@@ -350,7 +349,11 @@ class GeometryMonitor(Callback):
                     pl_module.device,
                 )  # fmt: skip
             fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
-                          density=result.density, parts=result.parts)  # fmt: skip
+                          density=result.density, parts=result.parts,
+                          failed_parts=result.failed)  # fmt: skip
+            if result.failed:
+                self._warn_once("part", f"GeometryMonitor: part(s) of the record at step {step} "
+                                f"failed, the others kept: {result.failed}")  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training
             self.n_skipped += 1
             fields.update(status="skipped", reason=f"{type(err).__name__}: {err}")
@@ -360,8 +363,10 @@ class GeometryMonitor(Callback):
             fields["meta"] = {**self.meta, "geometry": asdict(self.config)}
         if "settings" in fields:
             deferred = 0 if self._owed is None or final or not full else step - self._owed
-            fields["settings"] = dataclasses.replace(fields["settings"], budget=self.config.budget,
-                                                     deferred=deferred)  # fmt: skip
+            fields["settings"] = dataclasses.replace(
+                fields["settings"], budget=self.config.budget, deferred=deferred,
+                precision=str(trainer.precision), user_matmul=user,
+            )  # fmt: skip
         if full or final:
             self._owed = None
         self.alert.attach(trainer, fields)

@@ -23,6 +23,8 @@ and width, recorded as ``head/output_rows`` and ``head/output_dim``.
 
 :class:`UpdateSizeMonitor` writes one :class:`UpdateRecord` per epoch to ``<run>/updates.jsonl``
 (rank zero). It only reads parameters and gradients under ``no_grad``: training is unchanged.
+A step whose numbers are not all finite (under ``16-mixed``, a step the GradScaler skips for
+inf/NaN gradients) is left out of the epoch means and counted in ``nonfinite_steps``.
 
 Logged metrics (per epoch, in the record, ``<part>`` = ``head`` or ``backbone``):
     ``<part>/grad_norm``, ``<part>/grad_rms``, ``<part>/weight_norm``, ``<part>/rel_update``,
@@ -76,12 +78,15 @@ class UpdateRecord:
         epoch: the training epoch (0-based).
         steps: optimiser steps averaged over.
         metrics: epoch means, keys as in the module docstring.
+        nonfinite_steps: steps left out of the means for a non-finite number (inf/NaN
+            gradients: steps a GradScaler skips).
     """
 
     schema: int
     epoch: int
     steps: int
     metrics: dict[str, float] = field(default_factory=dict)
+    nonfinite_steps: int = 0
 
     @classmethod
     def from_json(cls, line: str) -> UpdateRecord:
@@ -92,7 +97,8 @@ class UpdateRecord:
                 f"updates.jsonl: unknown schema {raw.get('schema')!r}; this reader knows "
                 f"{UPDATES_SCHEMA}"
             )
-        return cls(int(raw["schema"]), int(raw["epoch"]), int(raw["steps"]), dict(raw["metrics"]))
+        return cls(int(raw["schema"]), int(raw["epoch"]), int(raw["steps"]), dict(raw["metrics"]),
+                   int(raw.get("nonfinite_steps", 0)))  # fmt: skip
 
 
 def read_update_records(run: str | Path) -> list[UpdateRecord]:
@@ -183,7 +189,9 @@ class UpdateSizeMonitor(Callback):
         super().__init__()
         self.run_dir = Path(run_dir) if run_dir else None
         self._sums: dict[str, float] = {}
+        self._step: dict[str, float] = {}  # this step's numbers, added once all are finite
         self._steps = 0
+        self._nonfinite = 0
         self._before: dict[str, list[Tensor]] = {}
         self._weights: dict[str, float] = {}
         self._outputs: list[Tensor] | None = None  # the step's projector outputs while armed
@@ -230,10 +238,20 @@ class UpdateSizeMonitor(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._sums, self._steps = {}, 0
+        self._sums, self._step, self._steps, self._nonfinite = {}, {}, 0, 0
 
     def _add(self, key: str, value: float) -> None:
-        self._sums[key] = self._sums.get(key, 0.0) + value
+        self._step[key] = value
+
+    def _end_step(self) -> None:
+        """Add this step's numbers to the epoch's sums, or count it if one is not finite."""
+        step, self._step = self._step, {}
+        if not all(math.isfinite(v) for v in step.values()):
+            self._nonfinite += 1
+            return
+        for key, value in step.items():
+            self._sums[key] = self._sums.get(key, 0.0) + value
+        self._steps += 1
 
     @override
     @torch.no_grad()
@@ -270,16 +288,18 @@ class UpdateSizeMonitor(Callback):
         for key, value in self._pending.items():
             self._add(key, value)
         self._pending = {}
-        self._steps += 1
+        self._end_step()
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero or self._steps == 0:
+        if not trainer.is_global_zero or self._steps + self._nonfinite == 0:
             return
         metrics = {k: v / self._steps for k, v in sorted(self._sums.items())}
-        bb = metrics.get("backbone/rel_update", 0.0)
-        metrics["timescale_ratio"] = metrics.get("head/rel_update", 0.0) / (bb + 1e-8)
-        record = UpdateRecord(UPDATES_SCHEMA, int(trainer.current_epoch), self._steps, metrics)
+        if self._steps:
+            bb = metrics.get("backbone/rel_update", 0.0)
+            metrics["timescale_ratio"] = metrics.get("head/rel_update", 0.0) / (bb + 1e-8)
+        record = UpdateRecord(UPDATES_SCHEMA, int(trainer.current_epoch), self._steps, metrics,
+                              self._nonfinite)  # fmt: skip
         path = RunFolder(self.run_dir or Path(trainer.default_root_dir)).updates
         path.parent.mkdir(parents=True, exist_ok=True)
         append_line(path, json.dumps(asdict(record)))

@@ -3,18 +3,21 @@
 On solo-learn's own cifar recipes (their heads and losses, projector widths made CPU-small, a
 batch of 8), the extreme eigenvalues of H_eff, GN and M that the default settings record as
 converged lie within ``lanczos_tol`` times the operator's spectral scale (or the floor) of a
-float64 Lanczos run to 1e-10, and the record says how it was computed.
+float64 Lanczos run to 1e-10, and the record says how it was computed. At ``bf16-mixed`` (the
+CPU's mixed precision) solo-learn's own BYOL recipe writes finite records whose settings say the
+precision and the features' dtype.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from solo_recipes import batch, cifar_overrides, recipe
-from test_solo_helpers import SOLO_REASON, write_digits
+from solo_recipes import CPU, batch, cifar_overrides, recipe
+from test_solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 
@@ -31,6 +34,7 @@ from solo_geometry.linalg.operators import (  # noqa: E402
     restrict_to_block,
 )
 from solo_geometry.recipe import load_recipe  # noqa: E402
+from solo_geometry.run.records import read_records  # noqa: E402
 from solo_geometry.runtime.measure import measure  # noqa: E402
 
 install()
@@ -138,3 +142,31 @@ def test_batched_products_on_the_recipes_heads(method: str, digits: Path) -> Non
         assert abs(op.ritz_min - other.ritz_min) <= 2 * bound, (name, op, other)
         assert abs(op.ritz_max - other.ritz_max) <= 2 * bound, (name, op, other)
     assert beside.probes == 3 and alone.probes == 1
+
+
+def test_bf16_mixed_byol_recipe_records_say_so(digits: Path, tmp_path: Path) -> None:
+    """solo-learn's main_pretrain.py on its BYOL cifar recipe at bf16-mixed, two steps."""
+    mixed = [o if not o.startswith("precision=") else "precision=bf16-mixed"
+             for o in cifar_overrides("byol", digits / "train")]  # fmt: skip
+    assert "precision=bf16-mixed" in mixed and not set(CPU) <= set(mixed)
+    args = [str(solo_root() / "main_pretrain.py"), "--config-path", str(recipe("byol").parent),
+            "--config-name", "byol", f"hydra.run.dir={tmp_path}", *mixed, "max_epochs=1",
+            "++limit_train_batches=2", "++enable_progress_bar=False", "+geometry=on",
+            "geometry.probes.enabled=false", "geometry.report=false", "geometry.budget=null",
+            "geometry.every_n_steps=1", "geometry.max_samples=4", "geometry.lanczos_max_steps=30",
+            "geometry.measure.density_probes=1", "geometry.measure.augment_samples=4",
+            "geometry.measure.augment_families=[brightness]"]  # fmt: skip
+    proc = run(args, tmp_path, env=env())
+    assert proc.returncode == 0, tail(proc)
+    records = read_records(tmp_path)
+    assert [r.step for r in records] == [0, 1, 2], [(r.step, r.reason) for r in records]
+    for r in records:
+        assert r.ok and r.failed_parts == {}, (r.step, r.reason, r.failed_parts)
+        assert r.parts[:3] == ["stats", "hessian", "augment"]
+        assert r.settings.precision == "bf16-mixed" and r.settings.dtype == "float32"
+        assert r.settings.user_matmul is not None
+        for key in ("heff/ritz_max", "gn/ritz_max", "z/effective_rank", "rho/brightness"):
+            assert r.metrics[key] is not None and math.isfinite(r.metrics[key]), (key, r.step)
+    # the training steps' features are autocast's; the final record's come from a fresh
+    # forward outside autocast
+    assert [r.settings.features_dtype for r in records] == ["bfloat16", "bfloat16", "float32"]
