@@ -17,14 +17,8 @@ from torch import nn
 
 from solo_geometry.hosts.solo.losses import barlow_loss
 from solo_geometry.hosts.solo.spec import frozen, merge_contexts
-from solo_geometry.runtime.distributed import (
-    CollectiveInMeasurement,
-    PerRankHead,
-    collectives_off,
-    global_head,
-    rank_chunks,
-    ranks_of,
-)
+from solo_geometry.runtime.chunks import PerRankHead, global_head, rank_chunks, ranks_of
+from solo_geometry.runtime.distributed import CollectiveInMeasurement, collectives_off
 
 
 @pytest.fixture
