@@ -14,11 +14,11 @@ derivatives. :func:`measure_across_ranks` therefore runs, on every rank, in this
    every rank learns every reason (``all_gather_object``) and raises :class:`MeasurementSkipped`;
 3. *room* (rank zero, inside ``try``): the buffers the other ranks' payloads arrive in, then an
    agreement (``all_reduce`` MIN, every rank): an out-of-memory error here skips on all;
-4. *transfer*: each other rank ``send``\ s its payload to rank zero, which ``recv``\ s it into
-   its buffer (sizes agreed, buffers allocated: nothing in the transfer allocates or fails);
+4. *transfer*: each other rank sends its payload to rank zero (``send``), which receives it
+   (``recv``) into its buffer (sizes agreed, buffers allocated: the transfer allocates nothing);
 5. *rank zero only* (collectives off, inside ``try``): the view of the global batch
    (``geometry_global_view``) and the measurement, serialised;
-6. *outcome*: rank zero ``broadcast``\ s the outcome's size (-1 and the reason on failure); every
+6. *outcome*: rank zero broadcasts the outcome's size (-1 and the reason on failure); every
    rank makes room for it (agreed), receives it and reads it back (agreed), so every rank
    returns the same result or raises the same :class:`MeasurementSkipped`.
 
