@@ -1,4 +1,4 @@
-"""One rank of a 2-process gloo group measuring real solo-learn modules (tests/hosts/test_ddp_ranks.py).
+"""One rank of a 2-process gloo group measuring real solo-learn modules (test_ddp_ranks.py).
 
 Usage::
 
@@ -151,11 +151,12 @@ def scenario_bn(rank: int, tmp: Path) -> dict[str, Any]:
             out[f"{method}/{sync}/ranks"] = record(model, chunk(batch, rank))
         if rank == 0:
             model.geometry_sync_batchnorm = None
+            cfg = model.geometry_cfg
             with preserved_state(model), collectives_off():  # one process
                 view = per_chunk_reference(model, method, batch)
-                out[f"{method}/False/one"] = measure(view, model.geometry_cfg, density=False).metrics
+                out[f"{method}/False/one"] = measure(view, cfg, density=False).metrics
                 view = model.geometry_view(batch)  # one process: BatchNorm of the whole batch
-                out[f"{method}/True/one"] = measure(view, model.geometry_cfg, density=False).metrics
+                out[f"{method}/True/one"] = measure(view, cfg, density=False).metrics
     return out
 
 
