@@ -17,14 +17,15 @@ from torch import nn
 
 from solo_geometry.hosts.solo.losses import barlow_loss
 from solo_geometry.hosts.solo.spec import frozen, merge_contexts
-from solo_geometry.runtime.distributed import (
-    CollectiveInMeasurement,
+from solo_geometry.runtime.chunks import (
     PerRankHead,
-    collectives_off,
+    batch_norm_synced,
     global_head,
     rank_chunks,
     ranks_of,
+    sync_batch_norm,
 )
+from solo_geometry.runtime.distributed import CollectiveInMeasurement, collectives_off
 
 
 @pytest.fixture
@@ -119,6 +120,39 @@ class TestPerRank:
         with ranks_of(2):
             got = barlow_loss(z1, z2, lamb, scale)
         assert torch.isclose(got, scale * (on + lamb * off), rtol=1e-12)
+
+
+class TestSyncBatchNorm:
+    def test_detected_from_the_host_the_layers_or_the_trainer(self) -> None:
+        import lightning.pytorch as pl
+
+        module = pl.LightningModule()
+        module.head = _bn_head()
+        assert not sync_batch_norm(module)
+        ddp = {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "logger": False,
+               "enable_checkpointing": False}  # fmt: skip  # built, never launched
+        module.trainer = pl.Trainer(**ddp)
+        assert not sync_batch_norm(module)
+        module.trainer = pl.Trainer(**ddp, sync_batchnorm=True)
+        assert sync_batch_norm(module)  # the trainer says so before its strategy converts
+        module.geometry_sync_batchnorm = False  # the host's declaration wins
+        assert not sync_batch_norm(module)
+        converted = nn.SyncBatchNorm.convert_sync_batchnorm(_bn_head())
+        assert sync_batch_norm(converted) and not sync_batch_norm(_bn_head())
+
+    def test_synced_modules_see_the_whole_batch(self, group: None) -> None:
+        head = _bn_head()
+        synced = nn.SyncBatchNorm.convert_sync_batchnorm(_bn_head()).train()
+        x = torch.randn(8, 5, dtype=torch.float64)
+        assert global_head(head, ranks=2, rows=8, synced=True) is head
+        with collectives_off(), ranks_of(2, synced=True):  # as rank zero measures
+            assert batch_norm_synced() and rank_chunks() == 2
+            got, plain = frozen(synced, x), frozen(head, x)
+        assert not batch_norm_synced()
+        expected = head(x)  # BatchNorm with the statistics of all 8 rows
+        assert torch.allclose(got, expected, rtol=0, atol=1e-14)
+        assert torch.allclose(plain, expected, rtol=0, atol=1e-14)
+        assert not torch.allclose(expected, torch.cat([head(x[:4]), head(x[4:])]))
 
 
 class TestMergeContexts:

@@ -31,7 +31,8 @@ import torch
 from torch import Tensor
 
 from solo_geometry.inputs.datasets import MeanStd
-from solo_geometry.runtime.distributed import ViewParts, global_head
+from solo_geometry.runtime.chunks import global_head, sync_batch_norm
+from solo_geometry.runtime.distributed import ViewParts
 from solo_geometry.runtime.measure import GeometryView
 from solo_geometry.state import preserved_state
 
@@ -179,14 +180,17 @@ class GeometryHost:
         """The view of the global batch from every rank's parts, in rank order.
 
         Z (V, R * N, d) is the ranks' features concatenated within each view; the head acts
-        per rank chunk when it has BatchNorm (as each rank's did); the images are rank zero's.
+        per rank chunk when it has BatchNorm (as each rank's did), on the whole global batch
+        under sync BatchNorm (:func:`~solo_geometry.runtime.chunks.sync_batch_norm`); the
+        images are rank zero's.
         """
         module: Any = self
         sizes = [tuple(p.features.shape) for p in parts]
         if len(set(sizes)) > 1:
             raise ValueError(f"the ranks' features differ in shape: {sizes}")
         Z = torch.cat([p.features for p in parts], dim=1)  # (views, ranks * batch, d)
-        head = global_head(self.geometry_measured_head(), len(parts), Z.shape[1])
+        synced = sync_batch_norm(module)
+        head = global_head(self.geometry_measured_head(), len(parts), Z.shape[1], synced)
         loss_of_outputs = self.geometry_global_loss([p.context for p in parts])
         return assemble_view(Z, head, loss_of_outputs, module.backbone, parts[0].images,
                              self.geometry_normalization(),

@@ -8,30 +8,37 @@ blocked, and double backward through solo-learn's ``GatherLayer`` gives rank-loc
 derivatives. :func:`measure_across_ranks` therefore runs, on every rank, in this order:
 
 1. *rank-local* (collectives off): the module's :class:`ViewParts` of its own chunk (backbone
-   features, the fixed quantities of its loss, its images), serialised, inside ``try``;
-2. *agreement* (``all_reduce`` MIN of "ok"): if any rank failed, every rank learns every reason
-   (``all_gather_object``) and raises :class:`MeasurementSkipped`;
-3. *gather* (``gather_object`` to rank zero) of the serialised parts;
-4. *rank zero only* (collectives off): the view of the global batch
-   (``geometry_global_view``) and the measurement, serialised, inside ``try``;
-5. *agreement* (``all_reduce`` MIN; the other ranks vote ok) and ``broadcast_object_list`` of
-   rank zero's outcome: the result, or the reason, on every rank.
+   features, the fixed quantities of its loss; images on rank zero only: only they are used),
+   serialised on the other ranks, inside ``try``;
+2. *agreement* (``all_gather`` of each payload's size, -1 for a failure): if any rank failed,
+   every rank learns every reason (``all_gather_object``) and raises :class:`MeasurementSkipped`;
+3. *room* (rank zero, inside ``try``): the buffers the other ranks' payloads arrive in, then an
+   agreement (``all_reduce`` MIN, every rank): an out-of-memory error here skips on all;
+4. *transfer*: each other rank sends its payload to rank zero (``send``), which receives it
+   (``recv``) into its buffer (sizes agreed, buffers allocated: the transfer allocates nothing);
+5. *rank zero only* (collectives off, inside ``try``): the view of the global batch
+   (``geometry_global_view``) and the measurement, serialised;
+6. *outcome*: rank zero broadcasts the outcome's size (-1 and the reason on failure); every
+   rank makes room for it (agreed), receives it and reads it back (agreed), so every rank
+   returns the same result or raises the same :class:`MeasurementSkipped`.
 
-Every collective is outside the ``try`` blocks of steps 1 and 4 and is reached by every rank in
-the same order whatever failed, so the protocol cannot deadlock. Inside steps 1 and 4,
+Every collective is outside the ``try`` blocks and is reached by every rank in the same order
+whatever failed where (out-of-memory, non-finite features, an exception in any part), so the
+protocol cannot deadlock. Inside steps 1 and 5,
 :func:`collectives_off` makes ``torch.distributed`` look uninitialised to the code it runs
 (``torch.distributed.is_initialized()`` returns False on the measuring thread), which is how
 solo-learn's loss functions are handled without forking it: ``gather``, ``get_rank``,
 ``concat_all_gather_no_grad`` and Barlow Twins' ``all_reduce`` all test it and take their
-single-process path on the global batch. Any collective still called there raises
-:class:`CollectiveInMeasurement` (the measurement is skipped) instead of blocking.
+single-process path on the global batch (and ``SyncBatchNorm`` normalises the batch it is
+given). Any collective still called there raises :class:`CollectiveInMeasurement` (the
+measurement is skipped) instead of blocking.
 
 The global batch is the concatenation of the ranks' chunks, rank by rank, within each view:
 Z (V, R * N, d). Losses that gather (negatives, batch statistics) see all of it, as in training;
-what training computes per rank (BatchNorm statistics of a head or predictor without sync BN,
-Barlow Twins' standardisation, a host whose losses do not gather) is computed per rank chunk
-(:func:`rank_chunks`, :class:`PerRankHead`), so the measured loss is the mean over ranks of
-each rank's training loss, whose gradient DDP averages.
+what training computes per rank (BatchNorm statistics of a head, predictor or momentum head
+without sync BN, Barlow Twins' standardisation, a host whose losses do not gather) is computed
+per rank chunk, and under sync BN the BatchNorm layers see the whole global batch
+(:mod:`solo_geometry.runtime.chunks`).
 """
 
 from __future__ import annotations
@@ -40,13 +47,12 @@ import io
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
 from solo_geometry.runtime.measure import GeometryView
 
@@ -54,13 +60,9 @@ __all__ = [
     "CollectiveInMeasurement",
     "DistributedAware",
     "MeasurementSkipped",
-    "PerRankHead",
     "ViewParts",
     "collectives_off",
     "measure_across_ranks",
-    "per_rank",
-    "rank_chunks",
-    "ranks_of",
     "world",
 ]
 
@@ -174,78 +176,6 @@ def collectives_off() -> Iterator[None]:
                 _saved.clear()
 
 
-# ---------------------------------------------------------------- per-rank chunks
-_CHUNKS: ContextVar[int] = ContextVar("solo_geometry_rank_chunks", default=1)
-
-
-def rank_chunks() -> int:
-    """Ranks whose chunks make up the batch being measured (1 outside :func:`ranks_of`)."""
-    return _CHUNKS.get()
-
-
-@contextmanager
-def ranks_of(n: int) -> Iterator[None]:
-    """Within the block, batches are the concatenation of ``n`` equal rank chunks."""
-    token = _CHUNKS.set(n)
-    try:
-        yield
-    finally:
-        _CHUNKS.reset(token)
-
-
-def _has_batch_norm(module: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
-
-
-def per_rank(fn: Callable[[Tensor], Tensor], module: nn.Module, x: Tensor) -> Tensor:
-    """``fn(x)`` for a module ``fn`` applies, per rank chunk when it has BatchNorm.
-
-    Without sync BN, a rank's BatchNorm in training mode normalises with its own chunk's
-    statistics; a module without BatchNorm acts per sample, so one call gives the same.
-
-    Args:
-        fn: the module's forward (or a functional copy of it).
-        module: the module (to look for BatchNorm).
-        x: rows (R * N, ...) of the global batch, R = :func:`rank_chunks`.
-
-    Returns:
-        ``fn`` of each chunk, concatenated in rank order.
-    """
-    chunks = rank_chunks()
-    if chunks == 1 or not _has_batch_norm(module) or x.shape[0] % chunks:
-        return fn(x)
-    return torch.cat([fn(c) for c in x.chunk(chunks)])  # (R * N, ...)
-
-
-class PerRankHead(nn.Module):
-    """A head applied per rank chunk to the global batch's rows (BatchNorm as each rank had it).
-
-    Inputs with any other number of rows (e.g. the few samples of augmentation tangents) go
-    through the head in one call.
-
-    Args:
-        head: the measured head (it stays the same module: parameters are shared).
-        ranks: R.
-        rows: R * N, the global batch's rows per view.
-    """
-
-    def __init__(self, head: nn.Module, ranks: int, rows: int) -> None:
-        super().__init__()
-        self.head = head
-        self.ranks, self.rows = ranks, rows
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Apply the head per rank chunk ``(R * N, d) -> (R * N, p)``."""
-        if x.shape[0] != self.rows:
-            return self.head(x)
-        return torch.cat([self.head(c) for c in x.chunk(self.ranks)])  # (R * N, p)
-
-
-def global_head(head: nn.Module, ranks: int, rows: int) -> nn.Module:
-    """The head as it acts on the global batch: per rank chunk if it has BatchNorm."""
-    return PerRankHead(head, ranks, rows) if ranks > 1 and _has_batch_norm(head) else head
-
-
 # ---------------------------------------------------------------- the protocol
 def _dumps(obj: Any) -> bytes:
     buffer = io.BytesIO()
@@ -257,20 +187,95 @@ def _loads(data: bytes, device: torch.device | str = "cpu") -> Any:
     return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
 
 
-def _agree(ok: bool) -> bool:
-    """All ranks ok? (``all_reduce`` MIN; every rank must call it)."""
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend() == "nccl"
-        else torch.device("cpu")
-    )
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
+def _device() -> torch.device:
+    """Where the collectives' tensors live: the current CUDA device under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _as_tensor(data: bytes) -> Tensor:
+    """Bytes as a uint8 tensor (n,) on the collectives' device."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(_device())
+
+
+def _room(n: int) -> Tensor:
+    """A buffer (n,) of bytes on the collectives' device, for a payload to arrive in."""
+    return torch.empty(n, dtype=torch.uint8, device=_device())
 
 
 def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
+
+
+def _agreed(reason: str) -> None:
+    """Every rank: return if no rank has a reason, else raise every rank's reasons on all.
+
+    ``all_reduce`` MIN of "ok" (and ``all_gather_object`` of the reasons on failure); every
+    rank must call it at the same point.
+    """
+    flag = torch.tensor([0 if reason else 1], dtype=torch.int32, device=_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    if not flag.item():
+        reasons: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(reasons, reason)
+        raise MeasurementSkipped("; ".join(r for r in reasons if r))
+
+
+def _own_parts(module: Any, batch: Any, rank: int) -> tuple[ViewParts | None, Tensor | None]:
+    """Step 1: this rank's parts (rank zero keeps them) or payload (the others send it)."""
+    if not isinstance(module, DistributedAware):
+        raise TypeError(f"{type(module).__name__} has no geometry_parts/geometry_global_view")
+    with collectives_off():
+        parts = module.geometry_parts(batch)
+        if not bool(torch.isfinite(parts.features).all()):
+            raise FloatingPointError("non-finite backbone features")
+        if rank == 0:
+            return parts, None
+        return None, _as_tensor(_dumps(_to_cpu(replace(parts, images=None))))  # no images
+
+
+def _sizes(payload: Tensor | None, failed: bool, size: int) -> list[int]:
+    """Step 2 (every rank): each rank's payload size in bytes (0 on rank zero, -1: failed)."""
+    own = -1 if failed else (0 if payload is None else payload.numel())
+    out = [torch.zeros(1, dtype=torch.int64, device=_device()) for _ in range(size)]
+    dist.all_gather(out, torch.tensor([own], dtype=torch.int64, device=_device()))
+    return [int(t.item()) for t in out]
+
+
+def _transfer(rank: int, payload: Tensor | None, buffers: list[Tensor]) -> None:
+    """Step 4: the other ranks' payloads into rank zero's buffers (sizes agreed)."""
+    if rank == 0:
+        for src, buffer in enumerate(buffers, start=1):
+            dist.recv(buffer, src=src)
+    else:
+        assert payload is not None
+        dist.send(payload, dst=0)
+
+
+def _outcome(rank: int, outcome: bytes, reason: str) -> Any:
+    """Step 6 (every rank): rank zero's outcome, or its reason, read back on every rank."""
+    n = torch.tensor([-1 if reason else len(outcome)], dtype=torch.int64, device=_device())
+    dist.broadcast(n, src=0)
+    if n.item() < 0:
+        box: list[Any] = [reason]
+        dist.broadcast_object_list(box, src=0)
+        raise MeasurementSkipped(box[0])
+    buffer, reason = None, ""
+    try:
+        buffer = _as_tensor(outcome) if rank == 0 else _room(int(n.item()))
+    except Exception as err:  # noqa: BLE001 - becomes the agreed skip below
+        reason = f"rank {rank}: {_why(err)}"
+    _agreed(reason)
+    assert buffer is not None
+    dist.broadcast(buffer, src=0)
+    result = None
+    try:
+        result = _loads(buffer.cpu().numpy().tobytes())
+    except Exception as err:  # noqa: BLE001 - becomes the agreed skip below
+        reason = f"rank {rank}: {_why(err)}"
+    _agreed(reason)
+    return result
 
 
 def measure_across_ranks(
@@ -298,38 +303,32 @@ def measure_across_ranks(
     if size == 1:  # one process (a one-rank group too: its gathers are identities, skip them)
         with collectives_off():
             return run(module.geometry_view(batch))
-    payload, reason = b"", ""
+    own, payload, reason = None, None, ""
     try:  # 1. rank-local
-        if not isinstance(module, DistributedAware):
-            raise TypeError(f"{type(module).__name__} has no geometry_parts/geometry_global_view")
-        with collectives_off():
-            parts = module.geometry_parts(batch)
-            if not bool(torch.isfinite(parts.features).all()):
-                raise FloatingPointError("non-finite backbone features")
-            payload = _dumps(_to_cpu(parts))
+        own, payload = _own_parts(module, batch, rank)
     except Exception as err:  # noqa: BLE001 - becomes the agreed skip below
         reason = f"rank {rank}: {_why(err)}"
-    if not _agree(not reason):  # 2. agreement (every rank)
-        reasons: list[Any] = [None] * size
-        dist.all_gather_object(reasons, reason)
-        raise MeasurementSkipped("; ".join(r for r in reasons if r))
-    gathered: list[Any] | None = [None] * size if rank == 0 else None
-    dist.gather_object(payload, gathered, dst=0)  # 3. gather (every rank)
-    outcome, reason = b"", ""
-    if rank == 0:  # 4. rank zero measures the global batch
+    sizes = _sizes(payload, bool(reason), size)  # 2. agreement on the parts (every rank)
+    if min(sizes) < 0:
+        _agreed(reason or "")  # every rank fails it: some rank has a reason
+    buffers: list[Tensor] = []
+    if rank == 0:  # 3. rank zero makes room for every payload
         try:
-            with collectives_off():
-                assert gathered is not None
-                view = module.geometry_global_view([_loads(p, device) for p in gathered])
-                outcome = _dumps(run(view))
+            buffers = [_room(n) for n in sizes[1:]]
         except Exception as err:  # noqa: BLE001 - becomes the agreed skip below
             reason = f"rank 0: {_why(err)}"
-    ok = _agree(not reason)  # 5. agreement and rank zero's outcome (every rank)
-    box: list[Any] = [outcome if ok else reason]
-    dist.broadcast_object_list(box, src=0)
-    if not ok:
-        raise MeasurementSkipped(box[0])
-    return _loads(box[0])
+    _agreed(reason)  # (every rank)
+    _transfer(rank, payload, buffers)  # 4. only the other ranks' payloads travel
+    outcome = b""
+    if rank == 0:  # 5. rank zero measures the global batch
+        try:
+            with collectives_off():
+                parts = [own, *(_loads(b.cpu().numpy().tobytes(), device) for b in buffers)]
+                del buffers[:]
+                outcome = _dumps(run(module.geometry_global_view(parts)))
+        except Exception as err:  # noqa: BLE001 - becomes the agreed skip below
+            reason = f"rank 0: {_why(err)}"
+    return _outcome(rank, outcome, reason)  # 6. every rank: the same result or skip
 
 
 def _to_cpu(obj: Any) -> Any:

@@ -23,10 +23,8 @@ on before the step, and measures after the step's backward, before the optimiser
 parameter (``on_after_backward``), so ``geometry_view`` costs no second backbone forward. If no
 backward comes (a skipped step), it measures at the end of the batch from a fresh forward.
 
-It never changes training (no ``.backward()``; module modes, buffers such as BatchNorm running
-statistics and every RNG state are restored in ``finally``) and never stops it (a failed or
-non-finite measurement becomes a ``"skipped"`` record, warned about once and counted).
-Between measurements its only per-step work is one modulo test.
+It never changes training (module modes, buffers and RNG states are restored in ``finally``)
+and never stops it (a failed measurement becomes a ``"skipped"`` record, warned once, counted).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from solo_geometry.inputs.datasets import MeanStd
 from solo_geometry.linalg.operators import frozen_module
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.runtime.chunks import has_batch_norm, sync_batch_norm
 
 __all__ = ["LightlyMethod"]
 
@@ -244,11 +245,17 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         lightly's losses do not gather across ranks here (``gather_distributed`` is off), so
         under DDP each rank's loss sees its own chunk: the global loss is the mean over ranks
         of the objective of each rank's chunk of H with its own targets (DDP averages their
-        gradients). One rank: the objective of the batch.
+        gradients). One rank: the objective of the batch. Under sync BatchNorm across ranks a
+        predictor or momentum head with BatchNorm saw the global batch inside each rank's loss,
+        which this per-rank objective cannot rebuild: ValueError (the record is skipped).
         """
         objective = self.objective
         predictor = getattr(self, "predictor", None)
         ranks = len(contexts)
+        fixed = [m for m in (predictor, getattr(self, "momentum_projector", None)) if m is not None]
+        if ranks > 1 and sync_batch_norm(self) and any(has_batch_norm(m) for m in fixed):
+            raise ValueError("the lightly host is not measured across ranks under sync BatchNorm "
+                             "with a BatchNorm predictor or momentum head")  # fmt: skip
 
         def loss_of_outputs(H: Tensor) -> Tensor:
             pred = None if predictor is None else frozen_module(predictor, H.dtype, H.device)

@@ -45,10 +45,11 @@ from solo_geometry.hosts.solo.spec import (
     Kept,
     LossSpec,
     frozen,
-    momentum_outputs,
+    momentum_features,
+    momentum_targets,
     no_context,
 )
-from solo_geometry.runtime.distributed import rank_chunks
+from solo_geometry.runtime.chunks import rank_chunks
 
 __all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss", "methods_table"]
 
@@ -62,7 +63,7 @@ def _label_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> C
 
 
 def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {"targets": momentum_outputs(model, crops, kept)}
+    return momentum_targets(model, momentum_features(model, crops, kept))
 
 
 def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:
@@ -122,7 +123,7 @@ def barlow_loss(z1: Tensor, z2: Tensor, lamb: float, scale_loss: float) -> Tenso
     with its batch mean and biased variance (``BatchNorm1d(affine=False)`` in training mode,
     eps 1e-5), cross-correlation averaged over the batch, off-diagonal terms weighted by
     ``lamb``, the sum scaled by ``scale_loss``. On the global batch of R ranks
-    (:func:`~solo_geometry.runtime.distributed.rank_chunks`), each rank's chunk is standardised
+    (:func:`~solo_geometry.runtime.chunks.rank_chunks`), each rank's chunk is standardised
     with its own statistics and the cross-correlation averaged over ranks, as solo-learn
     all-reduces it.
 
@@ -158,9 +159,9 @@ SUPPORTED: dict[str, LossSpec] = {
                        held="nothing: the batch's other samples are its negatives"),
     "supcon": LossSpec(_label_context, _contrastive,
                        held="the labels (they say which samples are positives)"),
-    "byol": LossSpec(_momentum_context, _byol, momentum=True,
+    "byol": LossSpec(_momentum_context, _byol, momentum=True, targets=momentum_targets,
                      held="the predictor; the momentum branch's targets (another network)"),
-    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True,
+    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True, targets=momentum_targets,
                        held="the predictor; the momentum branch's keys (another network)"),
     "simsiam": LossSpec(no_context, _simsiam,
                         held="the predictor; the targets are H under stop-gradient, as in the "

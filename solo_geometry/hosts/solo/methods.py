@@ -34,16 +34,18 @@ from solo_geometry.config import GeometryConfig, geometry_config
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.iternorm import differentiable_head
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
+from solo_geometry.hosts.solo.spec import momentum_features
 from solo_geometry.inputs.datasets import MeanStd, mean_std_of
 from solo_geometry.models.heads import build_configured_head, build_configured_predictor
 from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import geometry_callbacks
-from solo_geometry.runtime.distributed import ranks_of
+from solo_geometry.runtime.chunks import ranks_of, sync_batch_norm
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 
 _SKIP = ("base", "linear")  # METHODS entries that are not pretraining methods
+_MOMENTUM = "momentum_feats"  # context key of the momentum features under sync BatchNorm
 
 
 def fix_cpu_devices(cfg: Any) -> None:
@@ -211,11 +213,19 @@ class GeometryMethod(GeometryHost):
         return mean_std_of(dataset, first.get("mean"), first.get("std"))
 
     def geometry_context(self, batch: Any, crops: list[Tensor]) -> Any:
-        """What the method's loss holds fixed for this rank's batch (:mod:`.spec`)."""
+        """What the method's loss holds fixed for this rank's batch (:mod:`.spec`).
+
+        Under sync BatchNorm, a method whose momentum head makes its targets
+        (``LossSpec.targets``) also passes on its momentum features, from which the global
+        batch's targets are rebuilt (:meth:`geometry_global_loss`).
+        """
         model: Any = self
         momentum = self.captured("momentum_feats", model.num_large_crops)
         try:
-            return self._spec.context(model, crops, batch, momentum)
+            context = self._spec.context(model, crops, batch, momentum)
+            if self._spec.targets is not None and sync_batch_norm(model):
+                context = {**context, _MOMENTUM: momentum_features(model, crops, momentum)}
+            return context
         finally:
             self._geometry_fresh = None
 
@@ -225,21 +235,27 @@ class GeometryMethod(GeometryHost):
         Under DDP (R contexts) the ranks' contexts are merged (``LossSpec.merge``) and the loss
         is evaluated on the global batch as if by one process (the monitor runs it with
         ``torch.distributed`` looking uninitialised, so solo-learn's gathers see the whole
-        batch), with what each rank computes alone (BatchNorm of fixed modules, Barlow Twins'
-        standardisation) per rank chunk.
+        batch), with what each rank computes alone (BatchNorm of fixed modules without sync
+        BN, Barlow Twins' standardisation) per rank chunk. Under sync BN the fixed modules see
+        the whole global batch, and the momentum head's targets are rebuilt from every rank's
+        momentum features (``LossSpec.targets``).
         """
         model: Any = self
         spec = self._spec
-        ranks = len(contexts)
+        ranks, synced = len(contexts), sync_batch_norm(model)
+        feats = [c.get(_MOMENTUM) for c in contexts]  # each rank's, under sync BN
+        contexts = [{k: v for k, v in c.items() if k != _MOMENTUM} for c in contexts]
         if ranks == 1:
             ctx = contexts[0]
             return lambda H: spec.loss(model, ctx, H)
         if spec.merge is None:
             raise ValueError(f"{self._solo_name} cannot be measured across ranks: {spec.ranks}")
         merged = spec.merge(contexts)
+        if synced and spec.targets is not None and all(f is not None for f in feats):
+            merged.update(spec.targets(model, [torch.cat(f) for f in zip(*feats, strict=True)]))
 
         def loss_of_outputs(H: Tensor) -> Tensor:
-            with ranks_of(ranks):
+            with ranks_of(ranks, synced):
                 return spec.loss(model, merged, H)
 
         return loss_of_outputs

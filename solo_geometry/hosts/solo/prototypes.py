@@ -65,8 +65,12 @@ def dino_loss(student: Tensor, teacher: Tensor, student_temp: float, chunks: int
 
 
 def _dino_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+    return _dino_teacher(model, spec.momentum_features(model, crops, kept))
+
+
+def _dino_teacher(model: Any, feats: list[Tensor]) -> Context:
     loss = model.dino_loss_func
-    logits = torch.cat(spec.momentum_outputs(model, crops, kept, head="momentum_head"))  # (2N, K)
+    logits = torch.cat(spec.momentum_outputs(model, [], feats, head="momentum_head"))  # (2N, K)
     temp = loss.teacher_temp_schedule[loss.epoch]
     centre = spec.snapshot(model, "dino_loss_func.center")  # (1, K)
     return {"teacher": F.softmax((logits - centre) / temp, dim=-1).detach()}
@@ -131,6 +135,7 @@ def _each(out: Any) -> list[Tensor]:
 PROTOTYPE_METHODS: dict[str, LossSpec] = {
     "dino": LossSpec(_dino_context, _dino, momentum=True, head="head", projector="head.mlp",
                      snapshots=("dino_loss_func.center",), merge=_dino_merge,
+                     targets=_dino_teacher,
                      held="the teacher's probabilities: the momentum head's logits, centred by "
                      "the centre the step read (cloned as it starts: DINOLoss updates it in "
                      "place) and sharpened at the epoch's teacher temperature. The measured head "

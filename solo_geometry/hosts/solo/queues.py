@@ -69,6 +69,10 @@ def _queue_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> C
     return {"keys": keys(model, crops, kept), "queue": snapshot(model, "queue")}
 
 
+def _queue_keys(model: Any, feats: list[Tensor]) -> Context:
+    return {"keys": keys(model, [], feats)}  # under sync BatchNorm, of the global batch
+
+
 def _mocov2plus(model: Any, ctx: Context, H: Tensor) -> Tensor:
     from solo.losses.mocov2plus import mocov2plus_loss_func
 
@@ -153,9 +157,9 @@ _NN = (
 
 QUEUE_METHODS: dict[str, LossSpec] = {
     "mocov2plus": LossSpec(_queue_context, _mocov2plus, momentum=True, snapshots=("queue",),
-                           held=_QUEUE, merge=_queue_merge),
+                           held=_QUEUE, merge=_queue_merge, targets=_queue_keys),
     "ressl": LossSpec(_queue_context, _ressl, momentum=True, snapshots=("queue",),
-                      merge=_queue_merge,
+                      merge=_queue_merge, targets=_queue_keys,
                       held=_QUEUE + "; only view 1's query enters the loss (view 2's rows of "
                       "H_eff are zero)"),
     "nnclr": LossSpec(_online_nn_context, _nnclr, keeps=_FIND_NN,

@@ -18,6 +18,8 @@ Neither changes the step: kept values are detached references or clones taken as
 Under DDP, ``merge`` joins the ranks' contexts into the context of the global batch
 (:func:`merge_contexts`: per-sample tensors concatenated in rank order, state every rank shares
 taken from rank zero), and :func:`frozen` applies a fixed module with BatchNorm per rank chunk.
+Under sync BatchNorm those modules see the whole global batch instead, and ``targets`` rebuilds
+the momentum head's outputs from every rank's momentum features (its BatchNorm saw them all).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from solo_geometry.linalg.operators import frozen_module
-from solo_geometry.runtime.distributed import per_rank
+from solo_geometry.runtime.chunks import per_rank
 
 __all__ = [
     "Context",
@@ -39,7 +41,9 @@ __all__ = [
     "LossSpec",
     "frozen",
     "merge_contexts",
+    "momentum_features",
     "momentum_outputs",
+    "momentum_targets",
     "no_context",
     "snapshot",
 ]
@@ -99,6 +103,10 @@ class LossSpec:
         merge: the ranks' contexts -> the global batch's (DDP); None: not measurable across
             ranks, for the reason ``ranks``.
         ranks: why the method cannot be measured across ranks (when ``merge`` is None).
+        targets: (model, momentum-backbone features (R * N, d) of each large crop of the
+            global batch) -> the context entries made by the momentum head's outputs. Under
+            sync BatchNorm across ranks they replace the merged ones: the momentum head's
+            BatchNorm normalised the global batch, not each rank's chunk. None: no momentum head.
     """
 
     context: Callable[[Any, list[Tensor], Any, Kept], Context]
@@ -112,6 +120,7 @@ class LossSpec:
     held: str = ""
     merge: Callable[[Sequence[Context]], Context] | None = merge_contexts
     ranks: str = ""
+    targets: Callable[[Any, list[Tensor]], Context] | None = None
 
 
 def frozen(module: nn.Module, x: Tensor) -> Tensor:
@@ -127,6 +136,17 @@ def no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Conte
     return {}
 
 
+def momentum_features(model: Any, crops: list[Tensor], kept: Kept) -> list[Tensor]:
+    """The momentum-backbone features (B, d) of each large crop: the step's, else fresh ones."""
+    from solo.methods.base import BaseMomentumMethod
+
+    if kept is not None:
+        return [f.detach() for f in kept]
+    with torch.no_grad():
+        large = crops[: model.num_large_crops]
+        return [BaseMomentumMethod.momentum_forward(model, x)["feats"].detach() for x in large]
+
+
 def momentum_outputs(
     model: Any, crops: list[Tensor], kept: Kept, head: str = "momentum_projector"
 ) -> list[Tensor]:
@@ -135,14 +155,15 @@ def momentum_outputs(
     From the momentum-backbone features the step kept (its whole batch, so the momentum head's
     BatchNorm sees the step's batch statistics), else from a fresh momentum forward.
     """
-    from solo.methods.base import BaseMomentumMethod
-
+    feats = momentum_features(model, crops, kept)
     with torch.no_grad():
-        if kept is None:
-            large = crops[: model.num_large_crops]
-            kept = [BaseMomentumMethod.momentum_forward(model, x)["feats"] for x in large]
         module = attrgetter(head)(model)
-        return [module(f).detach() for f in kept]
+        return [module(f).detach() for f in feats]
+
+
+def momentum_targets(model: Any, feats: list[Tensor]) -> Context:
+    """BYOL's and MoCo v3's context: the momentum projector's outputs (B, p) of ``feats``."""
+    return {"targets": momentum_outputs(model, [], feats)}
 
 
 def snapshot(model: Any, path: str) -> Tensor:
