@@ -14,8 +14,9 @@ a scalar) and features Z (V, N, d), :func:`curvature_operators` returns
 * the extremes, the SLQ density and the convergence flags this package records
   (:meth:`CurvatureOperators.spectrum`, the same call the monitor makes).
 
-Nothing here is a copy: the products are :class:`~solo_geometry.linalg.operators.HeadOperators`'s
-(graphs built once, reused by every product), the sub-block is
+Nothing here is a copy: the products are those of
+:class:`~solo_geometry.linalg.operators.HeadOperators` (graphs built once on the first product,
+reused by every later one), the sub-block is
 :func:`~solo_geometry.linalg.operators.restrict_to_block`'s and the spectrum is
 :func:`~solo_geometry.geometry.spectrum.effective_hessian_spectrum`'s. The head is never
 written to (parameters, ``.grad``, BatchNorm running statistics and train/eval mode stay as
@@ -24,6 +25,7 @@ found); a head with BatchNorm runs in training mode, with the batch statistics o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,8 +66,6 @@ class CurvatureOperators:
         features: Z (V, N, d), detached.
         dtype: dtype of the products (torch.float64 or torch.float32).
         max_samples: samples whose rows span the sub-block (None: the whole batch).
-        products: :class:`~solo_geometry.linalg.operators.HeadOperators`, the full-batch
-            products the sub-block restricts.
         index: the sub-block's sample indices (None: every sample).
     """
 
@@ -79,8 +79,12 @@ class CurvatureOperators:
     ) -> None:
         self.head, self.loss, self.features = head, loss, Z.detach()
         self.dtype, self.max_samples = dtype, max_samples
-        self.products: HeadOperators = head_operators(head, loss, Z, dtype=dtype)
         self.index: Tensor | None = block_indices(Z.shape[1], max_samples)
+
+    @functools.cached_property
+    def products(self) -> HeadOperators:
+        """The full-batch products the sub-block restricts, built on the first product."""
+        return head_operators(self.head, self.loss, self.features, dtype=self.dtype)
 
     @property
     def dim(self) -> int:
@@ -132,14 +136,18 @@ class CurvatureOperators:
             dtype=float,
         )  # fmt: skip
 
-    def dense(self, name: str) -> Tensor:
+    def dense(self, name: str, *, chunk: int = 64) -> Tensor:
         """Operator ``name`` as a dense (dim, dim) matrix in :attr:`dtype` (small ``dim`` only).
+
+        ``dim`` products, ``chunk`` of them at a time (one batched product each).
 
         Raises:
             ValueError: if ``name`` is not one of ``("heff", "gn", "m")``.
         """
+        product = self.matmat(name)
         eye = torch.eye(self.dim, dtype=self.dtype, device=self.features.device)
-        return self.matmat(name)(eye).T  # column j = A e_j
+        rows = [product(eye[i : i + chunk]) for i in range(0, self.dim, chunk)]
+        return torch.cat(rows).T  # column j = A e_j
 
     def spectrum(
         self,
@@ -207,6 +215,8 @@ def curvature_operators(
             ``max_samples`` is not positive.
         TypeError: if ``loss`` does not return a scalar tensor.
     """
+    if Z.ndim != 3:
+        raise ValueError(f"Z must have shape (V, N, d); got {tuple(Z.shape)}")
     if dtype not in (torch.float64, torch.float32):
         raise ValueError(f"dtype must be one of (torch.float64, torch.float32); got {dtype}")
     if max_samples is not None and max_samples < 1:

@@ -170,11 +170,13 @@ def test_head_left_as_found() -> None:
     [
         ({"dtype": torch.float16}, "dtype must be one of"),
         ({"max_samples": 0}, "max_samples must be a positive integer or None"),
+        ({"Z": torch.zeros(3, 4)}, r"Z must have shape \(V, N, d\); got \(3, 4\)"),
     ],
 )
 def test_bad_arguments_name_the_value(kwargs: dict, message: str) -> None:
+    arguments = {"Z": _features(), **kwargs}
     with pytest.raises(ValueError, match=message):
-        curvature_operators(_head("relu"), _loss, _features(), **kwargs)
+        curvature_operators(_head("relu"), _loss, **arguments)
 
 
 def test_unknown_operator_names_the_choices() -> None:
