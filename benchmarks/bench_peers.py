@@ -170,7 +170,7 @@ def densities(recipe: str, problem: Problem, samples: int, eigs: np.ndarray) -> 
     start = time.perf_counter()
     hess, count = pyhessian_hessian(problem, ops.index)
     removed = torch.eig  # PyHessian 0.1 calls it; torch 2 raises
-    torch.eig = torch1_eig  # type: ignore[assignment]
+    torch.eig = torch1_eig  # type: ignore[assignment,unused-ignore]
     try:
         (nodes,), (weights,) = hess.density(iter=min(100, ops.dim), n_v=1)
     finally:
