@@ -93,13 +93,12 @@ class _PerView(nn.Module):
         return torch.stack([self.head(z[v]) for v in range(z.shape[0])])
 
 
-def peer_curvlinops(problem: Problem, index: Tensor | None) -> Any:
-    """The activation Hessian in Z under ``eigsh``, restricted to the sub-block."""
+def curvlinops_operator(problem: Problem, index: Tensor | None) -> Any:
+    """Curvlinops' activation Hessian in Z as a scipy operator, restricted to the sub-block."""
     from curvlinops.experimental import ActivationHessianLinearOperator
     from scipy.sparse.linalg import LinearOperator
 
     head, loss, Z = problem
-    start = time.perf_counter()
 
     class Loss(nn.Module):
         reduction = "sum"  # no rescaling by curvlinops
@@ -118,8 +117,13 @@ def peer_curvlinops(problem: Problem, index: Tensor | None) -> Any:
         wide[coords] = x
         return (full @ wide)[coords]
 
-    op = LinearOperator((coords.size, coords.size), matvec=sub, matmat=sub, dtype=np.float64)
-    return arpack(op, start)
+    return LinearOperator((coords.size, coords.size), matvec=sub, matmat=sub, dtype=np.float64)
+
+
+def peer_curvlinops(problem: Problem, index: Tensor | None) -> Any:
+    """The activation Hessian under ``eigsh(which="BE")``, construction timed with it."""
+    start = time.perf_counter()
+    return arpack(curvlinops_operator(problem, index), start)
 
 
 def eigenthings_operator(problem: Problem, index: Tensor | None) -> tuple[Any, list[int]]:
