@@ -22,6 +22,7 @@ from solo_geometry.geometry.curvature import (
     sweep_curvature,
     sweep_representations,
 )
+from solo_geometry.geometry.operators import CurvatureOperators, curvature_operators
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
     PROTOCOLS,
@@ -69,6 +70,7 @@ __all__ = [
     "PAPER_SWEEP_DEGREES",
     "PROTOCOLS",
     "RANKME_EPS",
+    "CurvatureOperators",
     "HessianSpectrum",
     "MetricSpectrum",
     "Normalization",
@@ -83,6 +85,7 @@ __all__ = [
     "apply_normalization",
     "augmentation_tangents",
     "curvature_comparison",
+    "curvature_operators",
     "default_step",
     "deterministic_mode",
     "effective_hessian_spectrum",
