@@ -23,7 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from solo_geometry import __version__
@@ -36,6 +37,7 @@ from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.datasets import make_digits
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
+from solo_geometry.run.records import RecordsWarning
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
@@ -171,6 +173,25 @@ def error_message(err: BaseException) -> str:
     return " ".join(message.split())  # one line, whatever the library's layout
 
 
+def _one_line_warnings(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` printing what a reader of run files did as one line.
+
+    A :class:`~solo_geometry.run.records.RecordsWarning` (a torn last line dropped, lines
+    skipped) is ``solo-geometry COMMAND: warning: MESSAGE`` on stderr; any other warning is
+    shown as Python shows it.
+    """
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, RecordsWarning):
+            sys.stdout.flush()
+            print(f"solo-geometry {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -186,12 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    action = f" {args.action}" if getattr(args, "action", None) else ""
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(f"{args.command}{action}")
+            return int(args.func(args) or 0)
     except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise
-        action = f" {args.action}" if getattr(args, "action", None) else ""
         sys.stdout.flush()  # the command's progress first, the error last
         print(f"solo-geometry {args.command}{action}: error: {error_message(err)}", file=sys.stderr)
         sys.stderr.flush()
