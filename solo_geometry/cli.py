@@ -35,6 +35,7 @@ from solo_geometry.commands.orbits import add_orbits_parser
 from solo_geometry.commands.pretrain import add_pretrain_parser
 from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.records import RecordsWarning
@@ -82,6 +83,8 @@ def _probe(args: argparse.Namespace) -> int:
     try:
         if not data.is_dir():
             raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
+        check_one_size(probe_folders(data), f"--data {str(data)!r}",
+                       square="rotation" in args.targets)  # before any work  # fmt: skip
         orbits = OrbitsConfig(families=[]) if args.no_orbits else OrbitsConfig()
         cfg = ProbesConfig(batch_size=args.batch_size, seed=args.seed,
                            targets=list(args.targets), orbits=orbits)  # fmt: skip

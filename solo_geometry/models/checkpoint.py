@@ -41,6 +41,7 @@ __all__ = [
     "load_model",
     "load_prefixed",
     "read_checkpoint",
+    "read_recipe",
 ]
 
 
@@ -126,6 +127,45 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     return path, runs[0] if runs else path.parent
 
 
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """A recipe file (YAML, or JSON for ``args.json``) as a mapping, running nothing in it.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The recipe's fields.
+
+    Raises:
+        ValueError: if the file does not parse as plain YAML/JSON (a tag building a Python
+            object, ``!!python/object/apply:...``, is refused by the safe loader) or is not a
+            mapping.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+        loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError) as err:  # UnicodeDecodeError and JSON's are ValueErrors
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"recipe {str(path)!r} is not plain YAML ({first}); expected a mapping "
+                         "of recipe fields, no tags building Python objects") from None  # fmt: skip
+    if not isinstance(loaded, dict):
+        raise ValueError(f"recipe {str(path)!r} holds a {type(loaded).__name__}, not a mapping "
+                         "of recipe fields (method, backbone, data, ...)")  # fmt: skip
+    return loaded
+
+
+def _node(cfg: dict[str, Any], key: str, kind: type = dict) -> Any:
+    """``cfg[key]`` (empty when absent or null), which must be a ``kind`` (a mapping or list)."""
+    value = cfg.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise ValueError(f"recipe field {key} must be a {'mapping' if kind is dict else 'list'}, "
+                         f"got {value!r:.80}")  # fmt: skip
+    return value
+
+
 def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[str, Any]:
     """The recipe config: checkpoint hyper-parameters, <run>/config.yaml or args.json."""
     hp = ckpt.get("hyper_parameters") or {}
@@ -134,10 +174,7 @@ def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[s
         return cfg
     for candidate in (RunFolder(run_dir).config, ckpt_path.parent / "args.json"):
         if candidate.is_file():
-            text = candidate.read_text()
-            loaded = json.loads(text) if candidate.suffix == ".json" else yaml.safe_load(text)
-            if isinstance(loaded, dict):
-                return loaded
+            return read_recipe(candidate)
     raise ValueError(
         f"no config for {str(ckpt_path)!r}: none in the checkpoint's hyper_parameters, "
         f"{str(RunFolder(run_dir).config)!r} or {str(ckpt_path.parent / 'args.json')!r}"
@@ -156,7 +193,7 @@ def _load_prefix(module: nn.Module, state: dict[str, Tensor], prefix: str) -> No
 
 
 def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
-    kwargs = cfg.get("method_kwargs") or {}
+    kwargs = _node(cfg, "method_kwargs")
     hidden, out = kwargs.get("proj_hidden_dim"), kwargs.get("proj_output_dim")
     if hidden is None or out is None:
         raise ValueError("config lacks method_kwargs.proj_hidden_dim / proj_output_dim")
@@ -179,16 +216,20 @@ def build_from_config(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module, MeanSt
         ``(backbone, head, mean_std, notes)``; the head's keys are those of ``projector.*``.
 
     Raises:
-        ValueError: an unknown backbone or method, or missing projector widths.
+        ValueError: an unknown backbone or method, missing projector widths, or a node of the
+            wrong type (``data``, ``backbone``, ``method_kwargs``: mappings; ``augmentations``:
+            a list).
     """
-    data = cfg.get("data") or {}
+    if not isinstance(cfg, dict):
+        raise ValueError(f"a recipe must be a mapping of fields, got {cfg!r:.80}")
+    data, node = _node(cfg, "data"), _node(cfg, "backbone")
     dataset = str(data.get("dataset", ""))
-    name = str((cfg.get("backbone") or {}).get("name"))
-    stem = resolve_stem(str((cfg.get("backbone") or {}).get("stem", "auto")), dataset)
+    name = str(node.get("name"))
+    stem = resolve_stem(str(node.get("stem", "auto")), dataset)
     backbone, d = build_backbone(name, stem=stem)
     head, kind = _build_head(cfg, d)
     notes = [f"backbone {name} (stem: {stem})", kind]
-    augs = cfg.get("augmentations") or [{}]
+    augs = _node(cfg, "augmentations", list) or [{}]
     first = augs[0] if isinstance(augs[0], dict) else {}
     mean_std = mean_std_of(  # as the recipe trained it
         dataset, first.get("mean"), first.get("std"), normalize=bool(data.get("normalize", True))

@@ -41,6 +41,7 @@ from solo_geometry.geometry import (
 )
 from solo_geometry.inputs.datasets import MeanStd, probe_splits
 from solo_geometry.inputs.features import extract_features
+from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
@@ -166,10 +167,12 @@ def measure_model(
         ``{"probes": ProbeTable dict, "stats": {...}, "rho": {family: value}}``.
 
     Raises:
-        ValueError: on a missing or empty data folder, or invalid settings.
+        ValueError: on a missing or empty data folder, images of more than one size (checked
+            before any work), or invalid settings.
     """
     data = Path(data)
     cfg = probes_config(settings.probes)
+    check_one_size(probe_folders(data), f"--data {str(data)!r}", square="rotation" in cfg.targets)
     found = torch.get_num_threads()
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
