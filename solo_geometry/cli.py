@@ -27,6 +27,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch
+
 from solo_geometry import __version__
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.report import add_report_parser
@@ -43,7 +45,7 @@ from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
-__all__ = ["build_parser", "error_message", "main"]
+__all__ = ["build_parser", "error_message", "main", "torch_device"]
 
 # Functions adding a subparser: each module owns its subcommand.
 _SUBCOMMANDS = (
@@ -104,6 +106,33 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def torch_device(value: str) -> str:
+    """``--device``: a torch device of this machine (argparse ``type``; bad: exit 2, one line).
+
+    Args:
+        value: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, as torch names devices.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the value and the devices this machine has.
+    """
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    here = ["cpu", *(["cuda", *(f"cuda:{i}" for i in range(count))] if count else []),
+            *(["mps"] if torch.backends.mps.is_available() else [])]  # fmt: skip
+    try:
+        name = str(torch.device(value))
+    except RuntimeError:  # "Invalid device string"
+        name = None
+    if name not in (*here, "cpu:0"):
+        raise argparse.ArgumentTypeError(
+            f"invalid device {value!r}; choose from {here} (the devices of this machine, "
+            f"named as torch names them: type[:index])"
+        )
+    return value
+
+
 def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``solo-geometry probe RUN_OR_CHECKPOINT --data DIR`` (sets ``func``).
 
@@ -121,7 +150,8 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or .ckpt file")
     parser.add_argument("--data", required=True, help="labelled image folder (train/ + val/)")
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--device", default="cpu", type=torch_device,
+                        help="torch device: cpu, cuda, cuda:N, mps (default: cpu)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
     parser.add_argument("--seed", type=int, default=0, help="seed of draws, splits and probes")
     parser.add_argument("--targets", nargs="+", default=list(TARGET_CHOICES),

@@ -38,6 +38,7 @@ __all__ = [
     "SAFE_GLOBALS",
     "LoadedModel",
     "build_from_config",
+    "check_weights_only",
     "load_model",
     "load_prefixed",
     "read_checkpoint",
@@ -103,14 +104,43 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f"cannot read checkpoint {str(path)!r} with a weights-only load ({first}); if you "
+            f"cannot read checkpoint {str(path)!r} with a weights-only load "
+            f"({_refusal(err)}); if you "
             f"trust the file, pass --trust-pickle (trust_pickle=True): a full pickle can run "
             f"code stored in it"
         ) from err
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
         raise ValueError(f"cannot read checkpoint {str(path)!r}: {err}") from err
+
+
+def _refusal(err: pickle.UnpicklingError) -> str:
+    """The line of torch's weights-only refusal that names what it refused."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "GLOBAL" in line or "Unsupported" in line]
+    return (named or lines or [type(err).__name__])[0]
+
+
+def check_weights_only(path: str | Path) -> None:
+    """Check that a checkpoint loads as Lightning's trainer loads it, before a resumed run starts.
+
+    The trainer reads ``fit(ckpt_path=...)`` with ``torch.load``'s default, a weights-only
+    load; this is the same load (memory-mapped: the tensors are not read), so a checkpoint
+    holding a pickle payload is one error here instead of a traceback in the launched run.
+
+    Raises:
+        ValueError: naming the file and what the weights-only load refused.
+    """
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"checkpoint {str(path)!r} cannot be resumed: a weights-only load, as the trainer's, "
+            f"refuses it ({_refusal(err)}); expected a checkpoint this run's trainer wrote, "
+            f"tensors and plain data only (a full pickle can run code stored in it)"
+        ) from None
+    except Exception:  # noqa: BLE001, S110 - anything else is the trainer's to report
+        pass
 
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:

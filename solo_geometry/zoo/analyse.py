@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from solo_geometry.zoo.layouts import load_checkpoint
-from solo_geometry.zoo.measurements import MeasureSettings, measure_model
+from solo_geometry.zoo.measurements import MeasureSettings, check_data, measure_model
 
 __all__ = ["ANALYSIS_FILE", "analyse", "format_analysis"]
 
@@ -52,9 +52,8 @@ def analyse(
         ValueError: unknown layout, unreadable checkpoint, missing data.
     """
     data = Path(data)
-    if not data.is_dir():
-        raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
     settings = settings or MeasureSettings()
+    check_data(data, settings)  # before the checkpoint is read
     model, found = load_checkpoint(checkpoint, layout=layout, branch=branch,
                                    trust_pickle=trust_pickle)  # fmt: skip
     for note in model.notes:

@@ -39,7 +39,7 @@ from solo_geometry.zoo.card import (
     render_readme,
     tree_sha256,
 )
-from solo_geometry.zoo.measurements import MeasureSettings, measure_model
+from solo_geometry.zoo.measurements import MeasureSettings, check_data, measure_model
 
 __all__ = ["digits_data", "head_name", "load_card_model", "write_card"]
 
@@ -117,10 +117,12 @@ def write_card(
     out, run = Path(out), RunFolder(Path(run_dir))
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {str(out)!r} exists and is not an empty folder")
+    settings = settings or MeasureSettings()
+    if data is not None:
+        check_data(Path(data), settings)
     model = load_model(run.path)
     cfg = read_recipe(run.config) if run.config.is_file() else {}
     record = _final_record(run)  # an unreadable geometry.jsonl is refused before any work
-    settings = settings or MeasureSettings()
     if settings.threads is None:  # recorded: verification measures with the same count
         settings = dataclasses.replace(settings, threads=torch.get_num_threads())
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -128,8 +130,6 @@ def write_card(
     try:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(data) if data is not None else digits_data(Path(scratch), 32)
-            if not folder.is_dir():
-                raise ValueError(f"--data {str(folder)!r} does not exist or is not a directory")
             results = measure_model(model.backbone, model.head, folder, settings,
                               mean_std=model.mean_std, progress=progress)  # fmt: skip
             data_record = _data_record(folder)
