@@ -492,6 +492,16 @@ def test_bad_input(
     assert not (world / "PWNED").exists()
 
 
+def test_trainer_checkpoint_passes_the_resume_load_check(world: Path) -> None:
+    """The weights-only check of ``--resume`` accepts what the trainer wrote (no false refusal)."""
+    from solo_geometry.models.checkpoint import check_weights_only
+
+    check_weights_only(world / "good.ckpt")
+    with pytest.raises(ValueError, match="GLOBAL posix.system"):
+        check_weights_only(world / "run-payload-lightly" / "checkpoints" / "payload.ckpt")
+    assert not (world / "PWNED").exists()
+
+
 def test_permission_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """An unwritable folder (untestable as root, where the tests run in CI) reads as one line."""
     from solo_geometry.cli import error_message

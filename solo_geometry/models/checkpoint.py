@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,8 @@ def check_weights_only(path: str | Path) -> None:
     Raises:
         ValueError: naming the file and what the weights-only load refused.
     """
+    if os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0") not in ("0", ""):
+        return  # the user made torch's default a full pickle: the trainer will read it so
     try:
         torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as err:
@@ -139,8 +142,8 @@ def check_weights_only(path: str | Path) -> None:
             f"refuses it ({_refusal(err)}); expected a checkpoint this run's trainer wrote, "
             f"tensors and plain data only (a full pickle can run code stored in it)"
         ) from None
-    except Exception:  # noqa: BLE001, S110 - anything else is the trainer's to report
-        pass
+    except Exception:  # noqa: BLE001 - not a refusal: the trainer reports it as it would
+        return
 
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
