@@ -23,8 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import torch
 
 from solo_geometry import __version__
 from solo_geometry.analysis.evaluation import evaluate
@@ -34,13 +37,15 @@ from solo_geometry.commands.orbits import add_orbits_parser
 from solo_geometry.commands.pretrain import add_pretrain_parser
 from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
+from solo_geometry.run.records import RecordsWarning
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
-__all__ = ["build_parser", "error_message", "main"]
+__all__ = ["build_parser", "error_message", "main", "torch_device"]
 
 # Functions adding a subparser: each module owns its subcommand.
 _SUBCOMMANDS = (
@@ -80,6 +85,8 @@ def _probe(args: argparse.Namespace) -> int:
     try:
         if not data.is_dir():
             raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
+        check_one_size(probe_folders(data), f"--data {str(data)!r}",
+                       square="rotation" in args.targets)  # before any work  # fmt: skip
         orbits = OrbitsConfig(families=[]) if args.no_orbits else OrbitsConfig()
         cfg = ProbesConfig(batch_size=args.batch_size, seed=args.seed,
                            targets=list(args.targets), orbits=orbits)  # fmt: skip
@@ -99,6 +106,33 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def torch_device(value: str) -> str:
+    """``--device``: a torch device of this machine (argparse ``type``; bad: exit 2, one line).
+
+    Args:
+        value: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, as torch names devices.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the value and the devices this machine has.
+    """
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    here = ["cpu", *(["cuda", *(f"cuda:{i}" for i in range(count))] if count else []),
+            *(["mps"] if torch.backends.mps.is_available() else [])]  # fmt: skip
+    try:
+        name = str(torch.device(value))
+    except RuntimeError:  # "Invalid device string"
+        name = None
+    if name not in (*here, "cpu:0"):
+        raise argparse.ArgumentTypeError(
+            f"invalid device {value!r}; choose from {here} (the devices of this machine, "
+            f"named as torch names them: type[:index])"
+        )
+    return value
+
+
 def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``solo-geometry probe RUN_OR_CHECKPOINT --data DIR`` (sets ``func``).
 
@@ -116,7 +150,8 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or .ckpt file")
     parser.add_argument("--data", required=True, help="labelled image folder (train/ + val/)")
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--device", default="cpu", type=torch_device,
+                        help="torch device: cpu, cuda, cuda:N, mps (default: cpu)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
     parser.add_argument("--seed", type=int, default=0, help="seed of draws, splits and probes")
     parser.add_argument("--targets", nargs="+", default=list(TARGET_CHOICES),
@@ -171,6 +206,25 @@ def error_message(err: BaseException) -> str:
     return " ".join(message.split())  # one line, whatever the library's layout
 
 
+def _one_line_warnings(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` printing what a reader of run files did as one line.
+
+    A :class:`~solo_geometry.run.records.RecordsWarning` (a torn last line dropped, lines
+    skipped) is ``solo-geometry COMMAND: warning: MESSAGE`` on stderr; any other warning is
+    shown as Python shows it.
+    """
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, RecordsWarning):
+            sys.stdout.flush()
+            print(f"solo-geometry {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -186,12 +240,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    action = f" {args.action}" if getattr(args, "action", None) else ""
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(f"{args.command}{action}")
+            return int(args.func(args) or 0)
     except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise
-        action = f" {args.action}" if getattr(args, "action", None) else ""
         sys.stdout.flush()  # the command's progress first, the error last
         print(f"solo-geometry {args.command}{action}: error: {error_message(err)}", file=sys.stderr)
         sys.stderr.flush()

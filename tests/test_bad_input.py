@@ -15,6 +15,7 @@ default where solo-learn is importable; skipped, with the reason, where it is no
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 sys.path[:0] = [str(Path(__file__).parent / "hosts"), str(Path(__file__).parent)]
 from test_lightly_support import write_recipe  # noqa: E402
@@ -34,6 +36,8 @@ from solo_geometry.commands.pretrain import solo_available  # noqa: E402
 from solo_geometry.inputs.datasets import make_digits  # noqa: E402
 
 FAILURES = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
+CARDS = Path(__file__).resolve().parents[1] / "zoo" / "cards"
+RECORD = '{"schema": 2, "step": 0, "epoch": 0, "status": "ok"}'  # one line of geometry.jsonl
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
 HOSTS = ("lightly", "solo")
 SOLO = solo_available()
@@ -109,6 +113,10 @@ CASES: tuple[Case, ...] = (
     _hosted("undecodable probe folder", ("+geometry=on", "data.val_path={w}/data-zeropng/val"),
             "data.val_path='{w}/data-zeropng/val': image '{w}/data-zeropng/val/1/zz-empty.png' "
             "does not decode"),
+    _hosted("probe folder of images of two sizes", ("+geometry=on",
+                                                    "data.val_path={w}/data-mixed/val"),
+            "data.train_path='{w}/digits/train' and data.val_path='{w}/data-mixed/val': images "
+            "differ in size ('{w}/digits/train/0/"),
     _hosted("not an override", ("epochs",),
             "overrides must look like key=value, +group=option or ~key; got ['epochs']"),
     _hosted("--runs-root is a file", ("--runs-root", "{w}/recipes/simclr.yaml"),
@@ -136,6 +144,14 @@ CASES: tuple[Case, ...] = (
     Case("pretrain", "--resume: another tool's checkpoint (lightly run folder)",
          ("pretrain", "--resume", "{w}/run-alien-lightly"),
          "checkpoints/alien.ckpt' was not written by this run's trainer: it lacks ['state_dict'"),
+    Case("pretrain", "--resume: checkpoint holding a pickle payload (lightly run folder)",
+         ("pretrain", "--resume", "{w}/run-payload-lightly"),
+         "checkpoints/payload.ckpt' cannot be resumed: a weights-only load, as the trainer's, "
+         "refuses it (Trying to load unsupported GLOBAL posix.system"),
+    Case("pretrain", "--resume: checkpoint holding a pickle payload (solo-learn run folder)",
+         ("pretrain", "--resume", "{w}/run-payload-solo"),
+         "checkpoints/payload.ckpt' cannot be resumed: a weights-only load, as the trainer's, "
+         "refuses it (Trying to load unsupported GLOBAL posix.system"),
     Case("probe", "missing data folder", ("probe", "{w}/good.ckpt", "--data", "{w}/nodata"),
          "--data '{w}/nodata' does not exist"),
     Case("probe", "truncated checkpoint",
@@ -149,6 +165,18 @@ CASES: tuple[Case, ...] = (
     Case("probe", "image that does not decode",
          ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-zeropng", "--no-orbits"),
          "image '{w}/data-zeropng/train/1/zz-empty.png' does not decode"),
+    Case("probe", "images of two sizes",
+         ("probe", "{w}/good.ckpt", "--data", "{w}/data-mixed"),
+         "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/"),
+    Case("probe", "images not square (rotation target)",
+         ("probe", "{w}/good.ckpt", "--data", "{w}/data-oblong"),
+         "--data '{w}/data-oblong': image '{w}/data-oblong/train/0/"),
+    Case("probe", "device string torch does not know",
+         ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "gpu0"),
+         "argument --device: invalid device 'gpu0'; choose from ['cpu'"),
+    Case("probe", "device this machine lacks",
+         ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "cuda:99"),
+         "argument --device: invalid device 'cuda:99'; choose from ['cpu'"),
     Case("probe", "unknown target",
          ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--targets", "colour"),
          "argument --targets: invalid choice: 'colour'"),
@@ -192,10 +220,34 @@ CASES: tuple[Case, ...] = (
     Case("zoo", "card: run without checkpoint",
          ("zoo", "card", "{w}/run-empty", "--out", "{w}/card"),
          "run folder '{w}/run-empty' has no checkpoints"),
+    Case("zoo", "card: images of two sizes",
+         ("zoo", "card", "{w}/run-truncated-ok", "--out", "{w}/card", "--data", "{w}/data-mixed"),
+         "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/"),
+    Case("zoo", "card: geometry.jsonl with a NaN line",
+         ("zoo", "card", "{w}/run-nan-records", "--out", "{w}/card"),
+         "run-nan-records/geometry.jsonl:2: not a JSON record: non-finite number NaN"),
+    Case("zoo", "card: geometry.jsonl with a line that is not JSON",
+         ("zoo", "card", "{w}/run-garbage-records", "--out", "{w}/card"),
+         "run-garbage-records/geometry.jsonl:1: not a JSON record: not JSON (Expecting value)"),
     Case("zoo", "verify: missing card folder", ("zoo", "verify", "{w}/nocard"),
          "{w}/nocard/geometry.json: cannot read a zoo card"),
+    Case("zoo", "verify: card field of the wrong type", ("zoo", "verify", "{w}/card-epochs"),
+         "{w}/card-epochs/geometry.json: field epochs must be an integer, got 'three'"),
+    Case("zoo", "verify: recipe is a YAML list", ("zoo", "verify", "{w}/card-list-recipe"),
+         "recipe '{w}/card-list-recipe/recipe.yaml' holds a list, not a mapping of recipe fields"),
+    Case("zoo", "verify: recipe with a !!python/object/apply tag",
+         ("zoo", "verify", "{w}/card-tag-recipe"),
+         "recipe '{w}/card-tag-recipe/recipe.yaml' is not plain YAML (could not determine a "
+         "constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system')"),
+    Case("zoo", "verify: recipe node of the wrong type", ("zoo", "verify", "{w}/card-list-node"),
+         "recipe field data must be a mapping, got [1, 2]"),
     Case("zoo", "list: missing cards folder", ("zoo", "list", "{w}/nocards"),
          "zoo cards folder '{w}/nocards' does not exist"),
+    Case("zoo", "list: card without measurements", ("zoo", "list", "{w}/cards"),
+         "{w}/cards/bare/geometry.json: field measurements lacks ['probes', 'stats', 'rho']"),
+    Case("analyse", "images of two sizes",
+         ("analyse", "{w}/good.ckpt", "--data", "{w}/data-mixed", "--out", "{w}/an"),
+         "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/"),
     Case("analyse", "missing checkpoint",
          ("analyse", "{w}/nope.pth", "--data", "{w}/digits", "--out", "{w}/an"),
          "checkpoint '{w}/nope.pth' does not exist"),
@@ -276,6 +328,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (w / "full" / "README.md").write_text("someone's card\n")
     _bad_data(w, digits)
     _alien_runs(w, recipe)
+    _payload_runs(w, recipe)
+    _bad_cards(w)
+    for name, text in (("run-nan-records", RECORD + '\n{"step": NaN}\n'),
+                       ("run-garbage-records", "garbage\n")):  # fmt: skip
+        shutil.copytree(run, w / name)
+        (w / name / "geometry.jsonl").write_text(text)
     _array_files(w)
     (w / "run-nothing").mkdir()
     (w / "run-no-records").mkdir()
@@ -291,6 +349,54 @@ def _bad_data(w: Path, digits: Path) -> None:
         for label in ("0", "1"):
             shutil.copytree(digits / split / label, w / "data-zeropng" / split / label)
         (w / "data-zeropng" / split / "1" / "zz-empty.png").write_bytes(b"")
+    _odd_sizes(w, digits)
+
+
+def _resized(src: Path, dst: Path, size: tuple[int, int]) -> None:
+    with Image.open(src) as im:
+        im.resize(size).save(dst)
+
+
+def _odd_sizes(w: Path, digits: Path) -> None:
+    """A folder with one image of another size, and one of oblong (not square) images."""
+    shutil.copytree(digits, w / "data-mixed")
+    first = sorted((w / "data-mixed" / "val" / "0").glob("*.png"))[0]
+    _resized(first, first, (28, 28))
+    for split in ("train", "val"):
+        for label in ("0", "1"):
+            folder = w / "data-oblong" / split / label
+            folder.mkdir(parents=True)
+            for png in sorted((digits / split / label).glob("*.png"))[:4]:
+                _resized(png, folder / png.name, (32, 24))
+
+
+def _payload_runs(w: Path, recipe: Path) -> None:
+    """Run folders whose checkpoint has every Lightning key and a pickle payload."""
+    for host in ("solo", "lightly"):
+        run = w / f"run-payload-{host}"
+        (run / "checkpoints").mkdir(parents=True)
+        ckpt = {"state_dict": {"backbone.weight": torch.zeros(2)}, "epoch": 0, "global_step": 1,
+                "pytorch-lightning_version": "2.6.0", "loops": {},
+                "hyper_parameters": {"cfg": _Payload(w / "PWNED")}}  # fmt: skip
+        torch.save(ckpt, run / "checkpoints" / "payload.ckpt")
+        config = run / (".hydra/config.yaml" if host == "solo" else "config.yaml")
+        config.parent.mkdir(exist_ok=True)
+        config.write_text(recipe.read_text())
+
+
+def _bad_cards(w: Path) -> None:
+    """Zoo cards: without measurements, a field of the wrong type, recipes that are no mapping."""
+    card = json.loads((CARDS / "simclr-digits-projector" / "geometry.json").read_text())
+    recipes = {"card-epochs": None, "card-list-recipe": "- simclr\n- resnet18\n",
+               "card-tag-recipe": f"!!python/object/apply:os.system ['touch {w / 'PWNED'}']\n",
+               "card-list-node": "method: simclr\ndata: [1, 2]\n"}  # fmt: skip
+    for name, text in recipes.items():
+        (w / name).mkdir()
+        fields = {**card, "epochs": "three"} if name == "card-epochs" else card
+        (w / name / "geometry.json").write_text(json.dumps(fields))
+        (w / name / "recipe.yaml").write_text(text or "method: simclr\n")
+    (w / "cards" / "bare").mkdir(parents=True)
+    (w / "cards" / "bare" / "geometry.json").write_text(json.dumps({**card, "measurements": {}}))
 
 
 def _alien_runs(w: Path, recipe: Path) -> None:
@@ -383,6 +489,16 @@ def test_bad_input(
     assert fill(case.expected(host)) in error[0], err
     assert _tree(world) == before  # nothing created, changed or removed
     assert list(tmp_path.iterdir()) == []
+    assert not (world / "PWNED").exists()
+
+
+def test_trainer_checkpoint_passes_the_resume_load_check(world: Path) -> None:
+    """The weights-only check of ``--resume`` accepts what the trainer wrote (no false refusal)."""
+    from solo_geometry.models.checkpoint import check_weights_only
+
+    check_weights_only(world / "good.ckpt")
+    with pytest.raises(ValueError, match="GLOBAL posix.system"):
+        check_weights_only(world / "run-payload-lightly" / "checkpoints" / "payload.ckpt")
     assert not (world / "PWNED").exists()
 
 

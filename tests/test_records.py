@@ -24,6 +24,7 @@ from solo_geometry.run.records import (
     ProbeRow,
     ProbeTable,
     RecordsError,
+    RecordsWarning,
     Settings,
     read_records,
 )
@@ -262,14 +263,57 @@ class TestReadRecords:
             got = read_records(path)
         assert [r.step for r in got] == [0, 1]
 
+    def test_torn_line_is_one_records_warning_naming_file_and_line(self, tmp_path: Path) -> None:
+        # a kill in the middle of a multi-byte character leaves bytes that are not UTF-8
+        torn = _line(2, reason="é").encode()[:-3]
+        path = tmp_path / "g.jsonl"
+        path.write_bytes(f"{_line(0)}\n{_line(1)}\n".encode() + torn)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = read_records(path)
+        assert [r.step for r in got] == [0, 1]
+        assert len(caught) == 1 and caught[0].category is RecordsWarning
+        assert str(caught[0].message).startswith(f"{path}:3: torn last record dropped")
+
+    @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+    @pytest.mark.parametrize("last", [False, True], ids=["middle", "last-without-newline"])
+    def test_non_finite_line_refused_naming_file_and_line(
+        self, tmp_path: Path, token: str, last: bool
+    ) -> None:  # fmt: skip
+        bad = _line(1).replace('"status": "ok"', f'"status": "ok", "metrics": {{"m": {token}}}')
+        assert token in bad
+        text = f"{_line(0)}\n{bad}" + ("" if last else f"\n{_line(2)}\n")
+        path = _write(tmp_path / "g.jsonl", text)
+        with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record: "
+                           rf"non-finite number {re.escape(token)} "):  # fmt: skip
+            read_records(path)
+        problems: list[tuple[int, str]] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a foreign line is not torn: no warning, a problem
+            got = read_records(path, problems=problems)
+        assert [r.step for r in got] == ([0] if last else [0, 2])
+        assert [n for n, _ in problems] == [2] and "non-finite number" in problems[0][1]
+
+    def test_non_utf8_line_refused_naming_file_and_line(self, tmp_path: Path) -> None:
+        path = tmp_path / "g.jsonl"
+        path.write_bytes(f"{_line(0)}\n".encode() + b"\xff\xfe{}\n" + f"{_line(2)}\n".encode())
+        with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record: "
+                           r"not UTF-8 text \(byte 0\)"):  # fmt: skip
+            read_records(path)
+        problems: list[tuple[int, str]] = []
+        assert [r.step for r in read_records(path, problems=problems)] == [0, 2]
+        assert problems == [(2, "not UTF-8 text (byte 0)")]
+
     def test_corrupt_last_line_with_newline_is_not_torn(self, tmp_path: Path) -> None:
         path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{{garbage\n")
-        with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record"):
+        want = rf"^{re.escape(str(path))}:2: not a JSON record: not JSON"
+        with pytest.raises(RecordsError, match=want):
             read_records(path)
 
     def test_corrupt_middle_line_raises_naming_file_and_line(self, tmp_path: Path) -> None:
         path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{{garbage\n{_line(2)}\n")
-        with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record"):
+        want = rf"^{re.escape(str(path))}:2: not a JSON record: not JSON"
+        with pytest.raises(RecordsError, match=want):
             read_records(path)
 
     def test_invalid_record_raises_naming_file_and_line(self, tmp_path: Path) -> None:

@@ -257,6 +257,51 @@ class TestReportCommand:
         assert (tmp_path / "r" / "index.html").is_file()
         assert "index.html" in capsys.readouterr().out
 
+    @staticmethod
+    def _records_run(tmp_path: Path, tail: str) -> Path:
+        """A run folder: two records written as the monitor writes them, then ``tail``."""
+        run = tmp_path / "run"
+        run.mkdir()
+        lines = [GeometryRecord(step=s, epoch=0, status="ok", parts=["stats"],
+                                metrics={"z/effective_rank": 1.0 + s}).to_json()
+                 for s in (0, 1)]  # fmt: skip
+        (run / "geometry.jsonl").write_text("\n".join(lines) + "\n" + tail)
+        return run
+
+    def test_torn_last_line_one_warning_and_noted(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture
+    ) -> None:  # fmt: skip
+        run = self._records_run(tmp_path, '{"schema": 2, "step": 2, "ep')  # a killed writer
+        assert self._run(str(run)) == 0
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        where = f"{run / 'geometry.jsonl'}:3"
+        assert err == [f"solo-geometry report: warning: {where}: torn last record dropped (not "
+                       "JSON (Unterminated string starting at)): a write cut short, e.g. by a "
+                       "killed writer"]
+        page = (run / "report" / "index.html").read_text()
+        assert "2 measurements" in page and f"{where}: torn last record dropped" in page
+
+    @pytest.mark.parametrize(("tail", "reason"), [
+        ('{"schema": 2, "step": 2, "epoch": 0, "status": "ok", "metrics": {"m": NaN}}\n',
+         "non-finite number NaN"),
+        ('{"schema": 2, "step": 2, "epoch": 0, "status": "ok", "metrics": {"m": Infinity}}\n',
+         "non-finite number Infinity"),
+        ("{garbage\n", "not JSON (Expecting property name enclosed in double quotes)"),
+    ], ids=["NaN", "Infinity", "not JSON"])  # fmt: skip
+    def test_unusable_line_reported_as_skipped(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture, tail: str, reason: str
+    ) -> None:  # fmt: skip
+        after = GeometryRecord(step=3, epoch=0, status="ok").to_json()
+        run = self._records_run(tmp_path, tail + after + "\n")
+        assert self._run(str(run)) == 0
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1, err
+        assert err[0].startswith(f"solo-geometry report: warning: {run / 'geometry.jsonl'}: "
+                                 f"unusable lines 3 skipped, drawing the rest (line 3: {reason}")
+        page = (run / "report" / "index.html").read_text()
+        assert "3 measurements" in page  # the lines before and after it are read
+        assert "1 unusable line(s), not drawn" in page and f"line 3: {reason}" in page
+
     def test_missing_run_exits_nonzero(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
         assert self._run(str(tmp_path / "nope")) == 2
         assert "does not exist" in capsys.readouterr().err

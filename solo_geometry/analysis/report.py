@@ -1,10 +1,8 @@
 """The run report: PNG plots and an offline ``index.html`` from one or more run folders.
 
-Reads each run folder through :mod:`solo_geometry.run.records` (``geometry.jsonl``: a corrupt line
-is named by its line number in the page and in a warning, the rest is still drawn; each
-record's own floor is drawn), ``probes.json``, ``features.pt`` and ``config.yaml``; draws what
-exists and notes what does not. Several runs
-are overlaid, curves labelled by run name (e.g. swish vs relu vs linear heads).
+Reads each folder through :mod:`solo_geometry.run.records` (unusable lines named in the page
+and one warning, a torn last line dropped and noted), ``probes.json``, ``features.pt`` and
+``config.yaml``; draws what exists, notes what does not; several runs are overlaid.
 """
 
 from __future__ import annotations
@@ -23,7 +21,13 @@ import numpy as np
 from solo_geometry.analysis import plots
 from solo_geometry.inputs.features import load_cache
 from solo_geometry.run.atomic import write_text
-from solo_geometry.run.records import GeometryRecord, ProbeTable, RecordsError, read_records
+from solo_geometry.run.records import (
+    GeometryRecord,
+    ProbeTable,
+    RecordsError,
+    RecordsWarning,
+    read_records,
+)
 from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["RunData", "add_report_parser", "check_reportable", "read_run", "write_report"]
@@ -61,6 +65,23 @@ def _features(folder: RunFolder) -> dict[str, dict[str, np.ndarray]]:
     return {name: {k: v.numpy() for k, v in tensors.items()} for name, tensors in sets.items()}
 
 
+def _read_geometry(folder: RunFolder, run: RunData) -> list[GeometryRecord]:
+    """The records; a dropped torn line becomes a note, skipped lines one warning naming them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RecordsWarning)
+        records = read_records(folder.geometry, problems=run.problems)
+    for w in caught:  # shown as they came, and the torn line's on the page too
+        if issubclass(w.category, RecordsWarning):
+            run.notes.append(str(w.message))
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if run.problems:
+        lines = ", ".join(str(n) for n, _ in run.problems)
+        why = "; ".join(f"line {n}: {reason}" for n, reason in run.problems)
+        warnings.warn(RecordsWarning(f"{folder.geometry}: unusable lines {lines} skipped, "
+                                     f"drawing the rest ({why})"), stacklevel=3)  # fmt: skip
+    return records
+
+
 def read_run(path: Path, name: str | None = None) -> RunData:
     """Read a run folder; missing or unreadable files become notes, never errors.
 
@@ -80,13 +101,9 @@ def read_run(path: Path, name: str | None = None) -> RunData:
     folder = RunFolder(path)
     run = RunData(name or path.name, path)
     if folder.geometry.is_file():
-        records = read_records(folder.geometry, problems=run.problems)
+        records = _read_geometry(folder, run)
         run.records = [r for r in records if r.ok]
         run.skipped = [r for r in records if not r.ok]
-        if run.problems:
-            lines = ", ".join(str(n) for n, _ in run.problems)
-            warnings.warn(f"{folder.geometry}: unusable lines {lines}; drawing the rest",
-                          stacklevel=2)  # fmt: skip
     else:
         run.notes.append(f"no {folder.GEOMETRY}: no curves")
     if folder.config.is_file():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from solo_geometry.extras import require
 from solo_geometry.hosts import solo as solo_host
+from solo_geometry.models.checkpoint import check_weights_only
 from solo_geometry.run.resume import resume_point
 
 __all__ = [
@@ -102,6 +103,7 @@ def pretrain(
     """
     point = None if resume is None else resume_point(resume, config, host)
     if point is not None:
+        check_weights_only(point.checkpoint)  # as the trainer will load it
         config, host = point.recipe, point.host
     if config is None:
         raise ValueError("--config is required (or --resume RUN)")

@@ -29,6 +29,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import functional as TF
 
 from solo_geometry.geometry.augment import apply_augmentation
+from solo_geometry.inputs.sizes import check_one_size, probe_folders
 
 __all__ = [
     "CIFAR_MEAN_STD",
@@ -275,8 +276,8 @@ def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
         Images (N, 3, H, W) float32 in [0, 1], labels (N,) int64, class names.
 
     Raises:
-        ValueError: if ``root`` is not a folder, holds no images, or an image does not decode
-            (naming the first such file).
+        ValueError: if ``root`` is not a folder, holds no images, holds images of different
+            sizes (naming two), or an image does not decode (naming the first such file).
     """
     root = Path(root)
     if not root.is_dir():
@@ -285,6 +286,7 @@ def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
         folder = ImageFolder(str(root))
     except (FileNotFoundError, RuntimeError) as err:
         raise ValueError(f"no images in {str(root)!r}: {err}") from err
+    check_one_size([root], f"image folder {str(root)!r}")  # before decoding any
     images = [TF.to_tensor(_decoded(folder, path)) for path, _ in folder.samples]
     labels = torch.tensor([label for _, label in folder.samples], dtype=torch.long)
     return torch.stack(images), labels, list(folder.classes)
@@ -350,14 +352,11 @@ def probe_splits(data_dir: Path | tuple[Path, Path], seed: int) -> dict[str, tup
     Returns:
         ``{"train": (images (N, 3, H, W), labels (N,)), "test": (images, labels)}``.
     """
-    if isinstance(data_dir, tuple):
-        train_dir, held_dir = data_dir
-        return {"train": load_image_folder(train_dir)[:2], "test": load_image_folder(held_dir)[:2]}
-    held = next((data_dir / s for s in ("val", "test") if (data_dir / s).is_dir()), None)
-    if (data_dir / "train").is_dir() and held is not None:
-        train = load_image_folder(data_dir / "train")
-        return {"train": train[:2], "test": load_image_folder(held)[:2]}
-    images, labels, _ = load_image_folder(data_dir)
+    folders = probe_folders(data_dir)
+    if len(folders) == 2:
+        return {"train": load_image_folder(folders[0])[:2],
+                "test": load_image_folder(folders[1])[:2]}  # fmt: skip
+    images, labels, _ = load_image_folder(folders[0])
     tr, te = stratified_split(labels, 0.5, torch.Generator().manual_seed(seed))
     return {"train": (images[tr], labels[tr]), "test": (images[te], labels[te])}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,11 @@ __all__ = [
     "SAFE_GLOBALS",
     "LoadedModel",
     "build_from_config",
+    "check_weights_only",
     "load_model",
     "load_prefixed",
     "read_checkpoint",
+    "read_recipe",
 ]
 
 
@@ -102,14 +105,45 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f"cannot read checkpoint {str(path)!r} with a weights-only load ({first}); if you "
+            f"cannot read checkpoint {str(path)!r} with a weights-only load "
+            f"({_refusal(err)}); if you "
             f"trust the file, pass --trust-pickle (trust_pickle=True): a full pickle can run "
             f"code stored in it"
         ) from err
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
         raise ValueError(f"cannot read checkpoint {str(path)!r}: {err}") from err
+
+
+def _refusal(err: pickle.UnpicklingError) -> str:
+    """The line of torch's weights-only refusal that names what it refused."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "GLOBAL" in line or "Unsupported" in line]
+    return (named or lines or [type(err).__name__])[0]
+
+
+def check_weights_only(path: str | Path) -> None:
+    """Check that a checkpoint loads as Lightning's trainer loads it, before a resumed run starts.
+
+    The trainer reads ``fit(ckpt_path=...)`` with ``torch.load``'s default, a weights-only
+    load; this is the same load (memory-mapped: the tensors are not read), so a checkpoint
+    holding a pickle payload is one error here instead of a traceback in the launched run.
+
+    Raises:
+        ValueError: naming the file and what the weights-only load refused.
+    """
+    if os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0") not in ("0", ""):
+        return  # the user made torch's default a full pickle: the trainer will read it so
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"checkpoint {str(path)!r} cannot be resumed: a weights-only load, as the trainer's, "
+            f"refuses it ({_refusal(err)}); expected a checkpoint this run's trainer wrote, "
+            f"tensors and plain data only (a full pickle can run code stored in it)"
+        ) from None
+    except Exception:  # noqa: BLE001 - not a refusal: the trainer reports it as it would
+        return
 
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
@@ -126,6 +160,45 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     return path, runs[0] if runs else path.parent
 
 
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """A recipe file (YAML, or JSON for ``args.json``) as a mapping, running nothing in it.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The recipe's fields.
+
+    Raises:
+        ValueError: if the file does not parse as plain YAML/JSON (a tag building a Python
+            object, ``!!python/object/apply:...``, is refused by the safe loader) or is not a
+            mapping.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+        loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError) as err:  # UnicodeDecodeError and JSON's are ValueErrors
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"recipe {str(path)!r} is not plain YAML ({first}); expected a mapping "
+                         "of recipe fields, no tags building Python objects") from None  # fmt: skip
+    if not isinstance(loaded, dict):
+        raise ValueError(f"recipe {str(path)!r} holds a {type(loaded).__name__}, not a mapping "
+                         "of recipe fields (method, backbone, data, ...)")  # fmt: skip
+    return loaded
+
+
+def _node(cfg: dict[str, Any], key: str, kind: type = dict) -> Any:
+    """``cfg[key]`` (empty when absent or null), which must be a ``kind`` (a mapping or list)."""
+    value = cfg.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise ValueError(f"recipe field {key} must be a {'mapping' if kind is dict else 'list'}, "
+                         f"got {value!r:.80}")  # fmt: skip
+    return value
+
+
 def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[str, Any]:
     """The recipe config: checkpoint hyper-parameters, <run>/config.yaml or args.json."""
     hp = ckpt.get("hyper_parameters") or {}
@@ -134,10 +207,7 @@ def _read_config(ckpt: dict[str, Any], ckpt_path: Path, run_dir: Path) -> dict[s
         return cfg
     for candidate in (RunFolder(run_dir).config, ckpt_path.parent / "args.json"):
         if candidate.is_file():
-            text = candidate.read_text()
-            loaded = json.loads(text) if candidate.suffix == ".json" else yaml.safe_load(text)
-            if isinstance(loaded, dict):
-                return loaded
+            return read_recipe(candidate)
     raise ValueError(
         f"no config for {str(ckpt_path)!r}: none in the checkpoint's hyper_parameters, "
         f"{str(RunFolder(run_dir).config)!r} or {str(ckpt_path.parent / 'args.json')!r}"
@@ -156,7 +226,7 @@ def _load_prefix(module: nn.Module, state: dict[str, Tensor], prefix: str) -> No
 
 
 def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
-    kwargs = cfg.get("method_kwargs") or {}
+    kwargs = _node(cfg, "method_kwargs")
     hidden, out = kwargs.get("proj_hidden_dim"), kwargs.get("proj_output_dim")
     if hidden is None or out is None:
         raise ValueError("config lacks method_kwargs.proj_hidden_dim / proj_output_dim")
@@ -179,16 +249,20 @@ def build_from_config(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module, MeanSt
         ``(backbone, head, mean_std, notes)``; the head's keys are those of ``projector.*``.
 
     Raises:
-        ValueError: an unknown backbone or method, or missing projector widths.
+        ValueError: an unknown backbone or method, missing projector widths, or a node of the
+            wrong type (``data``, ``backbone``, ``method_kwargs``: mappings; ``augmentations``:
+            a list).
     """
-    data = cfg.get("data") or {}
+    if not isinstance(cfg, dict):
+        raise ValueError(f"a recipe must be a mapping of fields, got {cfg!r:.80}")
+    data, node = _node(cfg, "data"), _node(cfg, "backbone")
     dataset = str(data.get("dataset", ""))
-    name = str((cfg.get("backbone") or {}).get("name"))
-    stem = resolve_stem(str((cfg.get("backbone") or {}).get("stem", "auto")), dataset)
+    name = str(node.get("name"))
+    stem = resolve_stem(str(node.get("stem", "auto")), dataset)
     backbone, d = build_backbone(name, stem=stem)
     head, kind = _build_head(cfg, d)
     notes = [f"backbone {name} (stem: {stem})", kind]
-    augs = cfg.get("augmentations") or [{}]
+    augs = _node(cfg, "augmentations", list) or [{}]
     first = augs[0] if isinstance(augs[0], dict) else {}
     mean_std = mean_std_of(  # as the recipe trained it
         dataset, first.get("mean"), first.get("std"), normalize=bool(data.get("normalize", True))

@@ -1,23 +1,11 @@
-"""Run records: the versioned schema of what a run writes (docs/design.md section 7).
+"""Run records: the versioned schemas a run writes (docs/design.md section 7, docs/run-folder.md).
 
-Every file a run writes is a schema defined here, written and read only through this module and
-:class:`solo_geometry.run.run_folder.RunFolder`, which owns the paths:
-
-* ``geometry.jsonl``: one :class:`GeometryRecord` per line (schema version, step, epoch,
-  status and reason, the parts it holds and why any other due part was deferred, the
-  :class:`Settings` that define its numbers, then the metrics);
-* ``probes.json``: a :class:`ProbeTable` (probe rows, gaps, orbit table, settings).
-
-:func:`read_records` is the one reader of ``geometry.jsonl``: it tolerates a torn last line (a
-write cut by a kill), names any other unreadable line, and rejects a record of an unknown
-schema version with an error naming the version, so no reader ever guesses a default.
-
-Schema versions of ``geometry.jsonl``: 1 (no ``parts``: every record held every configured
-part, read as such), 2 (``parts`` and ``deferred_parts``: a record may hold the representation
-statistics alone while the spectra wait for the time budget), 3 (``alert``: the collapse state and
-its diagnosis, :mod:`solo_geometry.runtime.alert`; ``failed_parts``: a part that failed while the
-others were kept; the settings' ``precision``, ``features_dtype`` and ``user_matmul``; absent, None,
-in the versions before).
+``geometry.jsonl`` holds one :class:`GeometryRecord` per line and ``probes.json`` a
+:class:`ProbeTable`, written and read only here and through :class:`~.run_folder.RunFolder`.
+:func:`read_records`, the one reader, drops a torn last line with a warning naming file and
+line, refuses (or, for a report, skips) other unusable lines and unknown schema versions.
+Versions: 1 (no ``parts``), 2 (``parts``, ``deferred_parts``), 3 (``alert``, ``failed_parts``,
+the settings' ``precision``, ``features_dtype``, ``user_matmul``; None before).
 """
 
 from __future__ import annotations
@@ -42,6 +30,7 @@ __all__ = [
     "ProbeRow",
     "ProbeTable",
     "RecordsError",
+    "RecordsWarning",
     "Settings",
     "read_records",
 ]
@@ -59,6 +48,10 @@ Scalar = float | int | bool | None
 
 class RecordsError(ValueError):
     """A run file that cannot be read: corrupt, or written by an unknown schema version."""
+
+
+class RecordsWarning(UserWarning):
+    """A reader of run files dropped something (a torn last line) and says what."""
 
 
 def _check_schema(
@@ -237,6 +230,27 @@ class GeometryRecord:
             raise RecordsError(f"{where}: {err}") from err
 
 
+class _NonFinite(ValueError):
+    """A line holding ``NaN`` or ``Infinity``: foreign (the writer writes null), never torn."""
+
+
+def _refuse_constant(name: str) -> float:
+    """``json.loads``'s hook for ``NaN``/``Infinity``."""
+    raise _NonFinite(f"non-finite number {name} (the writer writes null for an undefined one)")
+
+
+def _parse_line(raw: bytes) -> Any:
+    """One line's JSON; a ``ValueError`` saying why it is unusable."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 text (byte {err.start})") from None
+    try:
+        return json.loads(line, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON ({err.msg})") from None
+
+
 def read_records(
     source: str | Path,
     *,
@@ -245,10 +259,15 @@ def read_records(
 ) -> list[GeometryRecord]:
     """Read ``geometry.jsonl`` (a run folder or the file itself).
 
+    A torn last line (no newline after it: a write cut short by a killed writer) is dropped
+    with one :class:`RecordsWarning` naming the file and line. Any other line that is not
+    UTF-8, not JSON, holds ``NaN``/``Infinity`` (the writer writes null) or is not a record is
+    refused, or skipped into ``problems``.
+
     Args:
         source: the run folder or the file.
         ok_only: keep only successful measurements.
-        problems: if given, an unreadable line (other than a torn last one) is appended here
+        problems: if given, an unusable line (other than a torn last one) is appended here
             as ``(line number, reason)`` and skipped instead of raising; a report uses this to
             draw the rest. An unknown schema version always raises.
 
@@ -256,29 +275,31 @@ def read_records(
         The records in file order; [] when the file does not exist.
 
     Raises:
-        RecordsError: on an unreadable line other than a torn last one (unless ``problems``
+        RecordsError: on an unusable line other than a torn last one (unless ``problems``
             is given), or an unknown schema version; the message names the file and line.
     """
     path = Path(source)
     path = path / GEOMETRY_FILE if path.is_dir() else path
     if not path.is_file():
         return []
-    text = path.read_text(errors="replace")
-    lines = text.split("\n")
+    text = path.read_bytes()
+    lines = text.split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines) and not text.endswith("\n"):
-                warnings.warn(f"{where}: torn last record ignored ({err.msg})", stacklevel=2)
+            data = _parse_line(line)
+        except ValueError as err:
+            if number == len(lines) and not isinstance(err, _NonFinite):  # no newline after it
+                warnings.warn(RecordsWarning(f"{where}: torn last record dropped ({err}): a "
+                                             "write cut short, e.g. by a killed writer"),
+                              stacklevel=2)  # fmt: skip
                 continue
             if problems is None:
-                raise RecordsError(f"{where}: not a JSON record ({err.msg})") from err
-            problems.append((number, f"not JSON ({err.msg})"))
+                raise RecordsError(f"{where}: not a JSON record: {err}") from None
+            problems.append((number, str(err)))
             continue
         if isinstance(data, Mapping):
             _check_schema(data, where)  # an unknown version is never tolerated: no guessing

@@ -34,6 +34,7 @@ from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.report import write_report
 from solo_geometry.config import GeometryConfig, ProbesConfig
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd
+from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.measure import backbone_and_head
 from solo_geometry.runtime.monitor import GeometryMonitor
@@ -45,7 +46,13 @@ from solo_geometry.state import preserved_state
 # on their float32 images (precision.float32_copy).
 OTHER_FLOATS = (torch.float16, torch.bfloat16, torch.float64)
 
-__all__ = ["ProbeCallback", "ReportCallback", "geometry_callbacks", "probe_data"]
+__all__ = [
+    "ProbeCallback",
+    "ReportCallback",
+    "check_probe_images",
+    "geometry_callbacks",
+    "probe_data",
+]
 
 
 def _run_of(run_dir: Path | None, trainer: pl.Trainer) -> RunFolder:
@@ -67,6 +74,29 @@ def probe_data(
     if train_dir and Path(train_dir).is_dir():
         return Path(train_dir), Path(val_dir)  # fit on the train split, score on held-out
     return Path(val_dir)
+
+
+def check_probe_images(
+    cfg: ProbesConfig, train_dir: str | Path | None, val_dir: str | Path | None
+) -> None:
+    """Before launch: the folders the probes will read hold images of one size.
+
+    Raises:
+        ValueError: naming the recipe field and two files of different sizes (or a
+            non-square one with the rotation target); see
+            :func:`solo_geometry.inputs.sizes.check_one_size`.
+    """
+    data = probe_data(cfg, train_dir, val_dir) if cfg.enabled else None
+    if data is None:
+        return
+    if cfg.data:
+        where = f"geometry.probes.data={cfg.data!r}"
+    elif isinstance(data, tuple):
+        where = f"data.train_path={str(train_dir)!r} and data.val_path={str(val_dir)!r}"
+    else:
+        where = f"data.val_path={str(val_dir)!r}"
+    check_one_size(probe_folders(data), where, square="rotation" in cfg.targets,
+                   hint="; or turn the probes off: geometry.probes.enabled=false")  # fmt: skip
 
 
 class ProbeCallback(Callback):

@@ -23,8 +23,7 @@ on before the step, and measures after the step's backward, before the optimiser
 parameter (``on_after_backward``), so ``geometry_view`` costs no second backbone forward. If no
 backward comes (a skipped step), it measures at the end of the batch from a fresh forward.
 
-It never changes training (module modes, buffers and RNG states are restored in ``finally``)
-and never stops it (a failed measurement becomes a ``"skipped"`` record, warned once, counted).
+It never changes training (modes, buffers, RNG restored in ``finally``) nor stops it.
 """
 
 from __future__ import annotations

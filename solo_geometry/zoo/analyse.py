@@ -16,7 +16,7 @@ from typing import Any
 
 from solo_geometry.run.atomic import write_text
 from solo_geometry.zoo.layouts import load_checkpoint
-from solo_geometry.zoo.measurements import MeasureSettings, measure_model
+from solo_geometry.zoo.measurements import MeasureSettings, check_data, measure_model
 
 __all__ = ["ANALYSIS_FILE", "analyse", "format_analysis"]
 
@@ -53,9 +53,8 @@ def analyse(
         ValueError: unknown layout, unreadable checkpoint, missing data.
     """
     data = Path(data)
-    if not data.is_dir():
-        raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
     settings = settings or MeasureSettings()
+    check_data(data, settings)  # before the checkpoint is read
     model, found = load_checkpoint(checkpoint, layout=layout, branch=branch,
                                    trust_pickle=trust_pickle)  # fmt: skip
     for note in model.notes:

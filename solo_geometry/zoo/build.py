@@ -186,8 +186,12 @@ def read_cards(root: str | Path) -> list[ZooCard]:
 def _acc(card: ZooCard, space: str, probe: str, target: str) -> str:
     for row in card.measurements["probes"]["rows"]:
         if (row["features"], row["probe"], row["target"]) == (space, probe, target):
-            return f"{row['accuracy']:.3f}"
+            return _num(row["accuracy"], ".3f")
     return "n/a"
+
+
+def _num(value: float | None, form: str) -> str:
+    return "n/a" if value is None else format(value, form)
 
 
 def format_cards(cards: list[ZooCard]) -> str:
@@ -200,7 +204,7 @@ def format_cards(cards: list[ZooCard]) -> str:
         lines.append(
             f"| {c.name} | {c.method} | {c.head} | {c.epochs} | {_acc(c, 'z', 'linear', 'class')} "
             f"| {_acc(c, 'h', 'linear', 'class')} | {_acc(c, 'z', 'linear', 'rotation')} | "
-            f"{_acc(c, 'h', 'linear', 'rotation')} | {st['z/effective_rank']:.2f} | "
-            f"{st['h/effective_rank']:.2f} | {'n/a' if rho is None else f'{rho:.3g}'} |"
+            f"{_acc(c, 'h', 'linear', 'rotation')} | {_num(st.get('z/effective_rank'), '.2f')} | "
+            f"{_num(st.get('h/effective_rank'), '.2f')} | {_num(rho, '.3g')} |"
         )
     return "\n".join(lines)

@@ -31,6 +31,7 @@ import yaml
 
 from solo_geometry import __version__
 from solo_geometry.run.records import RecordsError
+from solo_geometry.zoo.card_schema import check_card
 
 __all__ = [
     "CARD_FILES",
@@ -164,7 +165,9 @@ class ZooCard:
         """Read ``geometry.json``.
 
         Raises:
-            RecordsError: not JSON, an unknown schema version, or unknown/missing fields.
+            RecordsError: not JSON, an unknown schema version, unknown/missing fields, or a
+                field of the wrong type or shape
+                (:func:`~solo_geometry.zoo.card_schema.check_card`).
         """
         try:
             data = json.loads(Path(path).read_text())
@@ -177,6 +180,10 @@ class ZooCard:
         unknown, missing = sorted(set(data) - names), sorted(names - set(data) - {"schema"})
         if unknown or missing:
             raise RecordsError(f"{path}: unknown fields {unknown}, missing fields {missing}")
+        try:
+            check_card(data)
+        except RecordsError as err:
+            raise RecordsError(f"{path}: {err}; expected a card `zoo card` wrote") from None
         return cls(**data)
 
 

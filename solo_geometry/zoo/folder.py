@@ -26,6 +26,7 @@ from solo_geometry.models.checkpoint import (
     load_model,
     load_prefixed,
     read_checkpoint,
+    read_recipe,
 )
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.zoo.card import (
@@ -38,7 +39,7 @@ from solo_geometry.zoo.card import (
     render_readme,
     tree_sha256,
 )
-from solo_geometry.zoo.measurements import MeasureSettings, measure_model
+from solo_geometry.zoo.measurements import MeasureSettings, check_data, measure_model
 
 __all__ = ["digits_data", "head_name", "load_card_model", "write_card"]
 
@@ -116,9 +117,12 @@ def write_card(
     out, run = Path(out), RunFolder(Path(run_dir))
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {str(out)!r} exists and is not an empty folder")
-    model = load_model(run.path)
-    cfg = yaml.safe_load(run.config.read_text()) if run.config.is_file() else {}
     settings = settings or MeasureSettings()
+    if data is not None:
+        check_data(Path(data), settings)
+    model = load_model(run.path)
+    cfg = read_recipe(run.config) if run.config.is_file() else {}
+    record = _final_record(run)  # an unreadable geometry.jsonl is refused before any work
     if settings.threads is None:  # recorded: verification measures with the same count
         settings = dataclasses.replace(settings, threads=torch.get_num_threads())
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,13 +130,11 @@ def write_card(
     try:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(data) if data is not None else digits_data(Path(scratch), 32)
-            if not folder.is_dir():
-                raise ValueError(f"--data {str(folder)!r} does not exist or is not a directory")
             results = measure_model(model.backbone, model.head, folder, settings,
                               mean_std=model.mean_std, progress=progress)  # fmt: skip
             data_record = _data_record(folder)
         _write_folder(tmp, model, cfg, run)
-        card = _card(cfg, model, run, tmp, data_record, settings, results, name)
+        card = _card(cfg, model, run, tmp, (data_record, record), settings, results, name)
         (tmp / CARD_FILES["geometry"]).write_text(card.to_json())
         (tmp / CARD_FILES["readme"]).write_text(render_readme(card))
         tmp.chmod(0o755)  # mkdtemp makes it private
@@ -145,9 +147,11 @@ def write_card(
 
 
 def _card(
-    cfg: dict[str, Any], model: LoadedModel, run: RunFolder, tmp: Path, data: dict[str, Any],
-    settings: MeasureSettings, results: dict[str, Any], name: str | None,
+    cfg: dict[str, Any], model: LoadedModel, run: RunFolder, tmp: Path,
+    records: tuple[dict[str, Any], dict[str, Any] | None], settings: MeasureSettings,
+    results: dict[str, Any], name: str | None,
 ) -> ZooCard:  # fmt: skip
+    data, training_record = records
     method = str(cfg.get("method"))
     dataset = "digits" if data["kind"] == "digits" else str((cfg.get("data") or {}).get("dataset"))
     head = head_name(cfg)
@@ -165,7 +169,7 @@ def _card(
         data=data,
         mean_std=[list(map(float, m)) for m in model.mean_std],
         provenance=provenance(recipe_sha, cfg.get("seed"), _host(run)),
-        training_record=_final_record(run),
+        training_record=training_record,
         settings=settings.to_dict(),
         measurements=results,
         tolerances={k: list(v) for k, v in TOLERANCES.items()},
@@ -182,13 +186,13 @@ def load_card_model(folder: str | Path) -> LoadedModel:
         The model in eval mode on CPU, with the recipe's normalisation.
 
     Raises:
-        ValueError: missing files, or weights that do not match the recipe's modules.
+        ValueError: missing files, a recipe that is not a plain YAML mapping (or a node of the
+            wrong type), or weights that do not match the recipe's modules.
     """
     folder = Path(folder)
     recipe, weights = folder / CARD_FILES["recipe"], folder / CARD_FILES["weights"]
     if not recipe.is_file():
         raise ValueError(f"{folder}: no {CARD_FILES['recipe']}; is it a zoo card folder?")
-    cfg = yaml.safe_load(recipe.read_text())
-    backbone, head, mean_std, notes = build_from_config(cfg)
+    backbone, head, mean_std, notes = build_from_config(read_recipe(recipe))
     load_prefixed(backbone, head, read_checkpoint(weights))
     return LoadedModel(backbone.eval(), head.eval(), weights, folder, mean_std, notes)

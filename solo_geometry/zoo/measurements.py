@@ -41,10 +41,11 @@ from solo_geometry.geometry import (
 )
 from solo_geometry.inputs.datasets import MeanStd, probe_splits
 from solo_geometry.inputs.features import extract_features
+from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
-__all__ = ["MeasureSettings", "flatten", "measure_model", "probes_config"]
+__all__ = ["MeasureSettings", "check_data", "flatten", "measure_model", "probes_config"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,19 @@ def _t(values: Any) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.float32).view(1, -1, 1, 1)
 
 
+def check_data(data: Path, settings: MeasureSettings) -> None:
+    """Before any work: the data folder exists and its images have one size.
+
+    Raises:
+        ValueError: a missing folder, or images of two sizes (non-square ones with the
+            rotation target), naming the files.
+    """
+    if not data.is_dir():
+        raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
+    targets = probes_config(settings.probes).targets
+    check_one_size(probe_folders(data), f"--data {str(data)!r}", square="rotation" in targets)
+
+
 def measure_model(
     backbone: nn.Module,
     head: nn.Module,
@@ -166,9 +180,11 @@ def measure_model(
         ``{"probes": ProbeTable dict, "stats": {...}, "rho": {family: value}}``.
 
     Raises:
-        ValueError: on a missing or empty data folder, or invalid settings.
+        ValueError: on a missing or empty data folder, images of more than one size (checked
+            before any work), or invalid settings.
     """
     data = Path(data)
+    check_data(data, settings)
     cfg = probes_config(settings.probes)
     found = torch.get_num_threads()
     if settings.threads is not None:

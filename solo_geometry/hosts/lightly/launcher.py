@@ -36,7 +36,7 @@ from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import load_recipe
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.runtime.callbacks import geometry_callbacks
+from solo_geometry.runtime.callbacks import check_probe_images, geometry_callbacks
 
 __all__ = ["HOST", "RUN_ENV", "build_callbacks", "launch", "prepare", "run_recipe"]
 
@@ -68,6 +68,8 @@ def prepare(cfg: DictConfig) -> tuple[ParsedRecipe, GeometryConfig | None]:
     if geometry is not None and probes_dir is not None:
         field = "geometry.probes.data" if geometry.probes.data else "data.val_path"
         check_image_folder(probes_dir, field)
+    if geometry is not None:
+        check_probe_images(geometry.probes, recipe.data.train_path, recipe.data.val_path)
     return recipe, geometry
 
 

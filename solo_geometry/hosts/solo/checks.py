@@ -26,8 +26,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from solo_geometry.config import geometry_config
 from solo_geometry.extras import require
 from solo_geometry.inputs.datasets import check_image_folder
+from solo_geometry.runtime.callbacks import check_probe_images
 
 __all__ = ["CHOICES", "NODES", "SCALARS", "check_solo_recipe"]
 
@@ -108,6 +110,11 @@ def _check_folders(cfg: DictConfig) -> None:
     probes = OmegaConf.select(cfg, "geometry.probes.data", default=None)
     if probes and OmegaConf.select(cfg, "geometry.probes.enabled", default=True):
         check_image_folder(str(probes), "geometry.probes.data")
+    geometry = geometry_config(cfg)
+    if geometry is not None:  # the folders the probes will stack: one image size
+        select = OmegaConf.select
+        check_probe_images(geometry.probes, select(cfg, "data.train_path", default=None),
+                           select(cfg, "data.val_path", default=None))  # fmt: skip
 
 
 def _solo_parse(cfg: DictConfig, method: str) -> None:

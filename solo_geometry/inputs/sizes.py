@@ -1,0 +1,92 @@
+"""Image folders the probes stack: which folders they read, and that their images share a size.
+
+The probes (``probe``, ``analyse``, ``zoo card``/``verify``, the probes at the end of
+``pretrain``) read whole folders into one tensor, so every image must have one size (and be
+square for the quarter-turn rotation target). :func:`check_one_size` reads only each file's
+header (PIL's ``Image.open``, no pixels), so a folder of mixed sizes is refused before any work,
+naming two files that differ, instead of failing inside ``torch.stack`` after the probes began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from PIL import Image
+from torchvision.datasets.folder import IMG_EXTENSIONS
+
+__all__ = ["check_one_size", "image_files", "probe_folders"]
+
+
+def image_files(root: Path) -> list[Path]:
+    """The images of an ``ImageFolder`` tree (class folders, any depth), in sorted order."""
+    classes = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [f for c in classes for f in sorted(c.rglob("*")) if f.suffix.lower() in IMG_EXTENSIONS]
+
+
+def probe_folders(data: Path | tuple[Path, Path]) -> list[Path]:
+    """The class folders :func:`~solo_geometry.inputs.datasets.probe_splits` reads.
+
+    Args:
+        data: a (train, held-out) pair; a folder holding ``train/`` and ``val/`` (or
+            ``test/``); or one class folder (split 50/50).
+
+    Returns:
+        ``[train, held-out]``, or ``[folder]``.
+    """
+    if isinstance(data, tuple):
+        return [Path(data[0]), Path(data[1])]
+    data = Path(data)
+    held = next((data / s for s in ("val", "test") if (data / s).is_dir()), None)
+    if (data / "train").is_dir() and held is not None:
+        return [data / "train", held]
+    return [data]
+
+
+def _size(image: Path) -> tuple[int, int] | None:
+    """(width, height) from the header; None for a file that does not open (named elsewhere)."""
+    try:
+        with Image.open(image) as im:
+            return im.size
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def check_one_size(
+    folders: Sequence[Path], where: str, *, square: bool = False, hint: str = ""
+) -> tuple[int, int] | None:
+    """Check that every image of ``folders`` has one size (and is square, if asked).
+
+    Args:
+        folders: class folders (``ImageFolder`` layout).
+        where: what the folders are, for the message (``--data 'x'``, a recipe field).
+        square: also require width == height (the rotation probe turns images by quarters).
+        hint: appended to the message (another way out, e.g. an option to turn the probes off).
+
+    Returns:
+        The common ``(width, height)``, None when the folders hold no readable image.
+
+    Raises:
+        ValueError: naming two files of different sizes, or the first non-square one.
+    """
+    first: tuple[Path, tuple[int, int]] | None = None
+    for image in (f for folder in folders for f in image_files(Path(folder))):
+        size = _size(image)
+        if size is None:
+            continue
+        if first is None:
+            first = (image, size)
+            if square and size[0] != size[1]:
+                raise ValueError(
+                    f"{where}: image {str(image)!r} is {size[0]}x{size[1]}, not square; "
+                    f"expected square images, the rotation probe turns them by quarter turns "
+                    f"(or leave rotation out of the targets){hint}"
+                )
+        elif size != first[1]:
+            (a, (aw, ah)), (bw, bh) = first, size
+            raise ValueError(
+                f"{where}: images differ in size ({str(a)!r} is {aw}x{ah}, {str(image)!r} is "
+                f"{bw}x{bh}); expected images of one size, the probes stack them (resize the "
+                f"folder to one size, e.g. the recipe's crop size){hint}"
+            )
+    return None if first is None else first[1]
