@@ -275,9 +275,11 @@ class TestReportCommand:
         assert self._run(str(run)) == 0
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         where = f"{run / 'geometry.jsonl'}:3"
-        assert err == [f"solo-geometry report: warning: {where}: torn last record dropped (not "
-                       "JSON (Unterminated string starting at)): a write cut short, e.g. by a "
-                       "killed writer"]
+        assert err == [
+            f"solo-geometry report: warning: {where}: torn last record dropped (not "
+            "JSON (Unterminated string starting at)): a write cut short, e.g. by a "
+            "killed writer"
+        ]
         page = (run / "report" / "index.html").read_text()
         assert "2 measurements" in page and f"{where}: torn last record dropped" in page
 
@@ -296,8 +298,10 @@ class TestReportCommand:
         assert self._run(str(run)) == 0
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(err) == 1, err
-        assert err[0].startswith(f"solo-geometry report: warning: {run / 'geometry.jsonl'}: "
-                                 f"unusable lines 3 skipped, drawing the rest (line 3: {reason}")
+        assert err[0].startswith(
+            f"solo-geometry report: warning: {run / 'geometry.jsonl'}: "
+            f"unusable lines 3 skipped, drawing the rest (line 3: {reason}"
+        )
         page = (run / "report" / "index.html").read_text()
         assert "3 measurements" in page  # the lines before and after it are read
         assert "1 unusable line(s), not drawn" in page and f"line 3: {reason}" in page

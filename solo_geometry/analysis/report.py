@@ -371,11 +371,7 @@ def check_reportable(path: Path) -> None:
 
 
 def _cmd_report(args: Any) -> int:
-    """``solo-geometry report``: render, print the page's path.
-
-    Bad input raises ``ValueError`` (``RecordsError`` is one), which ``solo_geometry.cli.main``
-    prints on one line with exit status 2, as for every command.
-    """
+    """``solo-geometry report``: render, print the page's path (bad input: ``ValueError``)."""
     for run in args.runs:
         check_reportable(Path(run))
     index = write_report(args.runs, args.out)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from scipy.sparse.linalg import LinearOperator
 from torch import Tensor, nn
 
 from solo_geometry.geometry.spectrum import (
@@ -121,8 +122,6 @@ class CurvatureOperators:
         Raises:
             ValueError: if ``name`` is not one of ``("heff", "gn", "m")``.
         """
-        from scipy.sparse.linalg import LinearOperator
-
         single, batched = self.matvec(name), self.matmat(name)
         device = self.features.device
 

@@ -5,7 +5,7 @@
 :func:`read_records`, the one reader, drops a torn last line with a warning naming file and
 line, refuses (or, for a report, skips) other unusable lines and unknown schema versions.
 Versions: 1 (no ``parts``), 2 (``parts``, ``deferred_parts``), 3 (``alert``, ``failed_parts``,
-the settings' ``precision``, ``features_dtype``, ``user_matmul``; None before).
+settings ``precision``, ``features_dtype``, ``user_matmul``; None before).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ SCHEMA_VERSION = 3  # of geometry.jsonl's records
 READABLE_VERSIONS = (1, 2, 3)  # record versions this reader knows (1, 2 upgraded on reading)
 PROBES_SCHEMA_VERSION = 1  # of probes.json
 GEOMETRY_FILE = "geometry.jsonl"
-# The parts of a record: representation statistics, spectra of H_eff/GN/M, augmentation
-# tangents (rho), H_eff's SLQ density. Only the last three wait for the time budget.
+# A record's parts: statistics, spectra, tangents (rho), SLQ density (last 3 wait for budget).
 PARTS = ("stats", "hessian", "augment", "density")
 STATUSES = ("ok", "skipped")
 Scalar = float | int | bool | None
