@@ -82,3 +82,16 @@ def paper_metrics(X: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> dict:
         "d_inter": [np.mean(inter), np.std(inter)],
         "separation": [ratio, err],
     }
+
+
+def digits_subset(digits: Path, out: Path, per_class: dict[str, int]) -> Path:
+    """The first ``per_class[split]`` images of each class of a digits export, as a new folder.
+
+    For probes and reports that need real images of every class but not 1,797 of them.
+    """
+    for split, n in per_class.items():
+        for cls in sorted(p for p in (digits / split).iterdir() if p.is_dir()):
+            (out / split / cls.name).mkdir(parents=True)
+            for png in sorted(cls.glob("*.png"))[:n]:
+                shutil.copy(png, out / split / cls.name / png.name)
+    return out

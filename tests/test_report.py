@@ -22,6 +22,7 @@ from solo_geometry.analysis.report import write_report
 from solo_geometry.cli import main as cli_main
 from solo_geometry.run.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
 from solo_geometry.run.run_folder import RunFolder
+from tests.shared import digits_subset
 
 FAMILIES = ("brightness", "contrast", "saturation", "hue")
 
@@ -341,7 +342,8 @@ class TestRealRun:
             ],
             runs_root=tmp_path / "runs",
         )
-        assert cli_main(["probe", str(run), "--data", str(data), "--quiet",
+        few = digits_subset(data, tmp_path / "few", {"train": 12, "val": 6})  # 180 images
+        assert cli_main(["probe", str(run), "--data", str(few), "--quiet",
                          "--targets", "class", "rotation"]) == 0  # fmt: skip
         assert (run / "features.pt").is_file() and (run / "probes.json").is_file()
         index = write_report([run])

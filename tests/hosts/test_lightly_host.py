@@ -196,36 +196,42 @@ class TestGeometryView:
         assert_view_reuses_training_step(model, batch, backbones)
 
 
-def _pretrain_lightly(recipe: Path, runs_root: Path) -> subprocess.CompletedProcess[str]:
-    """``solo-geometry pretrain`` of ``recipe`` on the lightly host, as a subprocess."""
-    return _cli(
-        ["pretrain", "--config", str(recipe), "--host", "lightly", "--runs-root", str(runs_root)]
-    )
+def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``solo-geometry`` in this process, for input refused before any run: status, stderr."""
+    from solo_geometry.cli import main
+
+    try:
+        status = main(args)
+    except SystemExit as exit_:  # argparse's refusals
+        status = int(exit_.code or 0)
+    return status, capsys.readouterr().err
 
 
 class TestErrors:
-    def test_unsupported_field(self, digits: Path, tmp_path: Path) -> None:
+    def test_unsupported_field(
+        self, digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         recipe = write_recipe(tmp_path, "byol", digits, mixup={"alpha": 0.2})
-        result = _pretrain_lightly(recipe, tmp_path / "r")
-        assert result.returncode != 0
-        assert "mixup" in result.stderr and "not supported" in result.stderr
+        args = ["pretrain", "--config", str(recipe), "--host", "lightly", "--runs-root"]
+        status, err = _refused([*args, str(tmp_path / "r")], capsys)
+        assert status == 2 and "mixup" in err and "not supported" in err, err
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
-    def test_missing_data_folder(self, tmp_path: Path) -> None:
+    def test_missing_data_folder(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         recipe = write_recipe(tmp_path, "simclr", tmp_path / "no-such-data")
-        result = _pretrain_lightly(recipe, tmp_path / "r")
-        assert result.returncode != 0
-        assert "data.train_path" in result.stderr and "not found" in result.stderr
+        args = ["pretrain", "--config", str(recipe), "--host", "lightly", "--runs-root"]
+        status, err = _refused([*args, str(tmp_path / "r")], capsys)
+        assert status == 2 and "data.train_path" in err and "not found" in err, err
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
-    def test_unknown_host(self, tmp_path: Path) -> None:
-        result = _cli(["pretrain", "--config", "x.yaml", "--host", "moco"])
-        assert result.returncode != 0
-        assert "moco" in result.stderr and "lightly" in result.stderr
+    def test_unknown_host(self, capsys: pytest.CaptureFixture[str]) -> None:
+        status, err = _refused(["pretrain", "--config", "x.yaml", "--host", "moco"], capsys)
+        assert status == 2 and "moco" in err and "lightly" in err, err
 
-    def test_missing_recipe(self, tmp_path: Path) -> None:
-        result = _cli(["pretrain", "--config", str(tmp_path / "nope.yaml"), "--host", "lightly"])
-        assert result.returncode != 0 and "nope.yaml" in result.stderr
+    def test_missing_recipe(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        args = ["pretrain", "--config", str(tmp_path / "nope.yaml"), "--host", "lightly"]
+        status, err = _refused(args, capsys)
+        assert status == 2 and "nope.yaml" in err, err
 
     def test_solo_host_without_solo(self, tmp_path: Path) -> None:
         result = _cli(["pretrain", "--config", "x.yaml", "--host", "solo"], block_solo=True)

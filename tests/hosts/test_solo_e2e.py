@@ -5,6 +5,7 @@ Real solo-learn 1.0.6, real Lightning Trainer, the digits data on disk, a couple
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -61,6 +62,28 @@ def _check_records(records: list[GeometryRecord], steps: list[int]) -> None:
 def _launcher(args: list[str], cwd: Path) -> tuple:
     proc = run([str(REPO / "scripts" / "main_pretrain.py"), *args], cwd, env=env())
     return proc, cwd / "runs"
+
+
+def _refused(args: list[str], cwd: Path, capsys: pytest.CaptureFixture[str]) -> tuple:
+    """``scripts/main_pretrain.py``'s ``main`` in this process, for input refused before any run.
+
+    Its exit status (``sys.exit(main())``, or argparse's ``SystemExit``) and stderr, and the
+    runs folder; in-process because a refusal starts no trainer (the subprocess would pay only
+    the imports).
+    """
+    spec = importlib.util.spec_from_file_location(
+        "launcher_script", REPO / "scripts" / "main_pretrain.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        try:
+            status = script.main(args)
+        except SystemExit as exit_:
+            status = exit_.code
+    return status, capsys.readouterr().err, cwd / "runs"
 
 
 @pytest.fixture(scope="module")
@@ -206,25 +229,37 @@ class TestLauncher:
             (["+geometry=on", "stray"], "not a Hydra override"),
         ],
     )  # fmt: skip
-    def test_bad_input(self, digits: Path, tmp_path: Path, args: list, message: str) -> None:
+    def test_bad_input(
+        self,
+        digits: Path,
+        tmp_path: Path,
+        args: list,
+        message: str,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
         recipe = ["--config", str(RECIPES / "byol.yaml")]
-        proc, runs = _launcher([*recipe, *TINY, *_data(digits), *args], tmp_path)
-        assert proc.returncode != 0
-        assert message in proc.stderr, tail(proc)
+        status, err, runs = _refused([*recipe, *TINY, *_data(digits), *args], tmp_path, capsys)
+        assert status == 2 and message in err, err
         assert not runs.exists() or not any(runs.iterdir())
 
-    def test_plain_geometry_on_without_group(self, digits: Path, tmp_path: Path) -> None:
+    def test_plain_geometry_on_without_group(
+        self, digits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         recipe = tmp_path / "byol-on.yaml"
         recipe.write_text((RECIPES / "byol.yaml").read_text() + "geometry: on\n")
-        proc, runs = _launcher(["--config", str(recipe), *TINY, *_data(digits)], tmp_path)
-        assert proc.returncode == 2 and "config group" in proc.stderr, tail(proc)
+        status, err, runs = _refused(
+            ["--config", str(recipe), *TINY, *_data(digits)], tmp_path, capsys
+        )
+        assert status == 2 and "config group" in err, err
         assert not runs.exists() or not any(runs.iterdir())
 
     @pytest.mark.parametrize("config", ["missing.yaml", ".", "notes.txt"])
-    def test_malformed_recipe_path(self, tmp_path: Path, config: str) -> None:
+    def test_malformed_recipe_path(
+        self, tmp_path: Path, config: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         (tmp_path / "notes.txt").write_text("method: byol\n")
-        proc, runs = _launcher(["--config", config], tmp_path)
-        assert proc.returncode == 2 and "recipe" in proc.stderr, tail(proc)
+        status, err, runs = _refused(["--config", config], tmp_path, capsys)
+        assert status == 2 and "recipe" in err, err
         assert not runs.exists()
 
     def test_failing_run_leaves_no_folder(self, digits: Path, tmp_path: Path) -> None:
@@ -235,14 +270,10 @@ class TestLauncher:
         assert proc.returncode == 1 and "exited with status" in proc.stderr, tail(proc)
         assert "folder removed" in proc.stdout and not any(runs.iterdir())
 
-    def test_solo_root_errors(self, tmp_path: Path) -> None:
+    def test_solo_root_errors(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         args = ["--config", str(RECIPES / "byol.yaml"), "--solo-root", str(tmp_path)]
-        proc, runs = _launcher(args, tmp_path)
-        assert (
-            proc.returncode == 2
-            and "--solo-root" in proc.stderr
-            and "SOLO_LEARN_ROOT" in (proc.stderr)
-        ), tail(proc)
+        status, err, runs = _refused(args, tmp_path, capsys)
+        assert status == 2 and "--solo-root" in err and "SOLO_LEARN_ROOT" in err, err
         assert not runs.exists()
 
     def test_solo_root_from_environment(self, tmp_path: Path) -> None:
