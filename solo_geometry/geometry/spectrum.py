@@ -43,6 +43,7 @@ __all__ = [
     "OPERATORS",
     "HessianSpectrum",
     "OperatorSpectrum",
+    "SpectrumSettings",
     "effective_hessian_spectrum",
     "operator_spectrum",
 ]
@@ -121,6 +122,24 @@ class OperatorSpectrum:
 
 
 @dataclass(frozen=True)
+class SpectrumSettings:
+    """What defines a :class:`HessianSpectrum`'s numbers, named as a record's settings name them.
+
+    The fields are the spectrum's own (see :class:`HessianSpectrum`): ``lanczos_tol`` is its
+    ``tol``, ``lanczos_max_steps`` its ``max_steps``, ``slq_probes`` its ``probes``.
+    """
+
+    floor: float
+    tau: float
+    lanczos_tol: float
+    lanczos_max_steps: int
+    slq_probes: int
+    dim: int
+    n_batch: int
+    n_block: int
+
+
+@dataclass(frozen=True)
 class HessianSpectrum:
     """Spectra of H_eff, GN and M at one batch, with the settings that define them.
 
@@ -166,8 +185,19 @@ class HessianSpectrum:
         """Spectrum of M (KeyError if it was not asked for)."""
         return self.operators["m"]
 
+    @property
+    def settings(self) -> SpectrumSettings:
+        """The settings that define these spectra (see the fields)."""
+        return SpectrumSettings(
+            floor=self.floor, tau=self.tau, lanczos_tol=self.tol, lanczos_max_steps=self.max_steps,
+            slq_probes=self.probes, dim=self.dim, n_batch=self.n_batch, n_block=self.n_block,
+        )  # fmt: skip
+
     def as_record(self) -> dict[str, float | int | bool | None]:
-        """Flat record: ``<op>/<field>`` per operator, then the settings (see the fields)."""
+        """Flat metrics: ``<op>/<field>`` per operator, ``interaction_ratio``, ``gn_is_heff``.
+
+        The settings that define them are :attr:`settings`, apart.
+        """
         record: dict[str, float | int | bool | None] = {}
         for name, spectrum in self.operators.items():
             record.update(spectrum.as_record(name))
@@ -175,16 +205,6 @@ class HessianSpectrum:
             record["interaction_ratio"] = self.interaction_ratio
         if "gn" in self.operators:
             record["gn_is_heff"] = self.gn_is_heff
-        record.update(
-            floor=self.floor,
-            tau=self.tau,
-            lanczos_tol=self.tol,
-            lanczos_max_steps=self.max_steps,
-            slq_probes=self.probes,
-            dim=self.dim,
-            n_batch=self.n_batch,
-            n_block=self.n_block,
-        )
         return record
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -28,7 +28,11 @@ from torch import Tensor, nn
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.augment import Normalization, augmentation_tangents, metric_singularity
 from solo_geometry.geometry.quality import linear_cka, quality_record
-from solo_geometry.geometry.spectrum import DEFAULT_TAU, effective_hessian_spectrum
+from solo_geometry.geometry.spectrum import (
+    DEFAULT_TAU,
+    SpectrumSettings,
+    effective_hessian_spectrum,
+)
 from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.records import Scalar, Settings
@@ -38,10 +42,12 @@ __all__ = [
     "GeometryAware",
     "GeometryView",
     "Measurement",
+    "RunContext",
     "backbone_and_head",
     "checked",
     "measure",
     "outputs",
+    "record_settings",
 ]
 
 
@@ -154,13 +160,58 @@ def _weight_norm(head: nn.Module) -> float:
         return float(sum(w.detach().double().pow(2).sum() for w in weights) ** 0.5)
 
 
-_SETTINGS = ("floor", "tau", "lanczos_tol", "lanczos_max_steps", "slq_probes", "dim",
-             "n_batch", "n_block")  # fmt: skip  # what the spectrum record says of its settings
+@dataclass(frozen=True)
+class RunContext:
+    """What a record's settings say of the run rather than of the batch (the monitor knows it).
+
+    Attributes:
+        precision: the trainer's precision (``32-true``, ``bf16-mixed``, ...).
+        user_matmul: the user's float32 matmul settings, off during the measurement.
+        budget: the monitor's time budget, None when off.
+        deferred: steps the measurement was deferred by to keep the budget.
+    """
+
+    precision: str | None = None
+    user_matmul: dict[str, Any] | None = None
+    budget: float | None = None
+    deferred: int | None = None
+
+
+def record_settings(
+    cfg: GeometryConfig,
+    *,
+    features_dtype: str,
+    n_batch: int,
+    n_views: int,
+    spectrum: SpectrumSettings | None,
+    augment: bool,
+    run: RunContext | None = None,
+) -> Settings:
+    """The one place a record's :class:`~solo_geometry.run.records.Settings` are built.
+
+    Args:
+        cfg: the geometry config.
+        features_dtype: the dtype the backbone computed the measured features in.
+        n_batch: samples N of the measured batch.
+        n_views: views V of the measured batch.
+        spectrum: the spectra's settings, None where no spectrum was taken.
+        augment: whether rho along augmentation tangents was due.
+        run: what the monitor knows of the run; None (a measurement outside a run): unset.
+    """
+    tau = DEFAULT_TAU[getattr(torch, cfg.dtype)] if cfg.measure.tau is None else cfg.measure.tau
+    fields: dict[str, Any] = dict(
+        dtype=cfg.dtype, features_dtype=features_dtype, tau=tau, n_batch=n_batch,
+        recurrence_dtype="float64" if spectrum is not None else None, n_views=n_views,
+        augment_samples=cfg.measure.augment_samples if augment else None, seed=cfg.seed,
+        **asdict(run or RunContext()),
+    )  # fmt: skip
+    fields.update(asdict(spectrum) if spectrum is not None else {})  # the same names, its values
+    return Settings(**fields)
 
 
 def _hessian(
     view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator, density: bool
-) -> tuple[dict[str, Scalar], dict[str, Scalar], dict[str, list[float]] | None]:
+) -> tuple[dict[str, Scalar], SpectrumSettings, dict[str, list[float]] | None]:
     """Spectra of H_eff (and GN, M when the view splits the loss): metrics, settings, density.
 
     The loss is the view's whole-batch loss; ``max_samples`` restricts the operators to a
@@ -177,11 +228,9 @@ def _hessian(
         spec = effective_hessian_spectrum(nn.Identity(), loss, Z, operators=("heff",), **options)
     else:
         spec = effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, **options)
-    record = spec.as_record()
-    settings = {k: record.pop(k) for k in _SETTINGS}
     dens = spec.heff.density
     stored = {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()} if density else None
-    return record, settings, stored
+    return spec.as_record(), spec.settings, stored
 
 
 def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:
@@ -282,7 +331,7 @@ def _taken(part: str, take: Callable[[], Any], failed: dict[str, str]) -> Any:
 
 def _spectra(
     view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator, density: bool
-) -> tuple[dict[str, Scalar], dict[str, Scalar], dict[str, list[float]] | None]:
+) -> tuple[dict[str, Scalar], SpectrumSettings, dict[str, list[float]] | None]:
     """The spectra's part: the loss checked finite, :func:`_hessian`, its metrics checked."""
     _check_loss(view, Z)
     spectra, spectral, dens = _hessian(view, Z, cfg, gen, density)
@@ -296,6 +345,7 @@ def measure(
     density: bool,
     history: Sequence[tuple[Tensor, Tensor]] = (),
     stats_only: bool = False,
+    run: RunContext | None = None,
 ) -> Measurement:
     """Take every configured measurement of one view.
 
@@ -311,6 +361,7 @@ def measure(
             representation statistics.
         stats_only: take the representation statistics (and the head's weight norm) alone:
             the cheap part of a record, which never waits for the time budget.
+        run: what the record's settings say of the run (:func:`record_settings`).
 
     Returns:
         The metrics (each part's checked finite), the settings that define them, the density
@@ -329,11 +380,9 @@ def measure(
     _check_finite(Z)
     failed: dict[str, str] = {}
     metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
-    spectral, dens = {}, None
     taken = hessian and _taken("hessian", lambda: _spectra(view, Z, cfg, gen, density), failed)
-    if taken:
-        spectra, spectral, dens = taken
-        metrics.update(spectra)
+    spectra, spectral, dens = taken or ({}, None, None)  # metrics, SpectrumSettings, density
+    metrics.update(spectra)
     if cfg.measure.stats:
         metrics.update(_taken("stats", lambda: checked(_stats(view, history)), failed) or {})
     if augment:
@@ -343,16 +392,7 @@ def measure(
     if due and all(p in failed for p in due):
         raise RuntimeError("; ".join(f"{p}: {why}" for p, why in failed.items()))
     parts = [p for p in due if p not in failed] + (["density"] if dens is not None else [])
-    dtype = getattr(torch, cfg.dtype)
-    fields: dict[str, Any] = {
-        "dtype": cfg.dtype,
-        "features_dtype": features_dtype,
-        "recurrence_dtype": "float64" if "hessian" in parts else None,
-        "tau": DEFAULT_TAU[dtype] if cfg.measure.tau is None else cfg.measure.tau,
-        "n_batch": Z.shape[1],
-        "n_views": Z.shape[0],
-        "augment_samples": cfg.measure.augment_samples if augment else None,
-        "seed": cfg.seed,
-    }
-    fields.update(spectral)  # the spectrum's own: floor, n_block, dim, Lanczos and SLQ settings
-    return Measurement(metrics, Settings(**fields), dens, parts, failed)
+    settings = record_settings(cfg, features_dtype=features_dtype, n_batch=Z.shape[1],
+                               n_views=Z.shape[0], spectrum=spectral, augment=bool(augment),
+                               run=run)  # fmt: skip
+    return Measurement(metrics, settings, dens, parts, failed)

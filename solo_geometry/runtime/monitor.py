@@ -28,9 +28,7 @@ It never changes training (modes, buffers, RNG restored in ``finally``) nor stop
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -40,7 +38,6 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
@@ -49,8 +46,9 @@ from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
-from solo_geometry.runtime.measure import GeometryAware, checked, measure, outputs
+from solo_geometry.runtime.measure import GeometryAware, RunContext, checked, measure, outputs
 from solo_geometry.runtime.precision import exact_matmul, full_precision
+from solo_geometry.runtime.schedule import MonitorState
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryMonitor"]
@@ -108,13 +106,10 @@ class GeometryMonitor(Callback):
         self.last: dict[str, Any] = {}
         self._resumed = False
         self._warned: set[str] = set()
-        self._batch: Any = None
-        self._pending: tuple[int, Any, bool] | None = None  # (step, batch, full) for backward
         self._run: RunFolder | None = None
-        self._owed: int | None = None  # the step a due measurement was deferred from
-        # pooled (Z, H) of the last batches (geometry.stats.queue), and the batch being queued
-        self._queue: deque[tuple[Tensor, Tensor]] = deque(maxlen=self.config.stats.queue or 1)
-        self._queuing: Any = None
+        # what is owed, pending, queued between the hooks (runtime/schedule.py)
+        self.state = MonitorState(self.config.every_n_steps, self.config.stats.queue,
+                                  self.config.measure.stats)  # fmt: skip
         self.budget = TimeBudget(self.config)  # time spent, cost estimate, the budget's rule
         self.alert = CollapseAlert(self.config.alert)  # the collapse state across records
 
@@ -152,42 +147,32 @@ class GeometryMonitor(Callback):
     ) -> None:
         step = trainer.global_step
         full = self._due(trainer, step)
-        if not full and not self._stats_due(step):
-            self._maybe_queue(pl_module, step, batch)
+        if not full and not self.state.stats_due(step, self.last_step):
+            if self.state.queues(step):  # a measurement is due within ``stats.queue`` steps
+                self._capture(pl_module)  # else ``geometry_view`` runs its own forward
+                self.state.queue_batch(batch)
             return
-        self._batch = move_data_to_device(batch, "cpu")
-        capture = getattr(pl_module, "geometry_capture", None)
-        if callable(capture) and self._set_capture(pl_module, True):
-            self._pending = (step, batch, full)  # measured after this step's backward
+        self.state.keep(move_data_to_device(batch, "cpu"))
+        if self._capture(pl_module) is True:
+            self.state.begin(step, batch, full)  # measured after this step's backward
             return
         self._record(trainer, pl_module, batch, step=step, final=False, full=full)
 
-    def _stats_due(self, step: int) -> bool:
-        """Whether step ``step`` is due on the cadence for the statistics, which never wait."""
-        return (self.config.measure.stats and step % self.config.every_n_steps == 0
-                and step != self.last_step)  # fmt: skip
-
-    def _maybe_queue(self, pl_module: pl.LightningModule, step: int, batch: Any) -> None:
-        """Queue this batch's features if a measurement is due within ``stats.queue`` steps.
-
-        With ``geometry_capture`` the view reuses the training step's features; without it,
-        ``geometry_view`` runs its own forward.
-        """
-        k, every = self.config.stats.queue, self.config.every_n_steps
-        if not k or (self._owed is None and (-step) % every > k):
-            return
-        capture = getattr(pl_module, "geometry_capture", None)
-        if callable(capture):
-            self._set_capture(pl_module, True)
-        self._queuing = batch
+    def _capture(self, pl_module: pl.LightningModule) -> bool | None:
+        """Switch the module's capture on; None if it has none, False if that raised."""
+        if not callable(getattr(pl_module, "geometry_capture", None)):
+            return None
+        return self._set_capture(pl_module, True)
 
     def _enqueue(self, pl_module: pl.LightningModule) -> None:
-        """Keep the pooled (Z, H) of the captured batch; never raises."""
-        batch, self._queuing = self._queuing, None
+        """Keep the pooled (Z, H) of the batch being queued, if any; never raises."""
+        batch = self.state.take_queuing()
+        if batch is None:
+            return
         try:
             with preserved_state(pl_module), collectives_off(), exact_matmul():  # rank-local
                 view = full_precision(pl_module.geometry_view(batch))  # type: ignore[operator]
-                self._queue.append(tuple(t.detach() for t in outputs(view)))  # type: ignore[arg-type]
+                self.state.enqueue(*(t.detach() for t in outputs(view)))
         except Exception as err:  # noqa: BLE001 - the queue is an extra, never fatal
             self._warn_once("queue", f"GeometryMonitor: could not queue a batch ({err!r})")
         finally:
@@ -196,13 +181,13 @@ class GeometryMonitor(Callback):
 
     @override
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._queuing is not None:
-            self._enqueue(pl_module)
-        if self._pending is None:
+        self._enqueue(pl_module)
+        pending = self.state.take_pending()
+        if pending is None:
             return
-        (step, batch, full), self._pending = self._pending, None
         try:
-            self._record(trainer, pl_module, batch, step=step, final=False, full=full)
+            self._record(trainer, pl_module, pending.batch, step=pending.step, final=False,
+                         full=pending.full)  # fmt: skip
         finally:
             self._set_capture(pl_module, False)
 
@@ -211,13 +196,13 @@ class GeometryMonitor(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:  # fmt: skip
-        if self._queuing is not None:
-            self._enqueue(pl_module)
-        if self._pending is None:
+        self._enqueue(pl_module)
+        pending = self.state.take_pending()
+        if pending is None:
             return
         self._set_capture(pl_module, False)  # no backward came: measure from a fresh forward
-        (step, batch, full), self._pending = self._pending, None
-        self._record(trainer, pl_module, batch, step=step, final=False, full=full)
+        self._record(trainer, pl_module, pending.batch, step=pending.step, final=False,
+                     full=pending.full)  # fmt: skip
 
     def _due(self, trainer: pl.Trainer, step: int) -> bool:
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
@@ -227,11 +212,7 @@ class GeometryMonitor(Callback):
         spectra (not its density: :mod:`solo_geometry.runtime.budget`), is within ``budget`` of the
         training time so far. The first measurement always runs: it gives the cost estimate.
         """
-        if step == self.last_step:
-            return False
-        if step % self.config.every_n_steps == 0 and self._owed is None:
-            self._owed = step
-        if self._owed is None:
+        if not self.state.due(step, self.last_step):  # a cadence step becomes owed
             return False
         if self.config.budget is None or not self.n_records:
             return True
@@ -278,9 +259,10 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._batch is None or trainer.global_step == self.last_step:
+        kept = self.state.take_final(trainer.global_step, self.last_step)
+        if kept is None:
             return
-        batch, self._batch = move_data_to_device(self._batch, pl_module.device), None
+        batch = move_data_to_device(kept, pl_module.device)
         full = self.config.budget is None or self._fits(trainer, 1)
         if not full and not self.config.measure.stats:
             self._over_budget(trainer, pl_module, step=trainer.global_step)
@@ -290,7 +272,7 @@ class GeometryMonitor(Callback):
     def _over_budget(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         """Write the final record as skipped: it would break the time budget, stats are off."""
         self.n_skipped += 1
-        reason = self.budget.deferral("the final measurement", self._owed)
+        reason = self.budget.deferral("the final measurement", self.state.owed)
         fields = {**self._fields(trainer, step, final=True), "status": "skipped", "reason": reason}
         self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0,
                                                        **fields))  # fmt: skip
@@ -334,15 +316,20 @@ class GeometryMonitor(Callback):
         """
         density = full and self._wants_density(trainer, final)
         fields = self._fields(trainer, step, final=final)
-        fields["deferred_parts"] = self.budget.deferred_parts(full, final, density, self._owed)
+        fields["deferred_parts"] = self.budget.deferred_parts(full, final, density,
+                                                              self.state.owed)  # fmt: skip
         start = self.budget.clock()
         try:
             with preserved_state(pl_module), exact_matmul() as user:
-                history = list(self._queue) if self.config.stats.queue else []
+                deferred = self.state.deferred(step, full=full, final=final)
+                run = RunContext(precision=str(trainer.precision), user_matmul=user,
+                                 budget=self.config.budget, deferred=deferred)  # fmt: skip
+                history = self.state.history()
                 # under DDP: the global batch, measured on rank zero, skips agreed (distributed.py)
                 result = measure_across_ranks(
                     pl_module, batch, lambda view: measure(view, self.config, density=density,
-                                                           history=history, stats_only=not full),
+                                                           history=history, stats_only=not full,
+                                                           run=run),
                     pl_module.device,
                 )  # fmt: skip
             fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
@@ -358,14 +345,7 @@ class GeometryMonitor(Callback):
                             f"({fields['reason']}); further skips are only counted")  # fmt: skip
         if not self.n_records:
             fields["meta"] = {**self.meta, "geometry": asdict(self.config)}
-        if "settings" in fields:
-            deferred = 0 if self._owed is None or final or not full else step - self._owed
-            fields["settings"] = dataclasses.replace(
-                fields["settings"], budget=self.config.budget, deferred=deferred,
-                precision=str(trainer.precision), user_matmul=user,
-            )  # fmt: skip
-        if full or final:
-            self._owed = None
+        self.state.taken(full=full, final=final)
         self.alert.attach(trainer, fields)
         seconds = self.budget.clock() - start
         self.budget.add(seconds, full=full, density=fields.get("density") is not None)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +12,7 @@ from torch.autograd.functional import hessian, jacobian
 from solo_geometry.geometry.spectrum import (
     HessianSpectrum,
     OperatorSpectrum,
+    SpectrumSettings,
     effective_hessian_spectrum,
     operator_spectrum,
     piecewise_linear,
@@ -20,6 +22,7 @@ from solo_geometry.linalg.operators import block_indices
 from solo_geometry.linalg.slq import SpectralDensity
 from solo_geometry.models.heads import SmoothMLPHead
 from solo_geometry.models.init import pseudo_collapse_
+from solo_geometry.run.records import Settings
 
 V, N, D = 2, 5, 3
 Loss = Callable[[Tensor], Tensor]
@@ -249,12 +252,17 @@ class TestEffectiveHessianSpectrum:
             "converged_min", "converged_max", "steps", "cond", "neg_fraction",
             "neg_fraction_std", "neg_fraction_quad", "seconds",
         )  # fmt: skip
-        settings = {
-            "interaction_ratio", "floor", "tau", "lanczos_tol", "lanczos_max_steps",
-            "slq_probes", "dim", "n_batch", "n_block", "gn_is_heff",
-        }  # fmt: skip
         expected = {f"{op}/{k}" for op in ("heff", "gn", "m") for k in fields}
-        assert set(record) == expected | settings
+        assert set(record) == expected | {"interaction_ratio", "gn_is_heff"}  # metrics alone
+
+    def test_settings_apart_named_as_the_record_names_them(self) -> None:
+        s = effective_hessian_spectrum(small_head(), _loss, features(), max_samples=3, tol=1e-4)
+        assert s.settings == SpectrumSettings(
+            floor=s.floor, tau=1e-10, lanczos_tol=1e-4, lanczos_max_steps=200, slq_probes=1,
+            dim=V * 3 * D, n_batch=s.n_batch, n_block=3,
+        )  # fmt: skip
+        record_fields = {f.name for f in dataclasses.fields(Settings)}
+        assert {f.name for f in dataclasses.fields(SpectrumSettings)} <= record_fields
 
     def test_heff_only(self) -> None:
         gen = torch.Generator().manual_seed(3)
