@@ -100,6 +100,7 @@ E2E_MODULES = frozenset(
         "tests/test_probes.py",
         "tests/test_report.py",
         "tests/test_resume.py",
+        "tests/test_resume_finish.py",
         "tests/test_sweeps.py",
         "tests/test_upstream.py",
         "tests/test_zoo_build.py",

@@ -129,6 +129,7 @@ class ProbeCallback(Callback):
         self.run_dir = Path(run_dir) if run_dir else None
         self.mean_std = mean_std
         self.result: Any = None
+        self.ran = False  # whether on_train_end ran in this fit
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -140,7 +141,14 @@ class ProbeCallback(Callback):
         backbone_and_head(pl_module, "probes")
 
     @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A resume whose checkpoint ended training: the probes, unless the folder holds them."""
+        if not self.ran and not _run_of(self.run_dir, trainer).probes.is_file():
+            self.on_train_end(trainer, pl_module)
+
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.ran = True
         if not trainer.is_global_zero:
             return
         if self.data is None:
@@ -171,9 +179,17 @@ class ReportCallback(Callback):
         super().__init__()
         self.run_dir = Path(run_dir) if run_dir else None
         self.index: Path | None = None
+        self.ran = False  # whether on_train_end ran in this fit
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A resume whose checkpoint ended training (no loop ran): the report, drawn again."""
+        if not self.ran:
+            self.on_train_end(trainer, pl_module)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.ran = True
         if not trainer.is_global_zero:
             return
         run = _run_of(self.run_dir, trainer)

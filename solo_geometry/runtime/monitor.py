@@ -46,6 +46,7 @@ from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
+from solo_geometry.runtime.finish import first_train_batch, lacks_final_record
 from solo_geometry.runtime.measure import GeometryAware, RunContext, checked, measure, outputs
 from solo_geometry.runtime.precision import exact_matmul, full_precision
 from solo_geometry.runtime.schedule import MonitorState
@@ -105,6 +106,7 @@ class GeometryMonitor(Callback):
         self.n_skipped = 0
         self.last: dict[str, Any] = {}
         self._resumed = False
+        self.trained = False  # whether this fit ran its training loop
         self._warned: set[str] = set()
         self._run: RunFolder | None = None
         # what is owed, pending, queued between the hooks (runtime/schedule.py)
@@ -129,6 +131,7 @@ class GeometryMonitor(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.trained = True
         self.budget.start()
         if not trainer.is_global_zero or self._run is None:
             return
@@ -268,6 +271,17 @@ class GeometryMonitor(Callback):
             self._over_budget(trainer, pl_module, step=trainer.global_step)
             return
         self._record(trainer, pl_module, batch, step=trainer.global_step, final=True, full=full)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A resume whose checkpoint ended training (no loop ran): the final record it lacks."""
+        if self.trained or not self._resumed or not lacks_final_record(trainer, self._run):
+            return
+        batch = first_train_batch(trainer)
+        if batch is not None:
+            self.on_train_start(trainer, pl_module)  # the records up to the checkpoint's
+            batch = move_data_to_device(batch, pl_module.device)
+            self._record(trainer, pl_module, batch, step=trainer.global_step, final=True)
 
     def _over_budget(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         """Write the final record as skipped: it would break the time budget, stats are off."""
