@@ -60,6 +60,7 @@ class RunFolder:
     CHECKPOINTS = "checkpoints"
     REPORT = "report"
     INCOMPLETE = ".incomplete"
+    LOCK = ".lock"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -122,6 +123,11 @@ class RunFolder:
     def checkpoints(self) -> Path:
         """``checkpoints/``."""
         return self.path / self.CHECKPOINTS
+
+    @property
+    def lock_file(self) -> Path:
+        """``.lock``: held by the one process writing the run (:mod:`solo_geometry.run.lock`)."""
+        return self.path / self.LOCK
 
     @property
     def report(self) -> Path:

@@ -34,6 +34,7 @@ from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import load_recipe
+from solo_geometry.run.lock import writer_lock
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import geometry_callbacks
@@ -172,25 +173,24 @@ def run_recipe(
         trainer.fit(model, loader, ckpt_path=ckpt)
         trainer.save_checkpoint(run.checkpoints / "last.ckpt")  # a collective; rank zero writes
         return run.path
-    if resume is None:
-        run = RunFolder.create(Path(runs_root), recipe.name)
-    else:
-        run = resume.run
-        run.mark_incomplete("resuming")
-    os.environ[RUN_ENV] = str(run.path)  # inherited by the ranks DDP re-launches
-    try:
-        if resume is None:
-            run.write_config(cfg)
-        trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
-        trainer.fit(model, loader, ckpt_path=ckpt)
-        run.checkpoints.mkdir(exist_ok=True)
-        trainer.save_checkpoint(run.checkpoints / "last.ckpt")
-    except BaseException:
-        run.finish(ok=False)
-        raise
-    finally:
-        os.environ.pop(RUN_ENV, None)
-    run.finish(ok=True)
+    run = RunFolder.create(Path(runs_root), recipe.name) if resume is None else resume.run
+    with writer_lock(run):  # one writer: a second one is refused before anything changes
+        if resume is not None:
+            run.mark_incomplete("resuming")
+        os.environ[RUN_ENV] = str(run.path)  # inherited by the ranks DDP re-launches
+        try:
+            if resume is None:
+                run.write_config(cfg)
+            trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
+            trainer.fit(model, loader, ckpt_path=ckpt)
+            run.checkpoints.mkdir(exist_ok=True)
+            trainer.save_checkpoint(run.checkpoints / "last.ckpt")
+        except BaseException:
+            run.finish(ok=False)
+            raise
+        finally:
+            os.environ.pop(RUN_ENV, None)
+        run.finish(ok=True)
     return run.path
 
 

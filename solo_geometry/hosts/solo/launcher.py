@@ -26,6 +26,7 @@ from solo_geometry.config import geometry_config
 from solo_geometry.hosts.solo.checks import check_solo_recipe
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
+from solo_geometry.run.lock import writer_lock
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
 
@@ -128,6 +129,29 @@ def _environment(solo_root: Path) -> dict[str, str]:
     return env
 
 
+def _train(
+    folder: RunFolder, config: Path, overrides: list[str], root: Path, cfg: DictConfig
+) -> None:
+    """Run solo-learn's trainer into ``folder``; on failure keep the folder only with results."""
+    run, ok = folder.path, False
+    print(f"solo-geometry: run folder {run}", flush=True)
+    try:
+        argv = solo_command(config, overrides, run, cfg)
+        result = subprocess.run(argv, env=_environment(root), check=False)
+        if result.returncode != 0:
+            raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {result.returncode}")
+        if not folder.config.exists():
+            hydra_cfg = run / ".hydra" / "config.yaml"
+            loaded = OmegaConf.load(hydra_cfg) if hydra_cfg.exists() else cfg
+            assert isinstance(loaded, DictConfig)
+            folder.write_config(loaded)
+        ok = True
+    finally:
+        kept = folder.finish(ok=ok)
+        if not ok:
+            print(f"solo-geometry: run failed; folder {'kept' if kept else 'removed'}: {run}")
+
+
 def launch(
     config: Path,
     overrides: list[str],
@@ -163,27 +187,12 @@ def launch(
         folder = RunFolder.create(Path(runs_root).expanduser().resolve(), name)
     else:
         folder = RunFolder(resume.run.path.resolve())
-        folder.mark_incomplete("resuming")
         # hydra.output_subdir=null: the folder's .hydra/*.yaml are left as the run wrote them
         overrides = [*overrides, f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'",
                      "hydra.output_subdir=null"]  # fmt: skip
-    run = folder.path
-    print(f"solo-geometry: run folder {run}", flush=True)
-    ok = False
-    try:
-        argv = solo_command(config, list(overrides), run, cfg)
-        result = subprocess.run(argv, env=_environment(root), check=False)
-        if result.returncode != 0:
-            raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {result.returncode}")
-        if not folder.config.exists():
-            hydra_cfg = run / ".hydra" / "config.yaml"
-            loaded = OmegaConf.load(hydra_cfg) if hydra_cfg.exists() else cfg
-            assert isinstance(loaded, DictConfig)
-            folder.write_config(loaded)
-        ok = True
-    finally:
-        kept = folder.finish(ok=ok)
-        if not ok:
-            print(f"solo-geometry: run failed; folder {'kept' if kept else 'removed'}: {run}")
-    print(f"solo-geometry: finished, run folder {run}", flush=True)
-    return run
+    with writer_lock(folder):  # held for the trainer's life: one writer per run folder
+        if resume is not None:
+            folder.mark_incomplete("resuming")
+        _train(folder, config, list(overrides), root, cfg)
+    print(f"solo-geometry: finished, run folder {folder.path}", flush=True)
+    return folder.path
