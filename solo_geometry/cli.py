@@ -36,6 +36,7 @@ from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.datasets import make_digits
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
+from solo_geometry.run.preempt import Preempted
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
@@ -188,6 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except Preempted as err:  # a scheduler's signal: checkpointed, never exit 0
+        sys.stdout.flush()
+        print(f"solo-geometry {args.command}: {err}", file=sys.stderr)
+        sys.stderr.flush()
+        return err.status
     except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise

@@ -26,6 +26,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from solo_geometry.config import GeometryConfig, geometry_config
@@ -35,9 +36,11 @@ from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import load_recipe
 from solo_geometry.run.lock import writer_lock
+from solo_geometry.run.preempt import clear_marker, preempted_error
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import geometry_callbacks
+from solo_geometry.runtime.preempt import PreemptionCallback
 
 __all__ = ["HOST", "RUN_ENV", "build_callbacks", "launch", "prepare", "run_recipe"]
 
@@ -82,7 +85,7 @@ def _probes_dir(recipe: ParsedRecipe, geometry: GeometryConfig | None) -> str | 
 def build_callbacks(
     run: RunFolder, recipe: ParsedRecipe, geometry: GeometryConfig | None
 ) -> list[Callback]:
-    """Checkpointing (recipe's ``checkpoint`` node), and the geometry callbacks when on.
+    """Checkpointing (recipe's ``checkpoint`` node), the geometry callbacks when on, preemption.
 
     Args:
         run: the run folder.
@@ -114,7 +117,7 @@ def build_callbacks(
             val_dir=recipe.data.val_path,
             normalization=recipe.normalization(),
         )
-    return callbacks
+    return [*callbacks, PreemptionCallback(run.path)]
 
 
 def _trainer(run: RunFolder, recipe: ParsedRecipe, callbacks: list[Callback]) -> Trainer:
@@ -177,6 +180,7 @@ def run_recipe(
     with writer_lock(run):  # one writer: a second one is refused before anything changes
         if resume is not None:
             run.mark_incomplete("resuming")
+        clear_marker(run)
         os.environ[RUN_ENV] = str(run.path)  # inherited by the ranks DDP re-launches
         try:
             if resume is None:
@@ -185,6 +189,9 @@ def run_recipe(
             trainer.fit(model, loader, ckpt_path=ckpt)
             run.checkpoints.mkdir(exist_ok=True)
             trainer.save_checkpoint(run.checkpoints / "last.ckpt")
+        except SIGTERMException:  # SIGTERM or SIGUSR1: checkpointed at the step boundary
+            run.finish(ok=False)
+            raise preempted_error(run) from None
         except BaseException:
             run.finish(ok=False)
             raise
