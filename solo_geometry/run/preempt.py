@@ -11,7 +11,7 @@ command, exit status 128 + the signal's number (143 for SIGTERM), never 0.
 Example:
     >>> err = preempted_error(RunFolder(path))
     >>> str(err)
-    "preempted by SIGTERM at step 3: checkpoint '.../checkpoints/preempted.ckpt'; resume with: ..."
+    "preempted by SIGTERM after step 2: checkpoint '.../checkpoints/preempted.ckpt'; resume with: ..."
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Preempted(Exception):
 
 
 def write_marker(run: RunFolder, signum: int, step: int, checkpoint: Path) -> None:
-    """Say, atomically, that ``run`` was preempted by ``signum`` after ``step``."""
+    """Say, atomically, that ``run`` was preempted by ``signum`` after training step ``step``."""
     data = {"signal": signal.Signals(signum).name, "step": step, "checkpoint": str(checkpoint)}
     tmp = run.preempted.with_name(f".{run.preempted.name}.tmp")
     tmp.write_text(json.dumps(data) + "\n")
@@ -78,7 +78,7 @@ def preempted_error(run: RunFolder, received: int | None = None) -> Preempted:
     if marker:
         ckpt = marker.get("checkpoint")
         return Preempted(
-            f"preempted by {name} at step {marker.get('step')}: checkpoint {ckpt!r} written; "
+            f"preempted by {name} after step {marker.get('step')}: checkpoint {ckpt!r} written; "
             f"resume with: {resume}",
             _status(name),
         )

@@ -103,5 +103,5 @@ class PreemptionCallback(Callback):
         path = self.run.preempted_checkpoint
         trainer.save_checkpoint(path)  # a collective; rank zero writes
         if trainer.is_global_zero:
-            write_marker(self.run, self.received or signal.SIGTERM, trainer.global_step, path)
+            write_marker(self.run, self.received or signal.SIGTERM, trainer.global_step - 1, path)
             rank_zero_info(f"solo-geometry: preempted, checkpoint written: {path}")
