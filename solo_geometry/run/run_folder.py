@@ -52,6 +52,9 @@ class RunFolder:
     CHECKPOINTS = "checkpoints"
     REPORT = "report"
     INCOMPLETE = ".incomplete"
+    LOCK = ".lock"
+    PREEMPTED = ".preempted.json"
+    PREEMPTED_CHECKPOINT = "preempted.ckpt"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -114,6 +117,21 @@ class RunFolder:
     def checkpoints(self) -> Path:
         """``checkpoints/``."""
         return self.path / self.CHECKPOINTS
+
+    @property
+    def lock_file(self) -> Path:
+        """``.lock``: held by the one process writing the run (:mod:`solo_geometry.run.lock`)."""
+        return self.path / self.LOCK
+
+    @property
+    def preempted(self) -> Path:
+        """``.preempted.json``: the signal that stopped the run (see ``run.preempt``)."""
+        return self.path / self.PREEMPTED
+
+    @property
+    def preempted_checkpoint(self) -> Path:
+        """``checkpoints/preempted.ckpt``: the checkpoint written at a preemption signal."""
+        return self.checkpoints / self.PREEMPTED_CHECKPOINT
 
     @property
     def report(self) -> Path:
