@@ -188,6 +188,10 @@ class TestSoloAutoResume:
         _check_resumed(run, before, kept_through)
 
 
+# What Slurm sets in a batch job of one task (Lightning's SLURMEnvironment then manages it).
+SLURM_JOB = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "1",
+             "SLURM_JOB_NAME": "sg-requeue", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
+             "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1"}  # fmt: skip
 PAUSE_AT = 2  # the first step of epoch 1: after the checkpoint of epoch 0, mid-epoch
 PREEMPT = [
     pytest.param("lightly", signal.SIGTERM, id="lightly-SIGTERM"),
@@ -211,17 +215,31 @@ def _processes_with(text: str) -> list[int]:
     return found
 
 
-def _preempt_inside_step(args: list[str], tmp: Path, signum: int) -> tuple[int, str]:
-    """Run ``args`` until the record of PAUSE_AT, signal its process group; status and log."""
-    mark, go, log = tmp / "paused.mark", tmp / "go.mark", tmp / "preempted.log"
-    env = hooked_env(tmp / "hooks", SG_PAUSE_AT=str(PAUSE_AT), SG_PAUSE_MARK=str(mark),
-                     SG_PAUSE_GO=str(go))  # fmt: skip
-    proc = _start(args, env, log)
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
     deadline = time.monotonic() + 900
-    while not mark.exists():
-        assert proc.poll() is None, f"exited before the pause: {log.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, "no pause within 15 minutes"
+    while not path.exists():
+        assert proc.poll() is None, f"exited before {what}: {log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no {what} within 15 minutes"
         time.sleep(0.1)
+
+
+def _preempt_inside_step(
+    args: list[str], tmp: Path, signum: int, extra: dict[str, str] | None = None,
+    first: tuple[int, Path] | None = None,
+) -> tuple[int, str]:  # fmt: skip
+    """Run ``args`` until the record of PAUSE_AT, signal its process group; status and log.
+
+    ``extra`` joins the environment; ``first``: a signal sent before, and the file whose
+    appearance says it was handled.
+    """
+    mark, go, log = tmp / "paused.mark", tmp / "go.mark", tmp / "preempted.log"
+    env = {**hooked_env(tmp / "hooks", SG_PAUSE_AT=str(PAUSE_AT), SG_PAUSE_MARK=str(mark),
+                        SG_PAUSE_GO=str(go)), **(extra or {})}  # fmt: skip
+    proc = _start(args, env, log)
+    _wait_for(mark, proc, log, "the pause")
+    if first is not None:
+        os.killpg(proc.pid, first[0])
+        _wait_for(first[1], proc, log, f"the effect of {signal.Signals(first[0]).name}")
     os.killpg(proc.pid, signum)  # as a scheduler: every process of the job, workers included
     time.sleep(0.5)
     go.write_text("go")
@@ -267,3 +285,30 @@ class TestPreemption:
         _check_resumed(run, before, PAUSE_AT)  # the uninterrupted run's steps (the kill test)
         assert not (run / RunFolder.INCOMPLETE).exists()
         assert not RunFolder(run).preempted.exists()
+
+    def test_slurm_requeue_resumes_the_jobs_own_run(self, digits: Path, tmp_path: Path) -> None:
+        """Lightning's SLURM environment: SIGUSR1 saves ``hpc_ckpt_1.ckpt`` and requeues the job
+        (``scontrol requeue``), Slurm's SIGTERM stops it; the requeued job's same command resumes
+        that run in place, with the uninterrupted run's records."""
+        scontrol, calls = tmp_path / "bin" / "scontrol", tmp_path / "scontrol.calls"
+        scontrol.parent.mkdir()
+        scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')  # Slurm's side, on PATH
+        scontrol.chmod(0o755)
+        slurm = {**SLURM_JOB, "PATH": f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}"}
+        recipe = _recipe(tmp_path / "recipes", digits)
+        args = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host",
+                "lightly", "--runs-root", str(tmp_path / "runs"), *CHEAP]  # fmt: skip
+        status, log = _preempt_inside_step(args, tmp_path, signal.SIGTERM, slurm,
+                                           first=(signal.SIGUSR1, calls))  # fmt: skip
+        run = _only_run(tmp_path / "runs")
+        assert status == 128 + signal.SIGTERM, log[-4000:]
+        assert calls.read_text() == f"requeue {SLURM_JOB['SLURM_JOB_ID']}\n"
+        assert (run / "hpc_ckpt_1.ckpt").is_file() and (run / RunFolder.SLURM_JOB).is_file()
+        before = {r.step: r.seconds for r in _whole_records(run)}
+
+        requeued = {**_env(), **slurm, "SLURM_RESTART_COUNT": "1"}
+        _finish(args, tmp_path / "requeued.log", requeued)  # the job script again, unchanged
+        text = (tmp_path / "requeued.log").read_text()
+        assert f"Slurm requeued job 4242: resuming its run {run}" in text, text[-4000:]
+        assert _only_run(tmp_path / "runs") == run
+        _check_resumed(run, before, PAUSE_AT)

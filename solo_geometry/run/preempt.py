@@ -17,11 +17,11 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 from pathlib import Path
 
+from solo_geometry.run.atomic import write_text
 from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["Preempted", "clear_marker", "preempted_error", "read_marker", "write_marker"]
@@ -38,9 +38,7 @@ class Preempted(Exception):
 def write_marker(run: RunFolder, signum: int, step: int, checkpoint: Path) -> None:
     """Say, atomically, that ``run`` was preempted by ``signum`` after training step ``step``."""
     data = {"signal": signal.Signals(signum).name, "step": step, "checkpoint": str(checkpoint)}
-    tmp = run.preempted.with_name(f".{run.preempted.name}.tmp")
-    tmp.write_text(json.dumps(data) + "\n")
-    os.replace(tmp, run.preempted)
+    write_text(run.preempted, json.dumps(data) + "\n")
 
 
 def read_marker(run: RunFolder) -> dict | None:
