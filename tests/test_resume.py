@@ -197,9 +197,7 @@ PREEMPT = [
     pytest.param("lightly", signal.SIGTERM, id="lightly-SIGTERM"),
     pytest.param("lightly", signal.SIGUSR1, id="lightly-SIGUSR1"),
     pytest.param("solo", signal.SIGTERM, id="solo-SIGTERM", marks=[
-        pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON),
-        pytest.mark.xfail(strict=True, reason="solo-learn's val loader workers are not quieted "
-                          "yet: one dies of the SIGTERM (issue 34, open)")]),
+        pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)]),
 ]  # fmt: skip
 
 

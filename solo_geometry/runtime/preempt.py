@@ -10,8 +10,8 @@ command that started the run then exits non-zero with the resume line.
 A scheduler signals every process of the job, data-loader workers included, and PyTorch's
 workers die of a SIGTERM not sent by their parent, so the main process would fail in its next
 fetch (``DataLoader worker ... is killed by signal: Terminated``) instead of checkpointing: the
-callback makes the workers of the fit's train loaders ignore SIGTERM and SIGUSR1 (they end when
-the main process shuts them down, or with SIGKILL).
+callback makes the workers of the fit's train and val loaders ignore SIGTERM and SIGUSR1 (they
+end when the main process shuts them down, or with SIGKILL).
 """
 
 from __future__ import annotations
@@ -50,17 +50,20 @@ class QuietWorker:
             self.inner(worker_id)
 
 
-def _train_loaders(trainer: pl.Trainer) -> list[DataLoader]:
-    """The loaders given to ``fit`` (before Lightning creates their iterators and workers)."""
-    source = getattr(getattr(trainer.fit_loop, "_data_source", None), "instance", None)
-    if isinstance(source, CombinedLoader):
-        source = source.flattened
-    if isinstance(source, dict):
-        source = list(source.values())
-    if isinstance(source, DataLoader):
-        source = [source]
-    found = source if isinstance(source, list | tuple) else []
-    return [dl for dl in found if isinstance(dl, DataLoader)]
+def _fit_loaders(trainer: pl.Trainer) -> list[DataLoader]:
+    """The train and val loaders given to ``fit`` (before their iterators and workers exist)."""
+    loaders = []
+    for loop in (trainer.fit_loop, trainer.fit_loop.epoch_loop.val_loop):
+        source = getattr(getattr(loop, "_data_source", None), "instance", None)
+        if isinstance(source, CombinedLoader):
+            source = source.flattened
+        if isinstance(source, dict):
+            source = list(source.values())
+        if isinstance(source, DataLoader):
+            source = [source]
+        found = source if isinstance(source, list | tuple) else []
+        loaders += [dl for dl in found if isinstance(dl, DataLoader)]
+    return loaders
 
 
 class PreemptionCallback(Callback):
@@ -75,8 +78,8 @@ class PreemptionCallback(Callback):
         self.received: int | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Quiet the train loaders' workers (their iterators are created after this hook)."""
-        for loader in _train_loaders(trainer) if stage == "fit" else []:
+        """Quiet the fit's loaders' workers (their iterators are created after this hook)."""
+        for loader in _fit_loaders(trainer) if stage == "fit" else []:
             if loader.num_workers > 0 and not isinstance(loader.worker_init_fn, QuietWorker):
                 loader.worker_init_fn = QuietWorker(loader.worker_init_fn)
 
