@@ -40,6 +40,7 @@ from solo_geometry.inputs.datasets import make_digits
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
+from solo_geometry.run.preempt import Preempted
 from solo_geometry.run.records import RecordsWarning
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.upstream import add_upstream_parser
@@ -245,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warnings(f"{args.command}{action}")
             return int(args.func(args) or 0)
+    except Preempted as err:  # a scheduler's signal: checkpointed, never exit 0
+        sys.stdout.flush()
+        print(f"solo-geometry {args.command}: {err}", file=sys.stderr)
+        sys.stderr.flush()
+        return err.status
     except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise

@@ -1,12 +1,15 @@
 """Faults injected into real runs, in this process or in a subprocess tree (no tests here).
 
-Two hooks, switched on by environment variables so they reach every process of a run (the CLI,
+Three hooks, switched on by environment variables so they reach every process of a run (the CLI,
 solo-learn's ``main_pretrain`` it starts) through a ``sitecustomize.py`` that
 :func:`hooked_env` writes and puts first on ``PYTHONPATH``:
 
 * ``SG_TEAR_AT=<step>``: the record of that step is written half, flushed to disk, the file
   ``SG_TEAR_MARK`` created, and the process then sleeps, so the test's SIGKILL lands inside the
   write of a record;
+* ``SG_PAUSE_AT=<step>``: before the record of that step is written, the file ``SG_PAUSE_MARK``
+  is created and the process waits (up to a minute) for the file ``SG_PAUSE_GO``, so a test's
+  signal lands inside a known step;
 * ``SG_FAULTS=kind,kind,...``: the n-th measurement meets the n-th fault (cycling): ``oom``
   (``torch.OutOfMemoryError`` raised inside the measurement), ``error`` (a RuntimeError),
   ``nan_features`` (the backbone features all NaN), ``nan_loss`` (the loss closures NaN),
@@ -77,6 +80,20 @@ def tearing(append: Callable[..., Any], step: int, mark: Path) -> Callable[..., 
     return append_record
 
 
+def pausing(append: Callable[..., Any], step: int, mark: Path, go: Path) -> Callable[..., Any]:
+    """``RunFolder.append_record`` that waits for ``go`` before the record of ``step``."""
+
+    def append_record(self: Any, record: Any) -> None:
+        if record.step == step and not record.final:
+            mark.write_text(str(step))
+            deadline = time.monotonic() + 60
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        append(self, record)
+
+    return append_record
+
+
 def install() -> None:
     """Install the hooks the environment asks for (called by the generated sitecustomize)."""
     if os.environ.get("SG_TEAR_AT"):
@@ -85,6 +102,13 @@ def install() -> None:
         RunFolder.append_record = tearing(  # type: ignore[method-assign]
             RunFolder.append_record, int(os.environ["SG_TEAR_AT"]), Path(os.environ["SG_TEAR_MARK"])
         )
+    if os.environ.get("SG_PAUSE_AT"):
+        from solo_geometry.run.run_folder import RunFolder
+
+        RunFolder.append_record = pausing(  # type: ignore[method-assign]
+            RunFolder.append_record, int(os.environ["SG_PAUSE_AT"]),
+            Path(os.environ["SG_PAUSE_MARK"]), Path(os.environ["SG_PAUSE_GO"]),
+        )  # fmt: skip
     if os.environ.get("SG_FAULTS"):
         import solo_geometry.runtime.monitor as monitor
 
@@ -96,7 +120,8 @@ def hooked_env(folder: Path, **variables: str) -> dict[str, str]:
 
     Args:
         folder: where ``sitecustomize.py`` is written.
-        variables: ``SG_TEAR_AT``, ``SG_TEAR_MARK``, ``SG_FAULTS``.
+        variables: ``SG_TEAR_AT``, ``SG_TEAR_MARK``, ``SG_PAUSE_AT``, ``SG_PAUSE_MARK``,
+            ``SG_PAUSE_GO``, ``SG_FAULTS``.
 
     Returns:
         ``os.environ`` with ``PYTHONPATH`` = folder, this tests folder, the repository, and the

@@ -177,6 +177,10 @@ CASES: tuple[Case, ...] = (
     Case("probe", "device this machine lacks",
          ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "cuda:99"),
          "argument --device: invalid device 'cuda:99'; choose from ['cpu'"),
+    Case("probe", "held-out class the train folder lacks",
+         ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-foreignclass", "--no-orbits"),
+         "held-out folder '{w}/data-foreignclass/val' has classes ['7'] the train folder lacks; "
+         "expected class folders among ['0', '1']"),
     Case("probe", "unknown target",
          ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--targets", "colour"),
          "argument --targets: invalid choice: 'colour'"),
@@ -342,13 +346,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _bad_data(w: Path, digits: Path) -> None:
-    """Image folders with a class without images, and with a zero-byte PNG."""
+    """Image folders with a class without images, a zero-byte PNG, a held-out class train lacks."""
     (w / "data-emptyclass" / "train" / "b").mkdir(parents=True)
     shutil.copytree(digits / "train" / "0", w / "data-emptyclass" / "train" / "a")
     for split in ("train", "val"):
         for label in ("0", "1"):
             shutil.copytree(digits / split / label, w / "data-zeropng" / split / label)
         (w / "data-zeropng" / split / "1" / "zz-empty.png").write_bytes(b"")
+    for split, label, source in (("train", "0", "0"), ("train", "1", "1"), ("val", "0", "0"),
+                                 ("val", "7", "1")):  # fmt: skip
+        shutil.copytree(digits / split / source, w / "data-foreignclass" / split / label)
     _odd_sizes(w, digits)
 
 

@@ -365,6 +365,43 @@ class TestProbeSplits:
         alone = probe_splits(root / "val", seed=0)  # one folder: split 50/50
         assert len(alone["train"][1]) + len(alone["test"][1]) == 11
 
+    def test_held_out_labels_follow_the_class_names(self, tmp_path: Path) -> None:
+        root = _image_folder(tmp_path / "data", n_per_class=2)
+        for c in ("0", "1"):  # held-out: class "2" only, index 0 of its own folder
+            for f in (root / "val" / c).iterdir():
+                f.unlink()
+            (root / "val" / c).rmdir()
+        for c, name in (("0", "ant"), ("1", "bee"), ("2", "cat")):
+            (root / "train" / c).rename(root / "train" / name)
+        (root / "val" / "2").rename(root / "val" / "cat")
+        splits = probe_splits(root, seed=0)
+        assert splits["test"][1].tolist() == [2, 2]  # the train folder's index of "cat"
+        assert sorted(splits["train"][1].tolist()) == [0, 0, 1, 1, 2, 2]
+
+    def test_probe_with_a_subset_of_classes_scores_by_name(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 8)
+        for f in (data / "val" / "0").iterdir():  # by index, val's "1" and "2" would read 0, 1
+            f.unlink()
+        (data / "val" / "0").rmdir()
+        assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",
+                    "--targets", "class") == 0  # fmt: skip
+        rows = RunFolder(run).read_probes().rows
+        assert min(r.accuracy for r in rows if r.probe == "linear") >= 0.9, rows
+
+    def test_a_held_out_class_train_lacks_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 2)
+        (data / "val" / "2").rename(data / "val" / "7")
+        assert _cli(str(run), "--data", str(data), "--quiet") == 2
+        err = capsys.readouterr().err  # the fake checkpoint's notes, then the one line
+        last = err.strip().splitlines()[-1]
+        assert "has classes ['7'] the train folder lacks" in last and "['0', '1', '2']" in last
+        assert err.count("has classes") == 1 and "Traceback" not in err
+        assert not (run / "probes.json").exists() and not (run / "features.pt").exists()
+
 
 @pytest.mark.slow
 class TestMlpProbeConverges:

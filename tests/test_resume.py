@@ -1,4 +1,5 @@
-"""Resume after a kill: real runs killed with SIGKILL inside the write of a record, then resumed.
+"""Resume after a kill: real runs killed with SIGKILL inside the write of a record, then resumed;
+and after a preemption (SIGTERM or SIGUSR1 to the process group, data-loader workers running).
 
 Each case trains the same tiny digits recipe three times, as subprocesses: once uninterrupted,
 once killed (the hook of ``fault_hooks`` writes half of the record of a step after the first
@@ -25,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
-from test_lightly_support import write_recipe  # noqa: E402
+from test_lightly_support import recipe_dict, write_recipe  # noqa: E402
 
 from solo_geometry.inputs.datasets import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
@@ -185,3 +186,127 @@ class TestSoloAutoResume:
         _finish(args, tmp_path / "resumed.log")  # the same command: auto_resume finds the ckpt
         assert "Resuming from previous checkpoint" in (tmp_path / "resumed.log").read_text()
         _check_resumed(run, before, kept_through)
+
+
+# What Slurm sets in a batch job of one task (Lightning's SLURMEnvironment then manages it).
+SLURM_JOB = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "1",
+             "SLURM_JOB_NAME": "sg-requeue", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
+             "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1"}  # fmt: skip
+PAUSE_AT = 2  # the first step of epoch 1: after the checkpoint of epoch 0, mid-epoch
+PREEMPT = [
+    pytest.param("lightly", signal.SIGTERM, id="lightly-SIGTERM"),
+    pytest.param("lightly", signal.SIGUSR1, id="lightly-SIGUSR1"),
+    pytest.param("solo", signal.SIGTERM, id="solo-SIGTERM", marks=[
+        pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)]),
+]  # fmt: skip
+
+
+def _processes_with(text: str) -> list[int]:
+    """Pids of live processes whose environment holds ``text`` (the run's own processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    deadline = time.monotonic() + 900
+    while not path.exists():
+        assert proc.poll() is None, f"exited before {what}: {log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no {what} within 15 minutes"
+        time.sleep(0.1)
+
+
+def _preempt_inside_step(
+    args: list[str], tmp: Path, signum: int, extra: dict[str, str] | None = None,
+    first: tuple[int, Path] | None = None,
+) -> tuple[int, str]:  # fmt: skip
+    """Run ``args`` until the record of PAUSE_AT, signal its process group; status and log.
+
+    ``extra`` joins the environment; ``first``: a signal sent before, and the file whose
+    appearance says it was handled.
+    """
+    mark, go, log = tmp / "paused.mark", tmp / "go.mark", tmp / "preempted.log"
+    env = {**hooked_env(tmp / "hooks", SG_PAUSE_AT=str(PAUSE_AT), SG_PAUSE_MARK=str(mark),
+                        SG_PAUSE_GO=str(go)), **(extra or {})}  # fmt: skip
+    proc = _start(args, env, log)
+    _wait_for(mark, proc, log, "the pause")
+    if first is not None:
+        os.killpg(proc.pid, first[0])
+        _wait_for(first[1], proc, log, f"the effect of {signal.Signals(first[0]).name}")
+    os.killpg(proc.pid, signum)  # as a scheduler: every process of the job, workers included
+    time.sleep(0.5)
+    go.write_text("go")
+    status = proc.wait(timeout=300)
+    deadline = time.monotonic() + 30  # no orphan: the trainer and its workers end with it
+    while _processes_with(str(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_with(str(mark)), "processes of the run outlived it"
+    return status, log.read_text()
+
+
+@pytest.mark.slow
+class TestPreemption:
+    @pytest.mark.parametrize(("host", "signum"), PREEMPT)
+    def test_signal_checkpoints_at_the_step_then_resume_completes(
+        self, host: str, signum: int, digits: Path, tmp_path: Path
+    ) -> None:
+        """SIGTERM (SIGUSR1) to the process group mid-run, data-loader workers running."""
+        data = {**recipe_dict("simclr", digits)["data"], "num_workers": 2}
+        checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
+        recipe = write_recipe(tmp_path / "recipes", "simclr", digits, checkpoint=checkpoint,
+                              max_epochs=2, data=data)  # fmt: skip
+        args = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host", host,
+                "--runs-root", str(tmp_path / "runs"), *CHEAP]  # fmt: skip
+        status, log = _preempt_inside_step(args, tmp_path, signum)
+        run = _only_run(tmp_path / "runs")
+        name = signal.Signals(signum).name
+        assert status == 128 + signum, log[-4000:]
+        line = (
+            f"solo-geometry pretrain: preempted by {name} after step {PAUSE_AT}: checkpoint "
+            f"'{run}/checkpoints/preempted.ckpt' written; resume with: solo-geometry pretrain "
+            f"--resume {run}"
+        )  # stdout and stderr share the log: a progress bar may close after it
+        assert log.splitlines().count(line) == 1, log[-4000:]
+        assert "Traceback" not in log and "killed by signal" not in log, log[-4000:]
+        assert RunFolder(run).latest_checkpoint() == RunFolder(run).preempted_checkpoint
+        assert _checkpoint_step(run) == PAUSE_AT  # the monitor's state, through the paused step
+        before = {r.step: r.seconds for r in _whole_records(run)}
+        assert sorted(before) == list(range(PAUSE_AT + 1))
+
+        _finish([sys.executable, "-c", CLI, "pretrain", "--resume", str(run)],
+                tmp_path / "resumed.log")  # fmt: skip
+        _check_resumed(run, before, PAUSE_AT)  # the uninterrupted run's steps (the kill test)
+        assert not (run / RunFolder.INCOMPLETE).exists()
+        assert not RunFolder(run).preempted.exists()
+
+    def test_slurm_requeue_resumes_the_jobs_own_run(self, digits: Path, tmp_path: Path) -> None:
+        """Lightning's SLURM environment: SIGUSR1 saves ``hpc_ckpt_1.ckpt`` and requeues the job
+        (``scontrol requeue``), Slurm's SIGTERM stops it; the requeued job's same command resumes
+        that run in place, with the uninterrupted run's records."""
+        scontrol, calls = tmp_path / "bin" / "scontrol", tmp_path / "scontrol.calls"
+        scontrol.parent.mkdir()
+        scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')  # Slurm's side, on PATH
+        scontrol.chmod(0o755)
+        slurm = {**SLURM_JOB, "PATH": f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}"}
+        recipe = _recipe(tmp_path / "recipes", digits)
+        args = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host",
+                "lightly", "--runs-root", str(tmp_path / "runs"), *CHEAP]  # fmt: skip
+        status, log = _preempt_inside_step(args, tmp_path, signal.SIGTERM, slurm,
+                                           first=(signal.SIGUSR1, calls))  # fmt: skip
+        run = _only_run(tmp_path / "runs")
+        assert status == 128 + signal.SIGTERM, log[-4000:]
+        assert calls.read_text() == f"requeue {SLURM_JOB['SLURM_JOB_ID']}\n"
+        assert (run / "hpc_ckpt_1.ckpt").is_file() and (run / RunFolder.SLURM_JOB).is_file()
+        before = {r.step: r.seconds for r in _whole_records(run)}
+
+        requeued = {**_env(), **slurm, "SLURM_RESTART_COUNT": "1"}
+        _finish(args, tmp_path / "requeued.log", requeued)  # the job script again, unchanged
+        text = (tmp_path / "requeued.log").read_text()
+        assert f"Slurm requeued job 4242: resuming its run {run}" in text, text[-4000:]
+        assert _only_run(tmp_path / "runs") == run
+        _check_resumed(run, before, PAUSE_AT)

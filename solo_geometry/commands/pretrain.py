@@ -20,6 +20,7 @@ from solo_geometry.extras import require
 from solo_geometry.hosts import solo as solo_host
 from solo_geometry.models.checkpoint import check_weights_only
 from solo_geometry.run.resume import resume_point
+from solo_geometry.run.run_folder import RunFolder, slurm_job_id
 
 __all__ = [
     "HOSTS",
@@ -101,6 +102,10 @@ def pretrain(
         FileNotFoundError: missing recipe or data folder.
         ModuleNotFoundError: ``--host solo`` without solo-learn.
     """
+    if resume is None and (requeued := RunFolder.of_requeued_job(runs_root)) is not None:
+        print(f"solo-geometry pretrain: Slurm requeued job {slurm_job_id()}: resuming its run "
+              f"{requeued.path} with the run's own recipe", flush=True)  # fmt: skip
+        resume, config, overrides = requeued.path, None, ()
     point = None if resume is None else resume_point(resume, config, host)
     if point is not None:
         check_weights_only(point.checkpoint)  # as the trainer will load it

@@ -2,9 +2,8 @@
 
 ``make_digits`` writes scikit-learn's bundled handwritten digits (1,797 real 8x8 scans, 10
 classes) as RGB PNGs in solo-learn's ``image_folder`` layout, so every recipe, test and the demo
-run on real images on any machine. ``MEANS_STDS`` holds the input normalisation solo-learn
-uses per dataset name; ``load_image_folder``, ``probe_splits`` and ``target_set`` give the probes
-their images and targets (class, quarter-turn rotation, binned brightness jitter).
+run on real images anywhere. ``MEANS_STDS``: solo-learn's input normalisation per dataset;
+``load_image_folder``, ``probe_splits``, ``target_set``: the probes' images and targets.
 
 References:
     - [0]: Alpaydin and Kaynak, Optical Recognition of Handwritten Digits, UCI, 1998
@@ -190,12 +189,8 @@ def make_digits(out_dir: str | Path, size: int = 32) -> Path:
         raise ValueError(f"size must be an int in [8, 512], got {size!r}")
     out = Path(out_dir)
     previous = _check_out_dir(out)
-    meta: dict[str, object] = {
-        "format": _FORMAT,
-        "size": size,
-        "seed": _SEED,
-        "val_fraction": _VAL_FRACTION,
-    }
+    meta: dict[str, object] = {"format": _FORMAT, "size": size, "seed": _SEED,
+                               "val_fraction": _VAL_FRACTION}  # fmt: skip
     if previous is not None and {k: previous.get(k) for k in meta} == meta:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -266,18 +261,23 @@ def _decoded(folder: ImageFolder, path: str) -> Image.Image:
         raise ValueError(f"image {path!r} does not decode ({err}); expected an image") from None
 
 
-def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
+def load_image_folder(
+    root: str | Path, classes: Sequence[str] | None = None
+) -> tuple[Tensor, Tensor, list[str]]:
     """Read an ``ImageFolder`` tree into memory.
 
     Args:
         root: folder with one sub-folder of images per class.
+        classes: class names whose indices the labels take, matched by name (a held-out
+            folder read against its train folder's); None: the folder's own, sorted.
 
     Returns:
         Images (N, 3, H, W) float32 in [0, 1], labels (N,) int64, class names.
 
     Raises:
-        ValueError: if ``root`` is not a folder, holds no images, holds images of different
-            sizes (naming two), or an image does not decode (naming the first such file).
+        ValueError: if ``root`` is not a folder, holds no images or a class not in ``classes``
+            (before any decoding), holds images of different sizes (naming two), or an image
+            does not decode (naming the first such file).
     """
     root = Path(root)
     if not root.is_dir():
@@ -287,9 +287,14 @@ def load_image_folder(root: str | Path) -> tuple[Tensor, Tensor, list[str]]:
     except (FileNotFoundError, RuntimeError) as err:
         raise ValueError(f"no images in {str(root)!r}: {err}") from err
     check_one_size([root], f"image folder {str(root)!r}")  # before decoding any
+    names = list(folder.classes if classes is None else classes)
+    if absent := [c for c in folder.classes if c not in names]:
+        raise ValueError(f"held-out folder {str(root)!r} has classes {absent} the train folder "
+                         f"lacks; expected class folders among {names}")  # fmt: skip
+    index = torch.tensor([names.index(c) for c in folder.classes], dtype=torch.long)
     images = [TF.to_tensor(_decoded(folder, path)) for path, _ in folder.samples]
     labels = torch.tensor([label for _, label in folder.samples], dtype=torch.long)
-    return torch.stack(images), labels, list(folder.classes)
+    return torch.stack(images), index[labels], names
 
 
 def rotation_set(images: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -344,8 +349,9 @@ def probe_splits(data_dir: Path | tuple[Path, Path], seed: int) -> dict[str, tup
     """Train and held-out (images, labels) of a labelled image folder.
 
     Args:
-        data_dir: a pair (train folder, held-out folder) of class folders;
-            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders; or one class
+        data_dir: a pair (train folder, held-out folder) of class folders, held-out labels
+            matched to train's by class name (a class train lacks: ``ValueError``);
+            ``<dir>/train`` + ``<dir>/val`` (or ``test``) class folders, the same; or one class
             folder, then split 50/50 (stratified, seeded) into train and held-out.
         seed: fixes the 50/50 split.
 
@@ -354,8 +360,8 @@ def probe_splits(data_dir: Path | tuple[Path, Path], seed: int) -> dict[str, tup
     """
     folders = probe_folders(data_dir)
     if len(folders) == 2:
-        return {"train": load_image_folder(folders[0])[:2],
-                "test": load_image_folder(folders[1])[:2]}  # fmt: skip
+        images, labels, classes = load_image_folder(folders[0])
+        return {"train": (images, labels), "test": load_image_folder(folders[1], classes)[:2]}
     images, labels, _ = load_image_folder(folders[0])
     tr, te = stratified_split(labels, 0.5, torch.Generator().manual_seed(seed))
     return {"train": (images[tr], labels[tr]), "test": (images[te], labels[te])}

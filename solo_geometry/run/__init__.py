@@ -3,7 +3,9 @@
 * :mod:`~solo_geometry.run.records`: the versioned records a run writes (docs/run-folder.md);
 * :mod:`~solo_geometry.run.run_folder`: :class:`~solo_geometry.run.run_folder.RunFolder`, every
   path in a run folder;
-* :mod:`~solo_geometry.run.resume`: the checkpoint a killed run resumes from, on either host.
+* :mod:`~solo_geometry.run.resume`: the checkpoint a killed run resumes from, on either host;
+* :mod:`~solo_geometry.run.lock`: one writer per run folder (``<run>/.lock``);
+* :mod:`~solo_geometry.run.preempt`: a run stopped by SIGTERM or SIGUSR1, and its resume line.
 
 May import: nothing else of the package (no torch, no solo-learn): every floor above reads and
 writes runs through it.

@@ -9,6 +9,7 @@ reads or writes a run goes through :class:`RunFolder`; no other module spells a 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterable, Mapping
@@ -27,7 +28,19 @@ from solo_geometry.run.records import (
     read_records,
 )
 
-__all__ = ["RunFolder"]
+__all__ = ["RunFolder", "slurm_job_id"]
+
+
+def slurm_job_id() -> str | None:
+    """This process's Slurm job as ``scontrol requeue`` names it, None outside Slurm.
+
+    ``<array job>_<task>`` for a task of a job array, else ``SLURM_JOB_ID`` (Lightning's choice
+    when it requeues a job on SIGUSR1).
+    """
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID") or None
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,11 @@ class RunFolder:
     CHECKPOINTS = "checkpoints"
     REPORT = "report"
     INCOMPLETE = ".incomplete"
+    LOCK = ".lock"
+    PREEMPTED = ".preempted.json"
+    PREEMPTED_CHECKPOINT = "preempted.ckpt"
+    SLURM_JOB = ".slurm_job"  # the Slurm job that created the folder (a requeue resumes it)
+    HPC_CHECKPOINTS = "hpc_ckpt_*.ckpt"  # Lightning's, at SLURM's SIGUSR1, in default_root_dir
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -82,8 +100,27 @@ class RunFolder:
             except FileExistsError:
                 continue
             (path / cls.INCOMPLETE).write_text("setting up\n")
+            if job := slurm_job_id():
+                (path / cls.SLURM_JOB).write_text(f"{job}\n")
             return cls(path)
         raise FileExistsError(f"could not create a fresh run folder for {name!r} under {root}")
+
+    @classmethod
+    def of_requeued_job(cls, root: str | Path) -> RunFolder | None:
+        """The run folder under ``root`` of this Slurm job, when Slurm has requeued it.
+
+        A requeued job (``SLURM_RESTART_COUNT`` >= 1) runs its script again from the top; the
+        run its first start created (the folder whose ``.slurm_job`` names this job) is resumed
+        instead of a new one begun. None outside Slurm, on a first start, or when that run left
+        no checkpoint (the newest such folder when there are several).
+        """
+        job, restarts = slurm_job_id(), os.environ.get("SLURM_RESTART_COUNT", "0")
+        if job is None or not restarts.isdigit() or int(restarts) < 1 or not Path(root).is_dir():
+            return None
+        mine = [cls(p) for p in Path(root).iterdir() if (p / cls.SLURM_JOB).is_file()
+                and (p / cls.SLURM_JOB).read_text().strip() == job]  # fmt: skip
+        held = [(r.path.stat().st_mtime_ns, r) for r in mine if r.latest_checkpoint()]
+        return max(held, key=lambda pair: pair[0])[1] if held else None
 
     @property
     def geometry(self) -> Path:
@@ -116,13 +153,32 @@ class RunFolder:
         return self.path / self.CHECKPOINTS
 
     @property
+    def lock_file(self) -> Path:
+        """``.lock``: held by the one process writing the run (:mod:`solo_geometry.run.lock`)."""
+        return self.path / self.LOCK
+
+    @property
+    def preempted(self) -> Path:
+        """``.preempted.json``: the signal that stopped the run (see ``run.preempt``)."""
+        return self.path / self.PREEMPTED
+
+    @property
+    def preempted_checkpoint(self) -> Path:
+        """``checkpoints/preempted.ckpt``: the checkpoint written at a preemption signal."""
+        return self.checkpoints / self.PREEMPTED_CHECKPOINT
+
+    @property
     def report(self) -> Path:
         """``report/`` (PNG plots and ``index.html``)."""
         return self.path / self.REPORT
 
     def latest_checkpoint(self) -> Path | None:
-        """The newest ``checkpoints/**/*.ckpt`` (by modification time), None when there is none."""
-        ckpts = self.checkpoints.rglob("*.ckpt") if self.checkpoints.is_dir() else iter(())
+        """The newest checkpoint (by modification time), None when there is none.
+
+        ``checkpoints/**/*.ckpt`` and Lightning's ``hpc_ckpt_<n>.ckpt`` in the folder itself.
+        """
+        ckpts = [*self.checkpoints.rglob("*.ckpt")] if self.checkpoints.is_dir() else []
+        ckpts += self.path.glob(self.HPC_CHECKPOINTS) if self.path.is_dir() else []
         stamped = sorted((p.stat().st_mtime_ns, str(p)) for p in ckpts)
         return Path(stamped[-1][1]) if stamped else None
 

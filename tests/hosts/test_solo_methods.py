@@ -208,11 +208,13 @@ class TestHeadAndInit:
     def test_configure_callbacks(self, digits: Path, tmp_path: Path) -> None:
         from solo_geometry.runtime.callbacks import ProbeCallback, ReportCallback
         from solo_geometry.runtime.monitor import GeometryMonitor
+        from solo_geometry.runtime.preempt import PreemptionCallback
 
         cfg = _cfg(digits, "vicreg", ["+geometry=on", f"geometry.out_dir={tmp_path}",
                                       f"geometry.probes.data={digits / 'val'}"])  # fmt: skip
         callbacks = METHODS["vicreg"](cfg).configure_callbacks()
-        assert [type(c) for c in callbacks] == [GeometryMonitor, ProbeCallback, ReportCallback]
+        kinds = [GeometryMonitor, ProbeCallback, ReportCallback, PreemptionCallback]
+        assert [type(c) for c in callbacks] == kinds
         assert callbacks[0].config.out_dir == str(tmp_path)
         assert callbacks[0].meta == {"host": "solo", "method": "vicreg"}
         assert callbacks[1].data == digits / "val"

@@ -26,6 +26,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from solo_geometry.config import GeometryConfig, geometry_config
@@ -34,9 +35,12 @@ from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import load_recipe
+from solo_geometry.run.lock import writer_lock
+from solo_geometry.run.preempt import clear_marker, preempted_error
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import check_probe_images, geometry_callbacks
+from solo_geometry.runtime.preempt import PreemptionCallback
 
 __all__ = ["HOST", "RUN_ENV", "build_callbacks", "launch", "prepare", "run_recipe"]
 
@@ -83,7 +87,7 @@ def _probes_dir(recipe: ParsedRecipe, geometry: GeometryConfig | None) -> str | 
 def build_callbacks(
     run: RunFolder, recipe: ParsedRecipe, geometry: GeometryConfig | None
 ) -> list[Callback]:
-    """Checkpointing (recipe's ``checkpoint`` node), and the geometry callbacks when on.
+    """Checkpointing (recipe's ``checkpoint`` node), the geometry callbacks when on, preemption.
 
     Args:
         run: the run folder.
@@ -115,7 +119,7 @@ def build_callbacks(
             val_dir=recipe.data.val_path,
             normalization=recipe.normalization(),
         )
-    return callbacks
+    return [*callbacks, PreemptionCallback(run.path)]
 
 
 def _trainer(run: RunFolder, recipe: ParsedRecipe, callbacks: list[Callback]) -> Trainer:
@@ -174,25 +178,28 @@ def run_recipe(
         trainer.fit(model, loader, ckpt_path=ckpt)
         trainer.save_checkpoint(run.checkpoints / "last.ckpt")  # a collective; rank zero writes
         return run.path
-    if resume is None:
-        run = RunFolder.create(Path(runs_root), recipe.name)
-    else:
-        run = resume.run
-        run.mark_incomplete("resuming")
-    os.environ[RUN_ENV] = str(run.path)  # inherited by the ranks DDP re-launches
-    try:
-        if resume is None:
-            run.write_config(cfg)
-        trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
-        trainer.fit(model, loader, ckpt_path=ckpt)
-        run.checkpoints.mkdir(exist_ok=True)
-        trainer.save_checkpoint(run.checkpoints / "last.ckpt")
-    except BaseException:
-        run.finish(ok=False)
-        raise
-    finally:
-        os.environ.pop(RUN_ENV, None)
-    run.finish(ok=True)
+    run = RunFolder.create(Path(runs_root), recipe.name) if resume is None else resume.run
+    with writer_lock(run):  # one writer: a second one is refused before anything changes
+        if resume is not None:
+            run.mark_incomplete("resuming")
+        clear_marker(run)
+        os.environ[RUN_ENV] = str(run.path)  # inherited by the ranks DDP re-launches
+        try:
+            if resume is None:
+                run.write_config(cfg)
+            trainer = _trainer(run, recipe, build_callbacks(run, recipe, geometry))
+            trainer.fit(model, loader, ckpt_path=ckpt)
+            run.checkpoints.mkdir(exist_ok=True)
+            trainer.save_checkpoint(run.checkpoints / "last.ckpt")
+        except SIGTERMException:  # SIGTERM or SIGUSR1: checkpointed at the step boundary
+            run.finish(ok=False)
+            raise preempted_error(run) from None
+        except BaseException:
+            run.finish(ok=False)
+            raise
+        finally:
+            os.environ.pop(RUN_ENV, None)
+        run.finish(ok=True)
     return run.path
 
 

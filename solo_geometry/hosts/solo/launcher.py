@@ -13,11 +13,18 @@ else next to the installed ``solo`` package (an editable install of the reposito
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -26,13 +33,27 @@ from solo_geometry.config import geometry_config
 from solo_geometry.hosts.solo.checks import check_solo_recipe
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
+from solo_geometry.run.lock import writer_lock
+from solo_geometry.run.preempt import clear_marker, preempted_error, read_marker
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
 
-__all__ = ["ENTRY", "LaunchError", "check_recipe", "find_solo_root", "launch", "solo_command"]
+__all__ = [
+    "ENTRY",
+    "LaunchError",
+    "check_recipe",
+    "die_with_parent",
+    "find_solo_root",
+    "launch",
+    "solo_command",
+]
 
 ENV_ROOT = "SOLO_LEARN_ROOT"
 ENTRY = "main_pretrain"
+# Signals passed on to the trainer's process group: a scheduler's stop and requeue, and Ctrl-C.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+PARENT_ENV = "SOLO_GEOMETRY_LAUNCHER_PID"  # the trainer dies with the launcher of this pid
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # holds solo_geometry/ and hydra_plugins/
 
 
@@ -128,6 +149,92 @@ def _environment(solo_root: Path) -> dict[str, str]:
     return env
 
 
+@contextmanager
+def _forwarding() -> Iterator[dict[str, Any]]:
+    """Forward SIGTERM, SIGINT and SIGUSR1 to the trainer's process group while it runs.
+
+    Yields a dict: set ``child`` to the started process; ``received`` lists the signals this
+    process got (one that arrives before the child starts is forwarded once it has).
+    """
+    state: dict[str, Any] = {"child": None, "received": []}
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        state["received"].append(signum)
+        if state["child"] is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(state["child"].pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        yield state
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def die_with_parent() -> None:
+    """In the trainer process: be killed when the launcher dies (even by SIGKILL).
+
+    The launcher starts the trainer in a session of its own (so that it forwards each signal
+    once), which a kill of the launcher's process group no longer reaches: the kernel's parent
+    death signal (Linux) stands in. Called by :func:`~solo_geometry.hosts.solo.methods.install`
+    in the process whose environment holds the launcher's pid; elsewhere it does nothing.
+    """
+    parent = os.environ.pop(PARENT_ENV, None)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(parent):  # the launcher died before the call: as if after it
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _run_trainer(argv: list[str], env: dict[str, str]) -> tuple[int, int | None]:
+    """Run solo-learn's trainer in its own session; its status and the first signal received."""
+    if threading.current_thread() is not threading.main_thread():  # no signal handlers here
+        return subprocess.run(argv, env=env, check=False).returncode, None
+    with _forwarding() as state:
+        env = {**env, PARENT_ENV: str(os.getpid())}
+        child = subprocess.Popen(argv, env=env, start_new_session=True)
+        state["child"] = child
+        for signum in state["received"]:  # arrived while it was starting
+            os.killpg(child.pid, signum)
+        status = child.wait()
+    return status, (state["received"] or [None])[0]
+
+
+def _train(
+    folder: RunFolder, config: Path, overrides: list[str], root: Path, cfg: DictConfig
+) -> None:
+    """Run solo-learn's trainer into ``folder``; on failure keep the folder only with results.
+
+    Raises:
+        Preempted: the trainer was stopped by a signal (checkpointed at it when the recipe has
+            geometry on); the message names the checkpoint and the resume command.
+        LaunchError: the trainer failed.
+    """
+    run, ok = folder.path, False
+    print(f"solo-geometry: run folder {run}", flush=True)
+    clear_marker(folder)
+    try:
+        argv = solo_command(config, overrides, run, cfg)
+        status, received = _run_trainer(argv, _environment(root))
+        if received is not None or read_marker(folder) is not None:
+            raise preempted_error(folder, received)
+        if status != 0:
+            raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {status}")
+        if not folder.config.exists():
+            hydra_cfg = run / ".hydra" / "config.yaml"
+            loaded = OmegaConf.load(hydra_cfg) if hydra_cfg.exists() else cfg
+            assert isinstance(loaded, DictConfig)
+            folder.write_config(loaded)
+        ok = True
+    finally:
+        kept = folder.finish(ok=ok)
+        if not ok:
+            print(f"solo-geometry: run stopped; folder {'kept' if kept else 'removed'}: {run}")
+
+
 def launch(
     config: Path,
     overrides: list[str],
@@ -163,27 +270,12 @@ def launch(
         folder = RunFolder.create(Path(runs_root).expanduser().resolve(), name)
     else:
         folder = RunFolder(resume.run.path.resolve())
-        folder.mark_incomplete("resuming")
         # hydra.output_subdir=null: the folder's .hydra/*.yaml are left as the run wrote them
         overrides = [*overrides, f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'",
                      "hydra.output_subdir=null"]  # fmt: skip
-    run = folder.path
-    print(f"solo-geometry: run folder {run}", flush=True)
-    ok = False
-    try:
-        argv = solo_command(config, list(overrides), run, cfg)
-        result = subprocess.run(argv, env=_environment(root), check=False)
-        if result.returncode != 0:
-            raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {result.returncode}")
-        if not folder.config.exists():
-            hydra_cfg = run / ".hydra" / "config.yaml"
-            loaded = OmegaConf.load(hydra_cfg) if hydra_cfg.exists() else cfg
-            assert isinstance(loaded, DictConfig)
-            folder.write_config(loaded)
-        ok = True
-    finally:
-        kept = folder.finish(ok=ok)
-        if not ok:
-            print(f"solo-geometry: run failed; folder {'kept' if kept else 'removed'}: {run}")
-    print(f"solo-geometry: finished, run folder {run}", flush=True)
-    return run
+    with writer_lock(folder):  # held for the trainer's life: one writer per run folder
+        if resume is not None:
+            folder.mark_incomplete("resuming")
+        _train(folder, config, list(overrides), root, cfg)
+    print(f"solo-geometry: finished, run folder {folder.path}", flush=True)
+    return folder.path

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from solo_geometry.config import GeometryConfig, geometry_config
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.iternorm import differentiable_head
+from solo_geometry.hosts.solo.launcher import die_with_parent
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
 from solo_geometry.hosts.solo.spec import momentum_features
 from solo_geometry.inputs.datasets import MeanStd, mean_std_of
@@ -41,6 +42,7 @@ from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import geometry_callbacks
 from solo_geometry.runtime.chunks import ranks_of, sync_batch_norm
+from solo_geometry.runtime.preempt import PreemptionCallback
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 
@@ -261,10 +263,10 @@ class GeometryMethod(GeometryHost):
         return loss_of_outputs
 
     def configure_callbacks(self) -> list[Callback]:
-        """Attach the monitor, the probes and the report (:func:`geometry_callbacks`)."""
+        """The monitor, probes and report (:func:`geometry_callbacks`), then preemption's."""
         model: Any = self
         select = OmegaConf.select
-        return geometry_callbacks(
+        callbacks = geometry_callbacks(
             self.geometry_cfg,
             run_dir=self.geometry_run_dir,
             meta={"host": "solo", "method": self._solo_name},
@@ -272,6 +274,8 @@ class GeometryMethod(GeometryHost):
             val_dir=select(model.cfg, "data.val_path", default=None),
             normalization=self.geometry_normalization(),
         )
+        run_dir = self.geometry_run_dir
+        return [*callbacks, PreemptionCallback(run_dir)] if run_dir else callbacks
 
     def on_fit_start(self) -> None:
         """Write the resolved config into the run folder (rank zero) before training."""
@@ -336,6 +340,7 @@ def install() -> list[str]:
     """
     from solo.methods import METHODS
 
+    die_with_parent()  # the trainer process of a launch: never outlive the launcher
     wrapped = []
     for name, cls in list(METHODS.items()):
         if name in _SKIP or is_wrapped(cls) or not isinstance(cls, type):
