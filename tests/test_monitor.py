@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from solo_geometry.config import GeometryConfig, MeasureConfig, StatsConfig
-from solo_geometry.hosts.base import kept
+from solo_geometry.hosts.base import capture_copy
 from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import GeometryAware, GeometryView, Measurement
 from solo_geometry.runtime.monitor import GeometryMonitor
@@ -227,11 +227,11 @@ class TestHelpers:
     def test_kept_detaches_and_raises_half_precision(self) -> None:
         x = torch.randn(3, 4, requires_grad=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):  # *-mixed: an autocast output
-            half = kept((x * 2).to(torch.bfloat16))
+            half = capture_copy((x * 2).to(torch.bfloat16))
         assert half.dtype == torch.float32 and not half.requires_grad
         # *-true: the module computes in half precision, its outputs are kept as they are
-        assert kept((x * 2).to(torch.bfloat16)).dtype == torch.bfloat16
-        assert kept(x.double()).dtype == torch.float64 and not kept(x).requires_grad
+        assert capture_copy((x * 2).to(torch.bfloat16)).dtype == torch.bfloat16
+        assert capture_copy(x.double()).dtype == torch.float64 and not capture_copy(x).requires_grad
 
     def test_protocol(self) -> None:
         assert isinstance(BoringGeometry(), GeometryAware)

@@ -36,13 +36,13 @@ from solo_geometry.runtime.distributed import ViewParts
 from solo_geometry.runtime.measure import GeometryView
 from solo_geometry.state import preserved_state
 
-__all__ = ["GeometryHost", "assemble_view", "kept"]
+__all__ = ["GeometryHost", "assemble_view", "capture_copy"]
 
 LossOfOutputs = Callable[[Tensor], Tensor]
 
 
-def kept(t: Tensor) -> Tensor:
-    """A tensor as a module keeps it for ``geometry_capture``.
+def capture_copy(t: Tensor) -> Tensor:
+    """A tensor as a module captures it under ``geometry_capture``.
 
     Detached; half precision under autocast (``*-mixed``) is raised to float32, as a fresh
     forward outside autocast would give it. Outside autocast (``bf16-true``, ``16-true``: the
@@ -97,28 +97,28 @@ def assemble_view(
 class GeometryHost:
     """Mixin of a host's LightningModule: capture, state guard and view (module docstring)."""
 
-    # What the training step kept while capture is on: key -> tensors in call order.
-    _geometry_kept: dict[str, list[Tensor]] | None = None
-    # The dtype each key's tensors had before :func:`kept` (autocast's), and the features' of
-    # the last view's parts (``Settings.features_dtype``).
+    # What the training step captured while capture is on: key -> tensors in call order.
+    _geometry_captured: dict[str, list[Tensor]] | None = None
+    # The dtype each key's tensors had before :func:`capture_copy` (autocast's), and the
+    # features' of the last view's parts (``Settings.features_dtype``).
     _geometry_dtypes: dict[str, str] | None = None
     _geometry_features_dtype: str | None = None
 
     def geometry_capture(self, enabled: bool) -> None:
-        """Keep (or stop keeping and drop) what the training step computes."""
-        self._geometry_kept = {} if enabled else None
+        """Capture (or stop capturing and drop) what the training step computes."""
+        self._geometry_captured = {} if enabled else None
         self._geometry_dtypes = {}
 
-    def keep(self, key: str, tensor: Tensor) -> None:
-        """Keep ``tensor`` (detached) under ``key`` if capture is on and the module trains."""
-        if self._geometry_kept is not None and getattr(self, "training", False):
-            self._geometry_kept.setdefault(key, []).append(kept(tensor))
+    def capture(self, key: str, tensor: Tensor) -> None:
+        """Capture ``tensor`` (detached) under ``key`` if capture is on and the module trains."""
+        if self._geometry_captured is not None and getattr(self, "training", False):
+            self._geometry_captured.setdefault(key, []).append(capture_copy(tensor))
             dtype = str(tensor.dtype).removeprefix("torch.")
             self._geometry_dtypes = {**(self._geometry_dtypes or {}), key: dtype}
 
     def captured(self, key: str, count: int) -> list[Tensor] | None:
-        """The tensors kept under ``key`` if exactly ``count`` were kept, else None."""
-        tensors = (self._geometry_kept or {}).get(key, [])
+        """The tensors captured under ``key`` if exactly ``count`` were, else None."""
+        tensors = (self._geometry_captured or {}).get(key, [])
         return list(tensors) if len(tensors) == count else None
 
     def geometry_crops(self, batch: Any) -> list[Tensor]:

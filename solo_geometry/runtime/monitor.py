@@ -155,7 +155,7 @@ class GeometryMonitor(Callback):
                 self._capture(pl_module)  # else ``geometry_view`` runs its own forward
                 self.state.queue_batch(batch)
             return
-        self.state.keep(move_data_to_device(batch, "cpu"))
+        self.state.hold_for_final(move_data_to_device(batch, "cpu"))
         if self._capture(pl_module) is True:
             self.state.begin(step, batch, full)  # measured after this step's backward
             return

@@ -3,7 +3,7 @@
 A measurement re-evaluates the head and the loss at the features the training step computed:
 
 * under ``*-mixed`` precision (autocast) the features are the mixed-precision forward's, kept in
-  float32 (:func:`solo_geometry.hosts.base.kept`), and the head and loss run in the
+  float32 (:func:`solo_geometry.hosts.base.capture_copy`), and the head and loss run in the
   measurement's own dtype (``geometry.dtype``) outside autocast: the record's ``dtype`` is that
   of the products, its ``features_dtype`` the one the backbone computed the features in, its
   ``precision`` the trainer's;

@@ -45,7 +45,7 @@ class MonitorState:
             until it runs), None when none is owed.
         pending: the measurement waiting for this step's backward, None when none is.
         queuing: the batch whose features join the queue after this step's backward.
-        kept: a CPU copy of the last batch a record was due for, measured again at the end of
+        final_batch: a CPU copy of the last batch a record was due for, measured again at the end of
             fit (None before the first, and once taken).
         queue: pooled (Z, H) of the last ``queue_steps`` queued batches.
     """
@@ -56,7 +56,7 @@ class MonitorState:
     owed: int | None = None
     pending: Pending | None = None
     queuing: Any = None
-    kept: Any = None
+    final_batch: Any = None
     queue: deque[tuple[Tensor, Tensor]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,9 +100,9 @@ class MonitorState:
         """The queued (Z, H) that join the next record's statistics (none with the queue off)."""
         return list(self.queue) if self.queue_steps else []
 
-    def keep(self, batch: Any) -> None:
+    def hold_for_final(self, batch: Any) -> None:
         """Keep ``batch`` (a CPU copy) for the final record."""
-        self.kept = batch
+        self.final_batch = batch
 
     def begin(self, step: int, batch: Any, full: bool) -> None:
         """Let step ``step``'s measurement wait for the step's backward."""
@@ -114,10 +114,10 @@ class MonitorState:
         return pending
 
     def take_final(self, step: int, last_step: int | None) -> Any:
-        """The kept batch for the final record at step ``step``; None if none or recorded."""
-        if self.kept is None or step == last_step:
+        """The held batch for the final record at step ``step``; None if none or recorded."""
+        if self.final_batch is None or step == last_step:
             return None
-        batch, self.kept = self.kept, None
+        batch, self.final_batch = self.final_batch, None
         return batch
 
     def deferred(self, step: int, *, full: bool, final: bool) -> int:

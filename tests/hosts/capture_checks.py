@@ -31,4 +31,4 @@ def assert_view_reuses_training_step(model: Any, batch: Any, backbones: list[nn.
         whole.loss_of_features(whole.features), fresh.loss_of_features(fresh.features)
     )
     model.geometry_capture(False)
-    assert model._geometry_kept is None  # dropped when capture ends
+    assert model._geometry_captured is None  # dropped when capture ends

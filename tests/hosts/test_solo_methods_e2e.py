@@ -3,7 +3,8 @@
 Each of the 17 methods of ``SUPPORTED`` runs solo-learn's unmodified ``main_pretrain.py`` on
 its unmodified ``scripts/pretrain/cifar/<method>.yaml`` with ``+geometry=on`` and what a new user
 passes on a CPU: ``data.dataset=custom`` on an image folder written to disk,
-``accelerator=cpu "devices=[0]" strategy=auto precision=32 sync_batchnorm=False``, plus the
+``accelerator=cpu "devices=[0]" strategy=auto precision=32 sync_batchnorm=False`` (SimCLR, BYOL,
+VICReg and Barlow Twins at ``precision=bf16-mixed``, the mixed-precision path), plus the
 fewest overrides that keep it short (batch 8, two steps, no workers, no wandb or checkpoints).
 The monitor, the probes, the orbit table, the report and the update sizes stay at their
 defaults, and the run must write finite records, probes and a report.
@@ -33,6 +34,9 @@ RECIPE = {name: "barlow" if name == "barlow_twins" else name for name in SUPPORT
 # DeepClusterV2 clusters the whole dataset at each epoch start into its 3 x 3000 prototypes
 # and has no loss before epoch 1.
 NEEDS = {"deepclusterv2": ["max_epochs=2", "method_kwargs.num_prototypes=[12,12,12]"]}
+# The four methods of the mixed-precision path (issue 33) run at bf16-mixed, the CPU's stand-in
+# for their recipes' 16-mixed on a GPU; the others at precision 32 (solo_recipes.CPU).
+MIXED = ("barlow_twins", "byol", "simclr", "vicreg")
 # Known failures at the defaults, each a bug to fix (the test then passes and strict xfail fails).
 KNOWN: dict[str, str] = {}
 METHODS = [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]) if m in KNOWN
@@ -54,11 +58,13 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def overrides(method: str, folders: Path) -> list[str]:
     """The CPU overrides and the fewest that make ``method``'s recipe short."""
-    return [*CPU, "data.dataset=custom", f"data.train_path={folders / 'train'}",
+    args = [*CPU, "data.dataset=custom", f"data.train_path={folders / 'train'}",
             f"data.val_path={folders / 'val'}", "data.num_workers=0", "optimizer.batch_size=8",
             "max_epochs=1", "wandb.enabled=False", "checkpoint.enabled=False",
             "auto_resume.enabled=False", "++enable_progress_bar=False",
             *NEEDS.get(method, []), "+geometry=on"]  # fmt: skip
+    mixed = "precision=bf16-mixed" if method in MIXED else None
+    return [mixed if mixed and o.startswith("precision=") else o for o in args]
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -81,6 +87,10 @@ def test_cifar_recipe_geometry_defaults(method: str, folders: Path, tmp_path: Pa
         values = [v for v in r.metrics.values() if isinstance(v, float)]
         assert values and all(math.isfinite(v) for v in values), r.metrics
         assert math.isfinite(r.metrics["z/normalized_std"])
+        assert r.settings.precision == ("bf16-mixed" if method in MIXED else "32-true")
+        if "hessian" in r.parts:  # converged extremes, mixed precision or not
+            assert all(r.metrics[f"{op}/converged_{end}"] for op in ("heff", "gn", "m")
+                       for end in ("min", "max")), (r.step, r.metrics)  # fmt: skip
     probes = folder.read_probes()
     assert probes is not None and {r.features for r in probes.rows} == {"z", "h"}, tail(proc)
     assert all(math.isfinite(r.accuracy) for r in probes.rows)

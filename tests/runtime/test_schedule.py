@@ -108,8 +108,8 @@ class TestPendingAndFinal:
     def test_final_batch_is_the_last_kept_and_not_a_recorded_step(self) -> None:
         state = MonitorState(every=2)
         assert state.take_final(5, None) is None  # nothing kept yet
-        state.keep("batch 2")
-        state.keep("batch 4")
+        state.hold_for_final("batch 2")
+        state.hold_for_final("batch 4")
         assert state.take_final(4, last_step=4) is None  # step 4 already recorded
         assert state.take_final(5, last_step=4) == "batch 4"
         assert state.take_final(5, last_step=4) is None  # taken

@@ -131,9 +131,9 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         H = torch.stack([self.projector(f) for f in feats])  # (views, batch, p)
         targets = self._targets(views)
         for f in feats:  # the monitor measures this step: keep its inputs (capture on)
-            self.keep("feats", f)
+            self.capture("feats", f)
         if targets is not None:
-            self.keep("targets", targets)
+            self.capture("targets", targets)
         loss = self.objective(H, targets)
         class_loss, acc1 = self._class_loss(feats, labels)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from solo_geometry.hosts.solo.queues import keys, neighbours
-from solo_geometry.hosts.solo.spec import Context, Kept, LossSpec, frozen
+from solo_geometry.hosts.solo.spec import CapturedFeats, Context, LossSpec, frozen
 
 __all__ = ["ALL4ONE", "RNG_KEY", "keep_rng_states"]
 
@@ -40,9 +40,9 @@ def keep_rng_states(model: Any) -> None:
     """Keep the random state before each call of the transformer while capture is on."""
 
     def pre_hook(module: nn.Module, args: Any) -> None:
-        model.keep(RNG_KEY, torch.get_rng_state())
+        model.capture(RNG_KEY, torch.get_rng_state())
         if args and args[0].is_cuda:
-            model.keep(f"{RNG_KEY}/cuda", torch.cuda.get_rng_state(args[0].device))
+            model.capture(f"{RNG_KEY}/cuda", torch.cuda.get_rng_state(args[0].device))
 
     model.transformer_encoder.register_forward_pre_hook(pre_hook)
 
@@ -59,8 +59,8 @@ def _replayed(state: Tensor | None, cuda: Tensor | None, device: torch.device) -
         yield
 
 
-def _context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    mz = keys(model, crops, kept)  # normalised momentum keys (N, p)
+def _context(model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats) -> Context:
+    mz = keys(model, crops, step_feats)  # normalised momentum keys (N, p)
     nn1, nn2 = neighbours(model, mz)  # (N, 5, p) each
     pos = copy.deepcopy(model.pos_enc)  # it caches its encoding: never the model's own
     states = model.captured(RNG_KEY, 4) or [None] * 4

@@ -41,8 +41,8 @@ from solo_geometry.hosts.solo.all4one import ALL4ONE
 from solo_geometry.hosts.solo.prototypes import PROTOTYPE_METHODS
 from solo_geometry.hosts.solo.queues import QUEUE_METHODS
 from solo_geometry.hosts.solo.spec import (
+    CapturedFeats,
     Context,
-    Kept,
     LossSpec,
     frozen,
     momentum_features,
@@ -54,16 +54,22 @@ from solo_geometry.runtime.chunks import rank_chunks
 __all__ = ["SUPPORTED", "UNSUPPORTED", "LossSpec", "barlow_loss", "methods_table"]
 
 
-def _index_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+def _index_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
     return {"indexes": batch[0].detach()}
 
 
-def _label_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+def _label_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
     return {"indexes": batch[-1].detach()}
 
 
-def _momentum_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return momentum_targets(model, momentum_features(model, crops, kept))
+def _momentum_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
+    return momentum_targets(model, momentum_features(model, crops, step_feats))
 
 
 def _contrastive(model: Any, ctx: Context, H: Tensor) -> Tensor:

@@ -170,21 +170,21 @@ class GeometryMethod(GeometryHost):
         While capture is on, what the step reads and then updates in place (queues, DINO's
         centre: ``LossSpec.snapshots``) is cloned aside before it runs.
         """
-        if self._geometry_kept is not None and getattr(self, "training", False):
+        if self._geometry_captured is not None and getattr(self, "training", False):
             for path in self._spec.snapshots:
-                self.keep(path, attrgetter(path)(self).clone())
+                self.capture(path, attrgetter(path)(self).clone())
         return super().training_step(batch, batch_idx)  # type: ignore[misc]
 
     def forward(self, X: Tensor, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """solo-learn's ``forward``, its backbone features kept while capture is on."""
         out = super().forward(X, *args, **kwargs)  # type: ignore[misc]
-        self.keep("feats", out["feats"])
+        self.capture("feats", out["feats"])
         return out
 
     def multicrop_forward(self, X: Tensor) -> dict[str, Any]:
         """solo-learn's ``multicrop_forward``, its features kept while capture is on."""
         out = super().multicrop_forward(X)  # type: ignore[misc]
-        self.keep("feats", out["feats"])
+        self.capture("feats", out["feats"])
         return out
 
     def geometry_crops(self, batch: Any) -> list[Tensor]:
@@ -310,9 +310,9 @@ def _keeping(
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = solo_method(self, *args, **kwargs)
-        if self._geometry_kept is not None:
+        if self._geometry_captured is not None:
             for t in select(out):
-                self.keep(key, t)
+                self.capture(key, t)
         return out
 
     method.__name__ = solo_method.__name__
@@ -323,7 +323,7 @@ def _keeping(
 def _momentum_forward(self: Any, X: Tensor) -> dict[str, Any]:
     """solo-learn's ``momentum_forward``, its features kept while capture is on."""
     out = self._solo_base.momentum_forward(self, X)
-    self.keep("momentum_feats", out["feats"])
+    self.capture("momentum_feats", out["feats"])
     return out
 
 

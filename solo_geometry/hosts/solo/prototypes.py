@@ -31,7 +31,7 @@ from einops import rearrange
 from torch import Tensor
 
 from solo_geometry.hosts.solo import spec
-from solo_geometry.hosts.solo.spec import Context, Kept, LossSpec, frozen
+from solo_geometry.hosts.solo.spec import CapturedFeats, Context, LossSpec, frozen
 
 __all__ = ["PROTOTYPE_METHODS", "dino_loss"]
 
@@ -64,8 +64,10 @@ def dino_loss(student: Tensor, teacher: Tensor, student_temp: float, chunks: int
     return total / terms
 
 
-def _dino_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return _dino_teacher(model, spec.momentum_features(model, crops, kept))
+def _dino_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
+    return _dino_teacher(model, spec.momentum_features(model, crops, step_feats))
 
 
 def _dino_teacher(model: Any, feats: list[Tensor]) -> Context:
@@ -87,7 +89,9 @@ def _dino(model: Any, ctx: Context, H: Tensor) -> Tensor:
     return dino_loss(student, ctx["teacher"].to(H), loss.student_temp, loss.num_large_crops)
 
 
-def _swav_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+def _swav_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
     large = model.num_large_crops
     codes = model.captured("get_assignments", large)
     if codes is None:
@@ -106,7 +110,9 @@ def _swav(model: Any, ctx: Context, H: Tensor) -> Tensor:
     return swav_loss_func(preds, codes, model.temperature)
 
 
-def _deepcluster_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+def _deepcluster_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
     assignments = getattr(model, "assignments", None)
     indexes = batch[0]
     if assignments is None or bool((assignments[:, indexes] < 0).all()):

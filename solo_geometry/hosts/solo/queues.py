@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from solo_geometry.hosts.solo.spec import (
+    CapturedFeats,
     Context,
-    Kept,
     LossSpec,
     frozen,
     merge_contexts,
@@ -47,11 +47,11 @@ def neighbours(model: Any, queries: list[Tensor]) -> list[Tensor]:
     Returns:
         The neighbours (N, p) (All4One: (N, 5, p)), detached.
     """
-    kept = model.captured("find_nn", len(queries))
-    if kept is None:
+    step_feats = model.captured("find_nn", len(queries))
+    if step_feats is None:
         with torch.no_grad():
-            kept = [model._solo_base.find_nn(model, q)[1] for q in queries]
-    return [t.detach() for t in kept]
+            step_feats = [model._solo_base.find_nn(model, q)[1] for q in queries]
+    return [t.detach() for t in step_feats]
 
 
 def _online(model: Any, crops: list[Tensor]) -> list[Tensor]:
@@ -60,13 +60,15 @@ def _online(model: Any, crops: list[Tensor]) -> list[Tensor]:
         return [model.projector(f) for f in model.geometry_features(crops)]
 
 
-def keys(model: Any, crops: list[Tensor], kept: Kept) -> list[Tensor]:
+def keys(model: Any, crops: list[Tensor], step_feats: CapturedFeats) -> list[Tensor]:
     """The momentum branch's normalised keys (N, p) of the large crops, as the step had them."""
-    return [F.normalize(t, dim=-1) for t in momentum_outputs(model, crops, kept)]
+    return [F.normalize(t, dim=-1) for t in momentum_outputs(model, crops, step_feats)]
 
 
-def _queue_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {"keys": keys(model, crops, kept), "queue": snapshot(model, "queue")}
+def _queue_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
+    return {"keys": keys(model, crops, step_feats), "queue": snapshot(model, "queue")}
 
 
 def _queue_keys(model: Any, feats: list[Tensor]) -> Context:
@@ -94,13 +96,17 @@ def _ressl(model: Any, ctx: Context, H: Tensor) -> Tensor:
     return ressl_loss_func(q, k, ctx["queue"].to(H), model.temperature_q, model.temperature_k)
 
 
-def _online_nn_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+def _online_nn_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
     zs = [F.normalize(z, dim=-1) for z in _online(model, crops)[:2]]
     return {"nn": neighbours(model, zs)}
 
 
-def _momentum_nn_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
-    return {"nn": neighbours(model, keys(model, crops, kept))}
+def _momentum_nn_context(
+    model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats
+) -> Context:
+    return {"nn": neighbours(model, keys(model, crops, step_feats))}
 
 
 def _predictions(model: Any, H: Tensor) -> list[Tensor]:

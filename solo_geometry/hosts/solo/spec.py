@@ -37,7 +37,7 @@ from solo_geometry.runtime.chunks import per_rank
 
 __all__ = [
     "Context",
-    "Kept",
+    "CapturedFeats",
     "LossSpec",
     "frozen",
     "merge_contexts",
@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 Context = dict[str, Any]
-Kept = list[Tensor] | None  # momentum-backbone features (B, d) of the training step, per crop
+# The momentum-backbone features (B, d) the training step captured, per crop (None: not captured).
+CapturedFeats = list[Tensor] | None
 
 
 def merge_contexts(
@@ -109,7 +110,7 @@ class LossSpec:
             BatchNorm normalised the global batch, not each rank's chunk. None: no momentum head.
     """
 
-    context: Callable[[Any, list[Tensor], Any, Kept], Context]
+    context: Callable[[Any, list[Tensor], Any, CapturedFeats], Context]
     loss: Callable[[Any, Context, Tensor], Tensor]
     momentum: bool = False
     head: str = "projector"
@@ -131,31 +132,31 @@ def frozen(module: nn.Module, x: Tensor) -> Tensor:
     return per_rank(frozen_module(module, x.dtype, x.device), module, x)
 
 
-def no_context(model: Any, crops: list[Tensor], batch: Any, kept: Kept) -> Context:
+def no_context(model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFeats) -> Context:
     """No fixed quantity besides the model's parameters."""
     return {}
 
 
-def momentum_features(model: Any, crops: list[Tensor], kept: Kept) -> list[Tensor]:
+def momentum_features(model: Any, crops: list[Tensor], step_feats: CapturedFeats) -> list[Tensor]:
     """The momentum-backbone features (B, d) of each large crop: the step's, else fresh ones."""
     from solo.methods.base import BaseMomentumMethod
 
-    if kept is not None:
-        return [f.detach() for f in kept]
+    if step_feats is not None:
+        return [f.detach() for f in step_feats]
     with torch.no_grad():
         large = crops[: model.num_large_crops]
         return [BaseMomentumMethod.momentum_forward(model, x)["feats"].detach() for x in large]
 
 
 def momentum_outputs(
-    model: Any, crops: list[Tensor], kept: Kept, head: str = "momentum_projector"
+    model: Any, crops: list[Tensor], step_feats: CapturedFeats, head: str = "momentum_projector"
 ) -> list[Tensor]:
     """The momentum head's outputs (B, p) of each large crop, as the training step computed them.
 
     From the momentum-backbone features the step kept (its whole batch, so the momentum head's
     BatchNorm sees the step's batch statistics), else from a fresh momentum forward.
     """
-    feats = momentum_features(model, crops, kept)
+    feats = momentum_features(model, crops, step_feats)
     with torch.no_grad():
         module = attrgetter(head)(model)
         return [module(f).detach() for f in feats]
@@ -168,5 +169,5 @@ def momentum_targets(model: Any, feats: list[Tensor]) -> Context:
 
 def snapshot(model: Any, path: str) -> Tensor:
     """The tensor at ``path`` as the training step read it (its clone), else as it is now."""
-    kept = model.captured(path, 1)
-    return (kept[0] if kept is not None else attrgetter(path)(model)).detach().clone()
+    step_feats = model.captured(path, 1)
+    return (step_feats[0] if step_feats is not None else attrgetter(path)(model)).detach().clone()
