@@ -7,6 +7,7 @@ for fixtures). ``build_once``: folders several tests read, built once per test s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import shutil
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from scipy.spatial.distance import pdist
 
+from solo_geometry.config import OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.cifar import cifar_paths
+from solo_geometry.zoo.measurements import MeasureSettings
 
 
 def build_once(
@@ -95,3 +99,25 @@ def digits_subset(digits: Path, out: Path, per_class: dict[str, int]) -> Path:
             for png in sorted(cls.glob("*.png"))[:n]:
                 shutil.copy(png, out / split / cls.name / png.name)
     return out
+
+
+def image_folder(root: Path, n_per_class: int = 12, size: int = 8) -> Path:
+    """train/ and val/ with 3 classes of small RGB images whose colour gives the class."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in range(3):
+            folder = root / split / str(c)
+            folder.mkdir(parents=True)
+            for i in range(n_per_class):
+                img = rng.uniform(0, 0.3, (size, size, 3))
+                img[..., c] += 0.6
+                Image.fromarray((img * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def small_settings() -> MeasureSettings:
+    """Probes of the class target, a linear probe, one orbit family: seconds on a CPU."""
+    probes = ProbesConfig(targets=["class"], probes=["linear"],
+                          orbits=OrbitsConfig(families=["rotation"], images=6, k=3))  # fmt: skip
+    return MeasureSettings(probes=dataclasses.asdict(probes), stats_images=12, rho_images=4,
+                           rho_families=("brightness",))  # fmt: skip

@@ -15,7 +15,7 @@ from solo_geometry.config import AlertConfig, GeometryConfig, geometry_config
 from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.alert import FLAT, SADDLE, STATES, CollapseAlert, classify, ratios
 from solo_geometry.runtime.monitor import GeometryMonitor
-from tests.test_monitor import _config, _fit
+from tests.monitor_helpers import fit_boring, small_config
 
 M, D = 512, 128
 CEILING = math.sqrt(M / ((M - 1) * D))
@@ -133,7 +133,7 @@ class TestConfig:
 def _always_complete(tmp: Path, **alert: Any) -> GeometryConfig:
     """Every record points to `complete` (std under 0.999 of its ceiling): the run shows it."""
     alert_cfg = AlertConfig(complete_enter=0.999, complete_leave=0.9999, **alert)
-    return _config(tmp, augment=False, every_n_steps=1, lanczos_max_steps=20, alert=alert_cfg)
+    return small_config(tmp, augment=False, every_n_steps=1, lanczos_max_steps=20, alert=alert_cfg)
 
 
 class TestMonitorAlert:
@@ -142,7 +142,7 @@ class TestMonitorAlert:
         cfg = _always_complete(tmp_path, patience=2, stop=True, stop_after=2)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            _, trainer = _fit(tmp_path, [GeometryMonitor(cfg)], steps=8, logger=logger)
+            _, trainer = fit_boring(tmp_path, [GeometryMonitor(cfg)], steps=8, logger=logger)
         records = read_records(tmp_path)
         states = [r.alert["state"] for r in records if r.alert]
         assert states[:3] == ["healthy", "complete", "complete"]
@@ -158,7 +158,7 @@ class TestMonitorAlert:
         assert float(STATES.index("complete")) in {float(v) for v in logged}
 
     def test_default_never_stops(self, tmp_path: Path) -> None:
-        _, trainer = _fit(tmp_path, [GeometryMonitor(_always_complete(tmp_path))], steps=4)
+        _, trainer = fit_boring(tmp_path, [GeometryMonitor(_always_complete(tmp_path))], steps=4)
         assert trainer.global_step == 4
         assert read_records(tmp_path)[-1].alert["state"] == "complete"
 

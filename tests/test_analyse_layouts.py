@@ -10,7 +10,6 @@ modules' outputs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import warnings
 from pathlib import Path
 
@@ -22,15 +21,13 @@ from safetensors.torch import save_file
 from torch import nn
 
 from solo_geometry.cli import main as cli_main
-from solo_geometry.config import OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, probe_splits
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.checkpoint import read_checkpoint
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.zoo.analyse import analyse
 from solo_geometry.zoo.layouts import LAYOUTS, detect_layout, load_checkpoint
-from solo_geometry.zoo.measurements import MeasureSettings
-from tests.test_probes import _image_folder
+from tests.shared import image_folder, small_settings
 
 
 def _vicreg_projector(embedding: int, mlp: str) -> nn.Sequential:
@@ -180,7 +177,7 @@ class TestPublishedLayouts:
     ) -> None:
         path, data, out = (
             tmp_path / "odd.pth",
-            _image_folder(tmp_path / "data", 10, 16),
+            image_folder(tmp_path / "data", 10, 16),
             tmp_path / "out",
         )
         torch.save({"net": {"w": torch.zeros(2)}}, path)
@@ -211,19 +208,11 @@ class TestSafeReading:
                                    torch.arange(3.0))  # fmt: skip
 
 
-def small_settings() -> MeasureSettings:
-    """Probes of the class target, a linear probe, one orbit family: seconds on a CPU."""
-    probes = ProbesConfig(targets=["class"], probes=["linear"],
-                          orbits=OrbitsConfig(families=["rotation"], images=6, k=3))  # fmt: skip
-    return MeasureSettings(probes=dataclasses.asdict(probes), stats_images=12, rho_images=4,
-                           rho_families=("brightness",))  # fmt: skip
-
-
 class TestAnalyse:
     def test_dino_vit_analysis_matches_a_direct_computation(self, tmp_path: Path) -> None:
         path = tmp_path / "dino.pth"
         ref_backbone, ref_head = _write("dino-vit_small16", path)
-        data = _image_folder(tmp_path / "data", 10, 16)
+        data = image_folder(tmp_path / "data", 10, 16)
         result = analyse(path, data, tmp_path / "out", settings=small_settings())
         assert result["layout"] == "dino-vit_small16"
         assert (tmp_path / "out" / "analysis.json").is_file()

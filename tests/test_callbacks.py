@@ -20,10 +20,12 @@ from solo_geometry.runtime.callbacks import (
     probe_data,
 )
 from solo_geometry.runtime.monitor import GeometryMonitor
-from tests.test_monitor import BoringGeometry, TwoViews
+from tests.monitor_helpers import BoringGeometry, TwoViews
 
 
-def _fit(tmp: Path, callbacks: list, make: Any = BoringGeometry, steps: int = 2) -> pl.Trainer:
+def fit_boring(
+    tmp: Path, callbacks: list, make: Any = BoringGeometry, steps: int = 2
+) -> pl.Trainer:
     pl.seed_everything(0, verbose=False)
     trainer = pl.Trainer(
         max_steps=steps, accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
@@ -34,7 +36,7 @@ def _fit(tmp: Path, callbacks: list, make: Any = BoringGeometry, steps: int = 2)
     return trainer
 
 
-def _config(**probes: Any) -> GeometryConfig:
+def small_config(**probes: Any) -> GeometryConfig:
     measure = MeasureConfig(augment=False, density_probes=1)
     small = ProbesConfig(targets=["class"], probes=["linear"],
                          orbits=OrbitsConfig(families=[]), **probes)  # fmt: skip
@@ -45,19 +47,19 @@ def _config(**probes: Any) -> GeometryConfig:
 @pytest.mark.slow
 class TestGeometryCallbacks:
     def test_order_and_report_without_probes(self, tmp_path: Path) -> None:
-        cfg = _config(enabled=False)
+        cfg = small_config(enabled=False)
         callbacks = geometry_callbacks(cfg, run_dir=tmp_path, meta={"host": "test"})
         assert [type(c) for c in callbacks] == [GeometryMonitor, ReportCallback]
-        _fit(tmp_path, callbacks)
+        fit_boring(tmp_path, callbacks)
         run = RunFolder(tmp_path)
         assert (run.report / "index.html").is_file()  # a report with probes off
         assert [r.step for r in run.records()] == [0, 1, 2] and run.read_probes() is None
 
     def test_probes_and_report_on_a_labelled_folder(self, tmp_path: Path) -> None:
         data = make_digits(tmp_path / "digits", size=8)
-        callbacks = geometry_callbacks(_config(), run_dir=tmp_path / "run", meta={},
+        callbacks = geometry_callbacks(small_config(), run_dir=tmp_path / "run", meta={},
                                        train_dir=data / "train", val_dir=data / "val")  # fmt: skip
-        _fit(tmp_path / "run", callbacks, make=_Digits)
+        fit_boring(tmp_path / "run", callbacks, make=_Digits)
         table = RunFolder(tmp_path / "run").read_probes()
         assert table is not None and {r.features for r in table.rows} == {"z", "h"}
         # fitted on the recipe's train split, scored on its val split
@@ -84,7 +86,7 @@ class TestSetupChecks:
     def test_missing_probe_folder(self, tmp_path: Path) -> None:
         callback = ProbeCallback(ProbesConfig(), tmp_path / "nope", tmp_path, IMAGENET_MEAN_STD)
         with pytest.raises(ValueError, match="nope.*does not exist"):
-            _fit(tmp_path, [callback])
+            fit_boring(tmp_path, [callback])
         assert not (tmp_path / "geometry.jsonl").exists()
 
     def test_module_without_geometry_head(self, tmp_path: Path) -> None:
@@ -95,7 +97,7 @@ class TestSetupChecks:
                 steps.append(1)
 
         with pytest.raises(ValueError, match=r"BoringGeometry: probes need .*geometry_head\(\)"):
-            _fit(tmp_path, [ProbeCallback(ProbesConfig(), None, tmp_path, IMAGENET_MEAN_STD),
+            fit_boring(tmp_path, [ProbeCallback(ProbesConfig(), None, tmp_path, IMAGENET_MEAN_STD),
                             Spy()])  # fmt: skip
         assert steps == []  # no training step ran
 

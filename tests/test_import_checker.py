@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.import_graph import collect_imports
-from tests.test_imports import PACKAGE, RULES, check_package
+from tests.import_rules import PACKAGE, RULES, check_package
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:

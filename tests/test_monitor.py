@@ -17,17 +17,16 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
-from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
+from torch import Tensor
 
-from solo_geometry.config import GeometryConfig, MeasureConfig, StatsConfig
+from solo_geometry.config import StatsConfig
 from solo_geometry.hosts.base import capture_copy
 from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import GeometryAware, GeometryView, Measurement
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.state import preserved_state
+from tests.monitor_helpers import BoringGeometry, fit_boring, small_config
 
 HESSIAN_KEYS = [
     f"{op}/{q}"
@@ -36,74 +35,6 @@ HESSIAN_KEYS = [
 ] + ["interaction_ratio"]
 STATS_KEYS = [f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank",
                                                       "effective_rank")]  # fmt: skip
-
-
-class TwoViews(Dataset):
-    """Random images in two noisy views, solo-learn's batch layout [index, [X1, X2], y]."""
-
-    def __init__(self, n: int = 32) -> None:
-        g = torch.Generator().manual_seed(1)
-        self.x = torch.rand(n, 3, 8, 8, generator=g)
-        self.noise = 0.05 * torch.randn(2, n, 3, 8, 8, generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> Any:
-        return i, [self.x[i] + self.noise[0, i], self.x[i] + self.noise[1, i]], 0
-
-
-class BoringGeometry(pl.LightningModule):
-    """A minimal SSL module with a BN backbone, a BN + dropout head and ``geometry_view``."""
-
-    def __init__(self, fail_at: tuple[int, ...] = (), nan_at: tuple[int, ...] = ()) -> None:
-        super().__init__()
-        self.backbone = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        )  # fmt: skip
-        self.projector = nn.Sequential(
-            nn.Linear(8, 16), nn.BatchNorm1d(16), nn.SiLU(), nn.Linear(16, 6)
-        )
-        self.dropout = nn.Dropout(0.2)
-        self.fail_at, self.nan_at = fail_at, nan_at
-
-    def ssl_loss(self, H: Tensor) -> Tensor:
-        h1, h2 = H[0], H[1]
-        std = torch.sqrt(H.var(dim=1) + 1e-4)
-        return F.mse_loss(h1, h2) + F.relu(1 - std).mean()
-
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        _, X, _ = batch
-        H = torch.stack([self.projector(self.dropout(self.backbone(x))) for x in X])
-        return self.ssl_loss(H)
-
-    def features(self, X: list[Tensor]) -> Tensor:
-        """Backbone features (V, N, d) for the view, without gradients."""
-        with torch.no_grad():
-            return torch.stack([self.backbone(x) for x in X])
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=1e-2)
-
-    def geometry_view(self, batch: Any) -> GeometryView:
-        step = self.trainer.global_step if self._trainer is not None else -1
-        if step in self.fail_at:
-            self.projector[1].running_mean.add_(1.0)  # state damage the monitor must undo
-            self.eval()
-            raise RuntimeError("boom")
-        _, X, _ = batch
-        Z = self.features(X)  # (V, N, d)
-        scale = math.nan if step in self.nan_at else 1.0
-
-        def loss_of_outputs(H: Tensor) -> Tensor:
-            return self.ssl_loss(H) * scale
-
-        def loss_of_features(Z_: Tensor) -> Tensor:
-            return loss_of_outputs(torch.stack([self.projector(z) for z in Z_]))
-
-        return GeometryView(Z, self.projector, loss_of_features, self.backbone, X[0],
-                            loss_of_outputs)  # fmt: skip
 
 
 class CapturingGeometry(BoringGeometry):
@@ -135,36 +66,6 @@ class CapturingGeometry(BoringGeometry):
         return super().features(X)
 
 
-def _config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
-    measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
-                            density_probes=1)  # fmt: skip
-    base = dict(every_n_steps=2, max_samples=8, lanczos_max_steps=80, measure=measure,
-                out_dir=str(out), budget=None)  # fmt: skip
-    base.update(kw)
-    return GeometryConfig(**base)
-
-
-def _fit(
-    tmp: Path,
-    callbacks: list,
-    make: Any = BoringGeometry,
-    *,
-    steps: int = 6,
-    ckpt: str | None = None,
-    logger: Any = False,
-) -> tuple[BoringGeometry, pl.Trainer]:
-    pl.seed_everything(0, verbose=False)
-    model = make()
-    trainer = pl.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=logger, callbacks=callbacks,
-        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
-    )  # fmt: skip
-    loader = DataLoader(TwoViews(), batch_size=8, shuffle=True)
-    trainer.fit(model, loader, ckpt_path=ckpt)
-    return model, trainer
-
-
 def _state(model: pl.LightningModule, trainer: pl.Trainer) -> dict[str, Tensor]:
     out = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
     opt = trainer.optimizers[0].state_dict()["state"]
@@ -181,8 +82,8 @@ class TestMonitorConfig:
 
     @pytest.mark.parametrize("make", [BoringGeometry, CapturingGeometry])
     def test_stats_queue_pools_the_last_batches(self, tmp_path: Path, make: Any) -> None:
-        cfg = _config(tmp_path, augment=False, every_n_steps=3, stats=StatsConfig(queue=2))
-        _fit(tmp_path, [GeometryMonitor(cfg)], make, steps=6)
+        cfg = small_config(tmp_path, augment=False, every_n_steps=3, stats=StatsConfig(queue=2))
+        fit_boring(tmp_path, [GeometryMonitor(cfg)], make, steps=6)
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 3, 6]
         # 8 samples x 2 views per batch; from step 3 on, the two batches before join the stats
@@ -190,8 +91,8 @@ class TestMonitorConfig:
         assert records[1].metrics["z/n_samples"] == 48
 
     def test_cadence_and_settings_come_from_the_config(self, tmp_path: Path) -> None:
-        cfg = _config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")
-        _fit(tmp_path, [GeometryMonitor(cfg)], steps=7)
+        cfg = small_config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")
+        fit_boring(tmp_path, [GeometryMonitor(cfg)], steps=7)
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 3, 6, 7]
         s = records[0].settings
@@ -205,7 +106,7 @@ class TestMonitorConfig:
             geometry_view = None  # type: ignore[assignment]
 
         with pytest.raises(TypeError, match="geometry_view"):
-            _fit(tmp_path, [GeometryMonitor(_config(tmp_path))], Plain)
+            fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))], Plain)
 
 
 class TestHelpers:
@@ -240,11 +141,11 @@ class TestHelpers:
 class TestGeometryMonitor:
     @pytest.mark.parametrize("make", [BoringGeometry, CapturingGeometry])
     def test_never_alters_training(self, tmp_path: Path, make: Any) -> None:
-        ref_model, ref_trainer = _fit(tmp_path / "a", [], make, steps=9)
+        ref_model, ref_trainer = fit_boring(tmp_path / "a", [], make, steps=9)
         ref = _state(ref_model, ref_trainer)
-        cfg = _config(tmp_path / "b", every_n_steps=3, stats=StatsConfig(queue=2))
+        cfg = small_config(tmp_path / "b", every_n_steps=3, stats=StatsConfig(queue=2))
         monitor = GeometryMonitor(cfg)  # measures and queues on every step
-        model, trainer = _fit(tmp_path / "b", [monitor], make, steps=9)
+        model, trainer = fit_boring(tmp_path / "b", [monitor], make, steps=9)
         got = _state(model, trainer)
         assert ref.keys() == got.keys()
         assert [k for k in ref if not torch.equal(ref[k], got[k])] == []
@@ -252,8 +153,8 @@ class TestGeometryMonitor:
         assert monitor.n_records == 4  # steps 0, 3, 6 and the final one
 
     def test_records(self, tmp_path: Path) -> None:
-        monitor = GeometryMonitor(_config(tmp_path), meta={"method": "boring"})
-        _fit(tmp_path, [monitor])
+        monitor = GeometryMonitor(small_config(tmp_path), meta={"method": "boring"})
+        fit_boring(tmp_path, [monitor])
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 2, 4, 6]
         assert [r.status for r in records] == ["ok"] * 4, records[0].reason
@@ -278,8 +179,8 @@ class TestGeometryMonitor:
                 views.append(view.features)
                 return view
 
-        monitor = GeometryMonitor(_config(tmp_path))
-        model, trainer = _fit(tmp_path, [monitor], Spy)
+        monitor = GeometryMonitor(small_config(tmp_path))
+        model, trainer = fit_boring(tmp_path, [monitor], Spy)
         assert "geometry/heff/lambda_max" in trainer.callback_metrics  # logged after backward
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 2, 4, 6]
@@ -289,8 +190,8 @@ class TestGeometryMonitor:
         assert [v.shape for v in views] == [torch.Size([2, 8, 8])] * 4
 
     def test_step_without_backward_is_measured_at_batch_end(self, tmp_path: Path) -> None:
-        monitor = GeometryMonitor(_config(tmp_path))
-        model, _ = _fit(tmp_path, [monitor], lambda: CapturingGeometry(skip_first=1), steps=3)
+        monitor = GeometryMonitor(small_config(tmp_path))
+        model, _ = fit_boring(tmp_path, [monitor], lambda: CapturingGeometry(skip_first=1), steps=3)
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 2, 3]
         assert [r.status for r in records] == ["ok"] * 3, records[0].reason
@@ -298,10 +199,10 @@ class TestGeometryMonitor:
         assert model.kept is None
 
     def test_failures_are_skipped_warned_once_and_counted(self, tmp_path: Path) -> None:
-        ref_model, _ = _fit(tmp_path / "ref", [])
+        ref_model, _ = fit_boring(tmp_path / "ref", [])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model, _ = _fit(tmp_path, [GeometryMonitor(_config(tmp_path))],
+            model, _ = fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))],
                             lambda: BoringGeometry(fail_at=(0, 4), nan_at=(2,)))  # fmt: skip
         records = read_records(tmp_path)
         assert [r.status for r in records] == ["skipped", "ok", "skipped", "ok"]
@@ -318,7 +219,7 @@ class TestGeometryMonitor:
     def test_logs_under_geometry(self, tmp_path: Path) -> None:
         from lightning.pytorch.loggers import CSVLogger
 
-        _, trainer = _fit(tmp_path, [GeometryMonitor(_config(tmp_path))],
+        _, trainer = fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))],
                           logger=CSVLogger(tmp_path / "logs"))  # fmt: skip
         assert "geometry/heff/lambda_max" in trainer.callback_metrics
         text = next((tmp_path / "logs").rglob("metrics.csv")).read_text()
@@ -326,13 +227,13 @@ class TestGeometryMonitor:
 
     def test_no_file_on_other_ranks(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pl.Trainer, "is_global_zero", property(lambda self: False))
-        _fit(tmp_path, [GeometryMonitor(_config(tmp_path))])
+        fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))])
         assert not (tmp_path / "geometry.jsonl").exists()
 
     def test_checkpoint_entry_and_resume(self, tmp_path: Path) -> None:
         ckpts = tmp_path / "ckpt"
         saver = ModelCheckpoint(dirpath=ckpts, every_n_train_steps=3, save_top_k=-1)
-        _fit(tmp_path, [GeometryMonitor(_config(tmp_path)), saver])
+        fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path)), saver])
         assert [r.step for r in read_records(tmp_path)] == [0, 2, 4, 6]
         mid = next(p for p in ckpts.glob("*.ckpt") if "step=3" in p.name)
         ckpt = torch.load(mid, map_location="cpu", weights_only=True)  # plain types only
@@ -344,8 +245,8 @@ class TestGeometryMonitor:
         lines = (tmp_path / "geometry.jsonl").read_text().splitlines()
         (tmp_path / "geometry.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])
         first = {r.step: r.seconds for r in read_records(tmp_path)}
-        monitor = GeometryMonitor(_config(tmp_path))
-        _fit(tmp_path, [monitor], ckpt=str(mid))
+        monitor = GeometryMonitor(small_config(tmp_path))
+        fit_boring(tmp_path, [monitor], ckpt=str(mid))
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 2, 4, 6]  # no gap, no duplicate
         assert monitor.n_records == 4 and records[-1].final
@@ -356,7 +257,7 @@ class TestGeometryMonitor:
     def test_fresh_run_overwrites(self, tmp_path: Path) -> None:
         (tmp_path / "geometry.jsonl").write_text('{"step": 99}\n')
         with pytest.warns(UserWarning, match="overwriting"):
-            _fit(tmp_path, [GeometryMonitor(_config(tmp_path))], steps=1)
+            fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))], steps=1)
         assert [r.step for r in read_records(tmp_path)] == [0, 1]
 
     def test_non_finite_metric_is_skipped(
@@ -372,7 +273,7 @@ class TestGeometryMonitor:
             return Measurement(metrics, result.settings, result.density)
 
         monkeypatch.setattr(monitor_module, "measure", fake)
-        _fit(tmp_path, [GeometryMonitor(_config(tmp_path, augment=False))], steps=1)
+        fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path, augment=False))], steps=1)
         record = read_records(tmp_path)[0]
         assert record.status == "skipped" and "FloatingPointError" in str(record.reason)
         assert "z/cond" in str(record.reason)
@@ -383,17 +284,17 @@ class TestGeometryMonitor:
                 view = super().geometry_view(batch)
                 return GeometryView(view.features, view.head, view.loss_of_features)
 
-        monitor = GeometryMonitor(_config(tmp_path, augment=False))
-        _fit(tmp_path, [monitor], FeaturesOnly, steps=1)
+        monitor = GeometryMonitor(small_config(tmp_path, augment=False))
+        fit_boring(tmp_path, [monitor], FeaturesOnly, steps=1)
         record = read_records(tmp_path)[0]
         assert record.status == "ok", record.reason
         assert "heff/lambda_max" in record.metrics and "gn/lambda_max" not in record.metrics
 
     def test_unwritable_folder_never_stops_training(self, tmp_path: Path) -> None:
-        ref_model, _ = _fit(tmp_path / "ref", [])
+        ref_model, _ = fit_boring(tmp_path / "ref", [])
         blocked = tmp_path / "blocked"
         blocked.write_text("a file where the run folder should be")
         with pytest.warns(UserWarning, match="GeometryMonitor"):
-            model, _ = _fit(tmp_path, [GeometryMonitor(_config(blocked / "run"))])
+            model, _ = fit_boring(tmp_path, [GeometryMonitor(small_config(blocked / "run"))])
         for k, v in ref_model.state_dict().items():
             assert torch.equal(v, model.state_dict()[k]), k

@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from PIL import Image
 from torch import nn
 
 from solo_geometry.analysis.evaluation import evaluate
@@ -32,6 +31,7 @@ from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.run.run_folder import RunFolder
+from tests.shared import image_folder
 
 F64 = torch.float64
 
@@ -179,20 +179,6 @@ class TestHelpers:
             assert torch.equal(rot[i], torch.rot90(x[i], int(k[i]), dims=(1, 2)))
 
 
-def _image_folder(root: Path, n_per_class: int = 12, size: int = 8) -> Path:
-    """train/ and val/ with 3 classes of small RGB images whose colour gives the class."""
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for c in range(3):
-            folder = root / split / str(c)
-            folder.mkdir(parents=True)
-            for i in range(n_per_class):
-                img = rng.uniform(0, 0.3, (size, size, 3))
-                img[..., c] += 0.6
-                Image.fromarray((img * 255).astype(np.uint8)).save(folder / f"{i}.png")
-    return root
-
-
 class _Counting(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -207,7 +193,7 @@ class _Counting(nn.Module):
 
 class TestExtractFeatures:
     def test_cached_second_call_does_no_forward_pass(self, tmp_path: Path) -> None:
-        data = _image_folder(tmp_path / "data")
+        data = image_folder(tmp_path / "data")
         bb, head = _Counting(), nn.Linear(6, 4)
         bb.train()
         cache = tmp_path / "run" / "features.pt"
@@ -223,7 +209,7 @@ class TestExtractFeatures:
         assert meta["h"]["shape"] == [36, 4]
 
     def test_other_tag_recomputes(self, tmp_path: Path) -> None:
-        data = _image_folder(tmp_path / "data", n_per_class=2)
+        data = image_folder(tmp_path / "data", n_per_class=2)
         bb, cache = _Counting(), tmp_path / "features.pt"
         extract_features(bb, nn.Identity(), data / "val", cache=cache, tag="a", progress=False)
         extract_features(bb, nn.Identity(), data / "val", cache=cache, tag="b", progress=False)
@@ -236,7 +222,7 @@ class TestExtractFeatures:
 
 class TestEvaluate:
     def test_identity_head_probes_equally_and_writes_the_table(self, tmp_path: Path) -> None:
-        data = _image_folder(tmp_path / "data")
+        data = image_folder(tmp_path / "data")
         run = RunFolder(tmp_path / "run")
         torch.manual_seed(0)
         cfg = ProbesConfig(orbits=OrbitsConfig(families=["brightness"], images=6, k=3))
@@ -251,7 +237,7 @@ class TestEvaluate:
         assert saved.settings["probes"]["orbits"]["k"] == 3
 
     def test_paper_orbit_protocol(self, tmp_path: Path) -> None:
-        data = _image_folder(tmp_path / "data", n_per_class=6)
+        data = image_folder(tmp_path / "data", n_per_class=6)
         run = RunFolder(tmp_path / "run")
         torch.manual_seed(0)
         backbone, head = _Counting(), nn.Linear(6, 4)  # a bias: head(z) and head(z/|z|) differ
@@ -318,7 +304,7 @@ class TestProbeCommand:
         assert tuple(map(tuple, load_model(run).mean_std)) == (mean, std)
 
     def test_probe_from_run_folder(self, tmp_path: Path) -> None:
-        run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 4)
+        run, data = _fake_run(tmp_path / "run"), image_folder(tmp_path / "data", 4)
         assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",
                     "--targets", "class") == 0  # fmt: skip
         probes = RunFolder(run).read_probes().rows
@@ -336,7 +322,7 @@ class TestProbeCommand:
         assert _cli(str(run), "--data", str(tmp_path / "missing")) == 2
         assert "does not exist" in capsys.readouterr().err
         (run / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
-        data = _image_folder(tmp_path / "data", 1)
+        data = image_folder(tmp_path / "data", 1)
         assert _cli(str(run), "--data", str(data)) == 2
         assert "cannot read checkpoint" in capsys.readouterr().err
         assert not (run / "probes.json").exists() and not (run / "features.pt").exists()
@@ -358,7 +344,7 @@ class TestProbeCommand:
 
 class TestProbeSplits:
     def test_pair_of_folders_fits_on_train_and_scores_on_held_out(self, tmp_path: Path) -> None:
-        root = _image_folder(tmp_path / "data", n_per_class=4)
+        root = image_folder(tmp_path / "data", n_per_class=4)
         (root / "val" / "2" / "0.png").unlink()  # held-out: 11 images, train: 12
         pair = probe_splits((root / "train", root / "val"), seed=0)
         assert len(pair["train"][1]) == 12 and len(pair["test"][1]) == 11
@@ -366,7 +352,7 @@ class TestProbeSplits:
         assert len(alone["train"][1]) + len(alone["test"][1]) == 11
 
     def test_held_out_labels_follow_the_class_names(self, tmp_path: Path) -> None:
-        root = _image_folder(tmp_path / "data", n_per_class=2)
+        root = image_folder(tmp_path / "data", n_per_class=2)
         for c in ("0", "1"):  # held-out: class "2" only, index 0 of its own folder
             for f in (root / "val" / c).iterdir():
                 f.unlink()
@@ -381,7 +367,7 @@ class TestProbeSplits:
     def test_probe_with_a_subset_of_classes_scores_by_name(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 8)
+        run, data = _fake_run(tmp_path / "run"), image_folder(tmp_path / "data", 8)
         for f in (data / "val" / "0").iterdir():  # by index, val's "1" and "2" would read 0, 1
             f.unlink()
         (data / "val" / "0").rmdir()
@@ -393,7 +379,7 @@ class TestProbeSplits:
     def test_a_held_out_class_train_lacks_is_refused(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        run, data = _fake_run(tmp_path / "run"), _image_folder(tmp_path / "data", 2)
+        run, data = _fake_run(tmp_path / "run"), image_folder(tmp_path / "data", 2)
         (data / "val" / "2").rename(data / "val" / "7")
         assert _cli(str(run), "--data", str(data), "--quiet") == 2
         err = capsys.readouterr().err  # the fake checkpoint's notes, then the one line

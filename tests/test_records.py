@@ -20,105 +20,26 @@ from solo_geometry.run.records import (
     PROBES_SCHEMA_VERSION,
     SCHEMA_VERSION,
     GeometryRecord,
-    OrbitRow,
-    ProbeRow,
     ProbeTable,
     RecordsError,
     RecordsWarning,
     Settings,
     read_records,
 )
-
-SETTINGS = Settings(
-    dtype="float64",
-    tau=1e-3,
-    floor=2.5e-4,
-    n_batch=64,
-    n_block=8,
-    n_views=2,
-    dim=256,
-    lanczos_max_steps=30,
-    slq_probes=4,
-    augment_samples=16,
-    seed=7,
+from tests.record_helpers import (
+    SETTINGS,
+    full_record,
+    make_record,
+    probe_table,
+    record_line,
+    write_file,
 )
-
-
-def _record(step: int, status: str = "ok", **kwargs: Any) -> GeometryRecord:
-    reason = None if status == "ok" else "non-finite loss"
-    return GeometryRecord(step=step, epoch=step // 10, status=status, reason=reason, **kwargs)
-
-
-def _full_record() -> GeometryRecord:
-    """A record with every field away from its default."""
-    return GeometryRecord(
-        step=12,
-        epoch=3,
-        status="ok",
-        reason=None,
-        settings=SETTINGS,
-        metrics={"heff/lambda_min": -0.5, "heff/neg_count": 3, "gn/cond": None, "flag": True},
-        density={"nodes": [0.0, 1.5], "weights": [0.25, 0.75]},
-        final=True,
-        head="bn_relu",
-        n_skipped=2,
-        seconds=0.125,
-        meta={"geometry": {"every_n_steps": 10}},
-    )
-
-
-def _line(step: int, status: str = "ok", **extra: Any) -> str:
-    """One line of geometry.jsonl written by hand (no trailing newline)."""
-    data = {"schema": SCHEMA_VERSION, "step": step, "epoch": 0, "status": status, **extra}
-    return json.dumps(data)
-
-
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-_ROW = {"features": "z", "probe": "linear", "target": "t", "accuracy": 1.0, "chance": 0.5}
-_ORBIT = {
-    "family": "crop",
-    "t_max": 1.0,
-    "k": 8,
-    "z": {},
-    "h": {},
-    "compression": 1.0,
-    "compression_per_orbit": [1.0, 0.0],
-}
-
-
-def _probe_table() -> ProbeTable:
-    """Accuracies are binary fractions so every gap is exact."""
-    rows = [
-        ProbeRow("z", "linear", "digit", 0.875, 0.1, {"lam": 1e-3}),
-        ProbeRow("h", "linear", "digit", 0.625, 0.1),
-        ProbeRow("z", "mlp", "digit", 0.9375, 0.1, {"hidden": 64}),
-        ProbeRow("h", "mlp", "digit", 0.8125, 0.1),
-        ProbeRow("z", "linear", "rotation", 0.5, 0.25),  # no h counterpart, no mlp counterpart
-        ProbeRow("h", "mlp", "rotation", 0.75, 0.25),  # no z counterpart, no linear counterpart
-    ]
-    orbits = [
-        OrbitRow(
-            family="crop",
-            t_max=0.5,
-            k=16,
-            z={"spread": [1.5, 0.25], "separation": [2.0, 0.5], "n_orbits": 32},
-            h={"spread": [0.75, 0.125], "separation": [1.0, 0.25], "n_orbits": 32},
-            compression=2.0,
-            compression_per_orbit=[2.0, 0.125],
-        ),
-    ]
-    return ProbeTable(rows=rows, orbits=orbits, settings={"seed": 0, "n_train": 1000})
 
 
 class TestGeometryRecord:
     @pytest.mark.parametrize(
         ("obj", "name"),
-        [(_record(0), "step"), (_record(0), "settings"), (SETTINGS, "tau")],
+        [(make_record(0), "step"), (make_record(0), "settings"), (SETTINGS, "tau")],
         ids=["record.step", "record.settings", "settings.tau"],
     )
     def test_frozen(self, obj: Any, name: str) -> None:
@@ -126,12 +47,12 @@ class TestGeometryRecord:
             setattr(obj, name, 1)
 
     def test_versioned(self) -> None:
-        record = _record(0)
+        record = make_record(0)
         assert record.schema == SCHEMA_VERSION
         assert json.loads(record.to_json())["schema"] == SCHEMA_VERSION
 
     def test_to_json_is_one_line_of_plain_json(self) -> None:
-        text = _full_record().to_json()
+        text = full_record().to_json()
         assert "\n" not in text
         data = json.loads(text)
         assert data["settings"] == dataclasses.asdict(SETTINGS)
@@ -139,9 +60,9 @@ class TestGeometryRecord:
 
     def test_to_json_rejects_nan(self) -> None:
         with pytest.raises(ValueError):
-            _record(0, metrics={"x": float("nan")}).to_json()
+            make_record(0, metrics={"x": float("nan")}).to_json()
 
-    @pytest.mark.parametrize("record", [_record(0), _full_record()], ids=["defaults", "full"])
+    @pytest.mark.parametrize("record", [make_record(0), full_record()], ids=["defaults", "full"])
     def test_round_trip(self, record: GeometryRecord) -> None:
         back = GeometryRecord.from_dict(json.loads(record.to_json()))
         assert back == record
@@ -158,7 +79,7 @@ class TestGeometryRecord:
     def test_unknown_field_rejected_by_name(
         self, patch: dict[str, Any], where: str, name: str
     ) -> None:
-        data = {**json.loads(_record(0).to_json()), **patch}
+        data = {**json.loads(make_record(0).to_json()), **patch}
         with pytest.raises(RecordsError, match=rf"^{re.escape(where)}: unknown.*'{name}'"):
             GeometryRecord.from_dict(data, "rec")
 
@@ -167,7 +88,7 @@ class TestGeometryRecord:
         with pytest.raises(RecordsError, match=repr(status)):
             GeometryRecord(step=0, epoch=0, status=status)
         with pytest.raises(RecordsError, match=repr(status)):
-            GeometryRecord.from_dict(json.loads(_line(0, status)))
+            GeometryRecord.from_dict(json.loads(record_line(0, status)))
 
     def test_missing_required_field_is_a_records_error(self) -> None:
         with pytest.raises(RecordsError, match="^rec: .*epoch"):
@@ -217,7 +138,7 @@ class TestGeometryRecord:
 
     @pytest.mark.parametrize("schema", [None, 0, 99, "1", True])
     def test_unknown_schema_rejected_naming_it(self, schema: Any) -> None:
-        data = {**json.loads(_record(0).to_json()), "schema": schema}
+        data = {**json.loads(make_record(0).to_json()), "schema": schema}
         with pytest.raises(RecordsError, match=f"schema version {re.escape(repr(schema))}"):
             GeometryRecord.from_dict(data)
 
@@ -231,43 +152,43 @@ class TestGeometryRecord:
         [(2, 2.0), (-0.5, -0.5), (None, None), (True, None), (float("inf"), None), ("x", None)],
     )
     def test_value(self, value: Any, expected: float | None) -> None:
-        record = _record(0, metrics={"k": value})
+        record = make_record(0, metrics={"k": value})
         got = record.value("k")
         assert got == expected and type(got) is type(expected)
         assert record.value("absent") is None
 
     @pytest.mark.parametrize(("status", "ok"), [("ok", True), ("skipped", False)])
     def test_ok(self, status: str, ok: bool) -> None:
-        assert _record(0, status).ok is ok
+        assert make_record(0, status).ok is ok
 
 
 class TestReadRecords:
     def test_reads_in_file_order_from_file_or_folder(self, tmp_path: Path) -> None:
-        lines = [_line(0), _line(5, "skipped", reason="nan"), "", _line(10)]
-        path = _write(tmp_path / "geometry.jsonl", "\n".join(lines) + "\n")
+        lines = [record_line(0), record_line(5, "skipped", reason="nan"), "", record_line(10)]
+        path = write_file(tmp_path / "geometry.jsonl", "\n".join(lines) + "\n")
         for source in (path, tmp_path, str(path)):
             got = read_records(source)
             assert [(r.step, r.status) for r in got] == [(0, "ok"), (5, "skipped"), (10, "ok")]
             assert got[1].reason == "nan"
 
     def test_final_line_without_newline_is_read(self, tmp_path: Path) -> None:
-        path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{_line(1)}")
+        path = write_file(tmp_path / "g.jsonl", f"{record_line(0)}\n{record_line(1)}")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert [r.step for r in read_records(path)] == [0, 1]
 
     @pytest.mark.parametrize("torn", ['{"schema": 1, "step": 2, "ep', "{", '{"step": '])
     def test_torn_last_line_ignored_with_warning(self, tmp_path: Path, torn: str) -> None:
-        path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{_line(1)}\n{torn}")
+        path = write_file(tmp_path / "g.jsonl", f"{record_line(0)}\n{record_line(1)}\n{torn}")
         with pytest.warns(UserWarning, match=rf"{re.escape(str(path))}:3: torn last record"):
             got = read_records(path)
         assert [r.step for r in got] == [0, 1]
 
     def test_torn_line_is_one_records_warning_naming_file_and_line(self, tmp_path: Path) -> None:
         # a kill in the middle of a multi-byte character leaves bytes that are not UTF-8
-        torn = _line(2, reason="é").encode()[:-3]
+        torn = record_line(2, reason="é").encode()[:-3]
         path = tmp_path / "g.jsonl"
-        path.write_bytes(f"{_line(0)}\n{_line(1)}\n".encode() + torn)
+        path.write_bytes(f"{record_line(0)}\n{record_line(1)}\n".encode() + torn)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             got = read_records(path)
@@ -280,10 +201,12 @@ class TestReadRecords:
     def test_non_finite_line_refused_naming_file_and_line(
         self, tmp_path: Path, token: str, last: bool
     ) -> None:  # fmt: skip
-        bad = _line(1).replace('"status": "ok"', f'"status": "ok", "metrics": {{"m": {token}}}')
+        bad = record_line(1).replace(
+            '"status": "ok"', f'"status": "ok", "metrics": {{"m": {token}}}'
+        )
         assert token in bad
-        text = f"{_line(0)}\n{bad}" + ("" if last else f"\n{_line(2)}\n")
-        path = _write(tmp_path / "g.jsonl", text)
+        text = f"{record_line(0)}\n{bad}" + ("" if last else f"\n{record_line(2)}\n")
+        path = write_file(tmp_path / "g.jsonl", text)
         with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record: "
                            rf"non-finite number {re.escape(token)} "):  # fmt: skip
             read_records(path)
@@ -296,7 +219,9 @@ class TestReadRecords:
 
     def test_non_utf8_line_refused_naming_file_and_line(self, tmp_path: Path) -> None:
         path = tmp_path / "g.jsonl"
-        path.write_bytes(f"{_line(0)}\n".encode() + b"\xff\xfe{}\n" + f"{_line(2)}\n".encode())
+        path.write_bytes(
+            f"{record_line(0)}\n".encode() + b"\xff\xfe{}\n" + f"{record_line(2)}\n".encode()
+        )
         with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record: "
                            r"not UTF-8 text \(byte 0\)"):  # fmt: skip
             read_records(path)
@@ -305,25 +230,25 @@ class TestReadRecords:
         assert problems == [(2, "not UTF-8 text (byte 0)")]
 
     def test_corrupt_last_line_with_newline_is_not_torn(self, tmp_path: Path) -> None:
-        path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{{garbage\n")
+        path = write_file(tmp_path / "g.jsonl", f"{record_line(0)}\n{{garbage\n")
         want = rf"^{re.escape(str(path))}:2: not a JSON record: not JSON"
         with pytest.raises(RecordsError, match=want):
             read_records(path)
 
     def test_corrupt_middle_line_raises_naming_file_and_line(self, tmp_path: Path) -> None:
-        path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{{garbage\n{_line(2)}\n")
+        path = write_file(tmp_path / "g.jsonl", f"{record_line(0)}\n{{garbage\n{record_line(2)}\n")
         want = rf"^{re.escape(str(path))}:2: not a JSON record: not JSON"
         with pytest.raises(RecordsError, match=want):
             read_records(path)
 
     def test_invalid_record_raises_naming_file_and_line(self, tmp_path: Path) -> None:
-        path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{_line(1, bogus=3)}\n")
+        path = write_file(tmp_path / "g.jsonl", f"{record_line(0)}\n{record_line(1, bogus=3)}\n")
         with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: unknown.*'bogus'"):
             read_records(path)
 
     def test_problems_collected_and_rest_returned(self, tmp_path: Path) -> None:
-        text = f"{_line(0)}\n{{garbage\n{_line(2, bogus=3)}\n{_line(3)}\n[1]\n"
-        path = _write(tmp_path / "g.jsonl", text)
+        text = f"{record_line(0)}\n{{garbage\n{record_line(2, bogus=3)}\n{record_line(3)}\n[1]\n"
+        path = write_file(tmp_path / "g.jsonl", text)
         problems: list[tuple[int, str]] = []
         got = read_records(path, problems=problems)
         assert [r.step for r in got] == [0, 3]
@@ -335,15 +260,20 @@ class TestReadRecords:
     @pytest.mark.parametrize("collect", [False, True], ids=["raise", "problems=[]"])
     def test_unknown_schema_version_always_raises(self, tmp_path: Path, collect: bool) -> None:
         bad = json.dumps({"schema": 99, "step": 1, "epoch": 0, "status": "ok"})
-        path = _write(tmp_path / "g.jsonl", f"{_line(0)}\n{bad}\n{_line(2)}\n")
+        path = write_file(tmp_path / "g.jsonl", f"{record_line(0)}\n{bad}\n{record_line(2)}\n")
         problems: list[tuple[int, str]] | None = [] if collect else None
         with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: schema version 99"):
             read_records(path, problems=problems)
         assert not problems
 
     def test_ok_only(self, tmp_path: Path) -> None:
-        lines = [_line(0), _line(1, "skipped"), _line(2), _line(3, "skipped")]
-        path = _write(tmp_path / "g.jsonl", "\n".join(lines) + "\n")
+        lines = [
+            record_line(0),
+            record_line(1, "skipped"),
+            record_line(2),
+            record_line(3, "skipped"),
+        ]
+        path = write_file(tmp_path / "g.jsonl", "\n".join(lines) + "\n")
         assert [r.step for r in read_records(path, ok_only=True)] == [0, 2]
         assert [r.step for r in read_records(path)] == [0, 1, 2, 3]
 
@@ -353,16 +283,16 @@ class TestReadRecords:
         assert read_records(tmp_path / name) == []
 
     def test_empty_file_is_empty(self, tmp_path: Path) -> None:
-        assert read_records(_write(tmp_path / "g.jsonl", "")) == []
+        assert read_records(write_file(tmp_path / "g.jsonl", "")) == []
 
 
 class TestProbeTable:
     def test_gaps(self) -> None:
-        assert _probe_table().gaps() == {
+        assert probe_table().gaps() == {
             "z_minus_h": {"linear/digit": 0.875 - 0.625, "mlp/digit": 0.9375 - 0.8125},
             "mlp_minus_linear": {"z/digit": 0.9375 - 0.875, "h/digit": 0.8125 - 0.625},
         }
-        assert _probe_table().gaps()["z_minus_h"]["linear/digit"] == 0.25  # sign: z minus h
+        assert probe_table().gaps()["z_minus_h"]["linear/digit"] == 0.25  # sign: z minus h
 
     def test_gaps_empty(self) -> None:
         assert ProbeTable(rows=[]).gaps() == {"z_minus_h": {}, "mlp_minus_linear": {}}
@@ -378,9 +308,9 @@ class TestProbeTable:
         ],
     )
     def test_accuracy(self, key: tuple[str, str, str], expected: float | None) -> None:
-        assert _probe_table().accuracy(*key) == expected
+        assert probe_table().accuracy(*key) == expected
 
     def test_to_dict_carries_gaps(self) -> None:
-        data = _probe_table().to_dict()
-        assert data["gaps"] == _probe_table().gaps()
+        data = probe_table().to_dict()
+        assert data["gaps"] == probe_table().gaps()
         assert data["schema"] == PROBES_SCHEMA_VERSION == 1

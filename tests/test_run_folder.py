@@ -13,7 +13,15 @@ import pytest
 from solo_geometry.run import run_folder as run_folder_module
 from solo_geometry.run.records import OrbitRow, ProbeRow, RecordsError
 from solo_geometry.run.run_folder import RunFolder
-from tests.test_records import _ORBIT, _ROW, _full_record, _line, _probe_table, _record, _write
+from tests.record_helpers import (
+    ORBIT_ROW,
+    PROBE_ROW,
+    full_record,
+    make_record,
+    probe_table,
+    record_line,
+    write_file,
+)
 
 
 class TestRunFolder:
@@ -66,13 +74,13 @@ class TestRunFolder:
             ({"config.yaml": "a: 1\n", "report/index.html": "<html/>"}, False),
             ({"checkpoints/last.ckpt": "x"}, True),
             ({"checkpoints/deep/epoch=1.ckpt": "x"}, True),
-            ({"geometry.jsonl": _line(0) + "\n"}, True),
+            ({"geometry.jsonl": record_line(0) + "\n"}, True),
         ],
         ids=["empty", "empty-records", "no-results", "ckpt", "nested-ckpt", "records"],
     )
     def test_finish_failed(self, run: RunFolder, files: dict[str, str], kept: bool) -> None:
         for name, text in files.items():
-            _write(run.path / name, text)
+            write_file(run.path / name, text)
         assert run.has_results() is kept
         assert run.finish(ok=False) is kept
         assert run.path.is_dir() is kept
@@ -80,7 +88,7 @@ class TestRunFolder:
             assert (run.path / RunFolder.INCOMPLETE).read_text().startswith("failed")
 
     def test_append_record(self, run: RunFolder) -> None:
-        written = [_full_record(), _record(20, "skipped"), _record(30)]
+        written = [full_record(), make_record(20, "skipped"), make_record(30)]
         for record in written:
             run.append_record(record)
         assert run.geometry.read_text().count("\n") == 3
@@ -88,7 +96,7 @@ class TestRunFolder:
         assert run.records(ok_only=True) == [written[0], written[2]]
 
     def test_start_records_none_empties(self, run: RunFolder) -> None:
-        _write(run.geometry, f"{_line(0)}\n{_line(1)}\n")
+        write_file(run.geometry, f"{record_line(0)}\n{record_line(1)}\n")
         run.start_records(None)
         assert run.geometry.read_text() == ""
         (run.path / "fresh").mkdir()
@@ -103,7 +111,7 @@ class TestRunFolder:
     def test_start_records_keeps_through_step(
         self, run: RunFolder, keep_through: int, steps: list[int]
     ) -> None:
-        _write(run.geometry, "".join(f"{_line(s)}\n" for s in (0, 5, 10, 15)))
+        write_file(run.geometry, "".join(f"{record_line(s)}\n" for s in (0, 5, 10, 15)))
         run.start_records(keep_through)
         assert [r.step for r in run.records()] == steps
 
@@ -111,12 +119,15 @@ class TestRunFolder:
     def test_start_records_repairs_torn_last_line(
         self, run: RunFolder, keep_through: int, steps: list[int]
     ) -> None:
-        _write(run.geometry, f"{_line(0)}\n{_line(5)}\n{_line(10)}\n" + '{"schema": 1, "st')
+        write_file(
+            run.geometry,
+            f"{record_line(0)}\n{record_line(5)}\n{record_line(10)}\n" + '{"schema": 1, "st',
+        )
         with pytest.warns(UserWarning, match="torn"):
             run.start_records(keep_through)
         text = run.geometry.read_text()
         assert text.endswith("\n") and text.count("\n") == len(steps)
-        run.append_record(_record(200))
+        run.append_record(make_record(200))
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert [r.step for r in run.records()] == [*steps, 200]
@@ -133,7 +144,7 @@ class TestRunFolder:
     def test_write_read_probes_round_trip(self, tmp_path: Path) -> None:
         run = RunFolder(tmp_path)
         assert run.read_probes() is None
-        table = _probe_table()
+        table = probe_table()
         assert run.write_probes(table) == run.probes == tmp_path / "probes.json"
         back = run.read_probes()
         assert back == table
@@ -146,8 +157,8 @@ class TestRunFolder:
         ("patch", "message"),
         [
             ({"schema": 99}, "schema version 99"),
-            ({"rows": [{**_ROW, "seed": 3}]}, r"probes.json.rows: unknown.*'seed'"),
-            ({"orbits": [{**_ORBIT, "tmax": 2}]}, r"probes.json.orbits: unknown.*'tmax'"),
+            ({"rows": [{**PROBE_ROW, "seed": 3}]}, r"probes.json.rows: unknown.*'seed'"),
+            ({"orbits": [{**ORBIT_ROW, "tmax": 2}]}, r"probes.json.orbits: unknown.*'tmax'"),
             ({"extra": 1}, r"probes.json: unknown.*'extra'"),
         ],
         ids=["schema", "row-field", "orbit-field", "table-field"],
@@ -156,12 +167,12 @@ class TestRunFolder:
         self, tmp_path: Path, patch: dict[str, Any], message: str
     ) -> None:
         run = RunFolder(tmp_path)
-        _write(run.probes, json.dumps({**_probe_table().to_dict(), **patch}))
+        write_file(run.probes, json.dumps({**probe_table().to_dict(), **patch}))
         with pytest.raises(RecordsError, match=message):
             run.read_probes()
 
     def test_read_probes_corrupt_names_file(self, tmp_path: Path) -> None:
         run = RunFolder(tmp_path)
-        _write(run.probes, '{"rows": [')
+        write_file(run.probes, '{"rows": [')
         with pytest.raises(RecordsError, match=rf"^{re.escape(str(run.probes))}: not JSON"):
             run.read_probes()

@@ -17,8 +17,7 @@ from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.zoo.build import entries, format_cards, read_cards
 from solo_geometry.zoo.card import CARD_FILES, ZooCard
 from solo_geometry.zoo.folder import load_card_model, write_card
-from tests.test_analyse_layouts import small_settings
-from tests.test_probes import _image_folder
+from tests.shared import image_folder, small_settings
 
 SECTIONS = ("## Model", "## Intended use and limitations", "## Training recipe", "## Evaluation",
             "## Geometry")  # fmt: skip
@@ -44,7 +43,7 @@ def _run(root: Path) -> Path:
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(run folder, data folder, card folder), the card written once for the module."""
     root = tmp_path_factory.mktemp("zoo")
-    run, data = _run(root / "run"), _image_folder(root / "data", 10, 16)
+    run, data = _run(root / "run"), image_folder(root / "data", 10, 16)
     write_card(run, root / "card", data=data, settings=small_settings(), name="simclr-test")
     return run, data, root / "card"
 
@@ -144,7 +143,7 @@ class TestVerify:
         self, built: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         _, _, card = built
-        other = _image_folder(tmp_path / "other", 10, 16)
+        other = image_folder(tmp_path / "other", 10, 16)
         (other / "train" / "0" / "0.png").unlink()
         assert cli_main(["zoo", "verify", str(card), "--data", str(other)]) == 1
         assert "data/sha256" in capsys.readouterr().err

@@ -1,0 +1,119 @@
+"""A small real LightningModule with ``geometry_view``, its data and a Trainer around it.
+
+``BoringGeometry``, ``TwoViews``, ``small_config`` and ``fit_boring``: the tests of the monitor,
+the callbacks and the alert share them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from solo_geometry.config import GeometryConfig, MeasureConfig
+from solo_geometry.runtime.measure import GeometryView
+
+
+class TwoViews(Dataset):
+    """Random images in two noisy views, solo-learn's batch layout [index, [X1, X2], y]."""
+
+    def __init__(self, n: int = 32) -> None:
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.rand(n, 3, 8, 8, generator=g)
+        self.noise = 0.05 * torch.randn(2, n, 3, 8, 8, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> Any:
+        return i, [self.x[i] + self.noise[0, i], self.x[i] + self.noise[1, i]], 0
+
+
+class BoringGeometry(pl.LightningModule):
+    """A minimal SSL module with a BN backbone, a BN + dropout head and ``geometry_view``."""
+
+    def __init__(self, fail_at: tuple[int, ...] = (), nan_at: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        )  # fmt: skip
+        self.projector = nn.Sequential(
+            nn.Linear(8, 16), nn.BatchNorm1d(16), nn.SiLU(), nn.Linear(16, 6)
+        )
+        self.dropout = nn.Dropout(0.2)
+        self.fail_at, self.nan_at = fail_at, nan_at
+
+    def ssl_loss(self, H: Tensor) -> Tensor:
+        h1, h2 = H[0], H[1]
+        std = torch.sqrt(H.var(dim=1) + 1e-4)
+        return F.mse_loss(h1, h2) + F.relu(1 - std).mean()
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        _, X, _ = batch
+        H = torch.stack([self.projector(self.dropout(self.backbone(x))) for x in X])
+        return self.ssl_loss(H)
+
+    def features(self, X: list[Tensor]) -> Tensor:
+        """Backbone features (V, N, d) for the view, without gradients."""
+        with torch.no_grad():
+            return torch.stack([self.backbone(x) for x in X])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    def geometry_view(self, batch: Any) -> GeometryView:
+        step = self.trainer.global_step if self._trainer is not None else -1
+        if step in self.fail_at:
+            self.projector[1].running_mean.add_(1.0)  # state damage the monitor must undo
+            self.eval()
+            raise RuntimeError("boom")
+        _, X, _ = batch
+        Z = self.features(X)  # (V, N, d)
+        scale = math.nan if step in self.nan_at else 1.0
+
+        def loss_of_outputs(H: Tensor) -> Tensor:
+            return self.ssl_loss(H) * scale
+
+        def loss_of_features(Z_: Tensor) -> Tensor:
+            return loss_of_outputs(torch.stack([self.projector(z) for z in Z_]))
+
+        return GeometryView(Z, self.projector, loss_of_features, self.backbone, X[0],
+                            loss_of_outputs)  # fmt: skip
+
+
+def small_config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
+    measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
+                            density_probes=1)  # fmt: skip
+    base = dict(every_n_steps=2, max_samples=8, lanczos_max_steps=80, measure=measure,
+                out_dir=str(out), budget=None)  # fmt: skip
+    base.update(kw)
+    return GeometryConfig(**base)
+
+
+def fit_boring(
+    tmp: Path,
+    callbacks: list,
+    make: Any = BoringGeometry,
+    *,
+    steps: int = 6,
+    ckpt: str | None = None,
+    logger: Any = False,
+) -> tuple[BoringGeometry, pl.Trainer]:
+    pl.seed_everything(0, verbose=False)
+    model = make()
+    trainer = pl.Trainer(
+        max_steps=steps, accelerator="cpu", devices=1, logger=logger, callbacks=callbacks,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
+    )  # fmt: skip
+    loader = DataLoader(TwoViews(), batch_size=8, shuffle=True)
+    trainer.fit(model, loader, ckpt_path=ckpt)
+    return model, trainer
