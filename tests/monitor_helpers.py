@@ -117,3 +117,45 @@ def fit_boring(
     loader = DataLoader(TwoViews(), batch_size=8, shuffle=True)
     trainer.fit(model, loader, ckpt_path=ckpt)
     return model, trainer
+
+
+STATS_KEYS = [f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank",
+                                                      "effective_rank")]  # fmt: skip
+
+
+class CapturingGeometry(BoringGeometry):
+    """BoringGeometry that hands the monitor the features of its training step."""
+
+    def __init__(self, skip_first: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.kept: dict[str, Tensor] | None = None
+        self.skip_first = skip_first  # first batches whose training_step returns None
+        self.fresh_forwards = 0  # views that ran the backbone themselves
+
+    def geometry_capture(self, enabled: bool) -> None:
+        self.kept = {} if enabled else None
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        if self.skip_first:  # Lightning skips backward and the optimiser step
+            self.skip_first -= 1
+            return None
+        _, X, _ = batch
+        feats = [self.backbone(x) for x in X]
+        if self.kept is not None:
+            self.kept["Z"] = torch.stack(feats).detach()  # (V, B, d)
+        return self.ssl_loss(torch.stack([self.projector(self.dropout(f)) for f in feats]))
+
+    def features(self, X: list[Tensor]) -> Tensor:
+        if self.kept and "Z" in self.kept:
+            return self.kept["Z"][:, : X[0].shape[0]]
+        self.fresh_forwards += 1
+        return super().features(X)
+
+
+def training_state(model: pl.LightningModule, trainer: pl.Trainer) -> dict[str, Tensor]:
+    out = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
+    opt = trainer.optimizers[0].state_dict()["state"]
+    for i, s in opt.items():
+        out.update({f"opt.{i}.{k}": torch.as_tensor(v).clone() for k, v in s.items()})
+    out["rng"] = torch.get_rng_state()
+    return out

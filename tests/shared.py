@@ -121,3 +121,21 @@ def small_settings() -> MeasureSettings:
                           orbits=OrbitsConfig(families=["rotation"], images=6, k=3))  # fmt: skip
     return MeasureSettings(probes=dataclasses.asdict(probes), stats_images=12, rho_images=4,
                            rho_families=("brightness",))  # fmt: skip
+
+
+def orbit_arrays(seed: int = 0) -> dict[str, np.ndarray]:
+    """The paper's layout: 5 classes x 3 images x 12 angles, unit rows, Z (M, 8), H (M, 5)."""
+    gen = np.random.default_rng(seed)
+    n, k = 15, 12
+
+    def rows(d: int, width: float) -> np.ndarray:
+        x = np.repeat(gen.normal(size=(n, d)), k, axis=0) + width * gen.normal(size=(n * k, d))
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    return {
+        "orbits_z": rows(8, 0.4),
+        "orbits_h": rows(5, 0.05),
+        "orbit_ids": np.repeat(np.arange(n), k),
+        "orbit_labels": np.repeat(np.array([0, 2, 4, 6, 9]), 3 * k),
+        "orbit_angles": np.tile(np.arange(0.0, 360.0, 30.0), n),
+    }

@@ -431,7 +431,7 @@ class _Payload:
 
 def _array_files(w: Path) -> None:
     """Orbit arrays: crafted (a payload), degenerate (undefined measurements)."""
-    from test_orbits_cli import orbit_arrays
+    from tests.shared import orbit_arrays
 
     payload = {**orbit_arrays(), "class_names": _Payload(w / "PWNED")}
     np.save(w / "payload.npy", np.array(payload, dtype=object), allow_pickle=True)

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "hosts"))
 from fault_hooks import REASONS, faulty, hooked_env  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
-from test_monitor import _config, _fit, _state  # noqa: E402
 
 import solo_geometry.runtime.monitor as monitor_module  # noqa: E402
 from solo_geometry.inputs.datasets import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
+from tests.monitor_helpers import fit_boring, small_config, training_state  # noqa: E402
 
 HAS_SOLO = importlib.util.find_spec("solo") is not None
 SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', docs/getting-started.md)"
@@ -79,13 +79,13 @@ class TestMonitorFaults:
     def test_faults_are_skipped_and_training_unchanged(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        ref_model, ref_trainer = _fit(tmp_path / "ref", [])
-        ref = _state(ref_model, ref_trainer)
+        ref_model, ref_trainer = fit_boring(tmp_path / "ref", [])
+        ref = training_state(ref_model, ref_trainer)
         monkeypatch.setattr(monitor_module, "measure", faulty(monitor_module.measure, FAULTS))
-        monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1))
+        monitor = GeometryMonitor(small_config(tmp_path, every_n_steps=1))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model, trainer = _fit(tmp_path, [monitor])
+            model, trainer = fit_boring(tmp_path, [monitor])
         records = read_records(tmp_path)
         assert [r.step for r in records] == list(range(7))  # every step, and the final record
         _check_skipped(records, FAULTS)
@@ -93,7 +93,7 @@ class TestMonitorFaults:
         assert monitor.n_skipped == skipped and records[-1].n_skipped == skipped
         # one warning for the skipped records, one for the failed parts
         assert len([w for w in caught if "GeometryMonitor" in str(w.message)]) == 2
-        _assert_same(ref, _state(model, trainer))  # parameters, optimiser moments, RNG
+        _assert_same(ref, training_state(model, trainer))  # parameters, optimiser moments, RNG
 
 
 def _lightly(recipe: Path, overrides: list[str], root: Path) -> Path:

@@ -30,7 +30,7 @@ from solo_geometry.run.run_folder import RunFolder
 
 
 def _support() -> ModuleType:
-    path = Path(__file__).parent / "hosts" / "test_lightly_support.py"
+    path = Path(__file__).parent.parent / "hosts" / "test_lightly_support.py"
     spec = importlib.util.spec_from_file_location("test_lightly_support", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -409,7 +409,7 @@ class TestMlpProbeConverges:
         from solo_geometry.hosts.lightly import launch
         from solo_geometry.inputs.datasets import make_digits
 
-        path = Path(__file__).parent / "hosts" / "test_lightly_support.py"
+        path = Path(__file__).parent.parent / "hosts" / "test_lightly_support.py"
         spec = importlib.util.spec_from_file_location("test_lightly_support", path)
         assert spec is not None and spec.loader is not None
         support = importlib.util.module_from_spec(spec)

@@ -20,7 +20,7 @@ from solo_geometry.commands.sweeps import (
 from solo_geometry.reproduce.collapse import reproduce_collapse
 from solo_geometry.reproduce.collapse.protocol import Block, Protocol
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # A user's own Hydra app: nothing of this package but the callback named on the command line.
 APP = """
 import hydra

@@ -26,53 +26,20 @@ from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import GeometryAware, GeometryView, Measurement
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.state import preserved_state
-from tests.monitor_helpers import BoringGeometry, fit_boring, small_config
+from tests.monitor_helpers import (
+    STATS_KEYS,
+    BoringGeometry,
+    CapturingGeometry,
+    fit_boring,
+    small_config,
+    training_state,
+)
 
 HESSIAN_KEYS = [
     f"{op}/{q}"
     for op in ("heff", "gn", "m")
     for q in ("lambda_min", "lambda_max", "neg_fraction", "neg_fraction_std")
 ] + ["interaction_ratio"]
-STATS_KEYS = [f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank",
-                                                      "effective_rank")]  # fmt: skip
-
-
-class CapturingGeometry(BoringGeometry):
-    """BoringGeometry that hands the monitor the features of its training step."""
-
-    def __init__(self, skip_first: int = 0, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.kept: dict[str, Tensor] | None = None
-        self.skip_first = skip_first  # first batches whose training_step returns None
-        self.fresh_forwards = 0  # views that ran the backbone themselves
-
-    def geometry_capture(self, enabled: bool) -> None:
-        self.kept = {} if enabled else None
-
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        if self.skip_first:  # Lightning skips backward and the optimiser step
-            self.skip_first -= 1
-            return None
-        _, X, _ = batch
-        feats = [self.backbone(x) for x in X]
-        if self.kept is not None:
-            self.kept["Z"] = torch.stack(feats).detach()  # (V, B, d)
-        return self.ssl_loss(torch.stack([self.projector(self.dropout(f)) for f in feats]))
-
-    def features(self, X: list[Tensor]) -> Tensor:
-        if self.kept and "Z" in self.kept:
-            return self.kept["Z"][:, : X[0].shape[0]]
-        self.fresh_forwards += 1
-        return super().features(X)
-
-
-def _state(model: pl.LightningModule, trainer: pl.Trainer) -> dict[str, Tensor]:
-    out = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
-    opt = trainer.optimizers[0].state_dict()["state"]
-    for i, s in opt.items():
-        out.update({f"opt.{i}.{k}": torch.as_tensor(v).clone() for k, v in s.items()})
-    out["rng"] = torch.get_rng_state()
-    return out
 
 
 class TestMonitorConfig:
@@ -142,11 +109,11 @@ class TestGeometryMonitor:
     @pytest.mark.parametrize("make", [BoringGeometry, CapturingGeometry])
     def test_never_alters_training(self, tmp_path: Path, make: Any) -> None:
         ref_model, ref_trainer = fit_boring(tmp_path / "a", [], make, steps=9)
-        ref = _state(ref_model, ref_trainer)
+        ref = training_state(ref_model, ref_trainer)
         cfg = small_config(tmp_path / "b", every_n_steps=3, stats=StatsConfig(queue=2))
         monitor = GeometryMonitor(cfg)  # measures and queues on every step
         model, trainer = fit_boring(tmp_path / "b", [monitor], make, steps=9)
-        got = _state(model, trainer)
+        got = training_state(model, trainer)
         assert ref.keys() == got.keys()
         assert [k for k in ref if not torch.equal(ref[k], got[k])] == []
         assert all(m.training for m in model.modules())

@@ -21,7 +21,7 @@ from torch import nn
 from solo_geometry.models.heads import ACTIVATIONS, MetricLinearHead, SmoothMLPHead
 
 TEMPLATE = (
-    Path(__file__).resolve().parents[1] / "solo_geometry/upstream/templates/projectors.py.tmpl"
+    Path(__file__).resolve().parents[2] / "solo_geometry/upstream/templates/projectors.py.tmpl"
 )
 
 

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent / "hosts"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from test_lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.inputs.datasets import make_digits  # noqa: E402
 from solo_geometry.run.lock import RunFolderBusy, writer_lock  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HAS_SOLO = importlib.util.find_spec("solo") is not None
 HOLDER = (
     "import sys, time\nfrom pathlib import Path\nfrom solo_geometry.run.lock import writer_lock\n"

@@ -81,7 +81,7 @@ class TestMakeDigits:
 
 class TestDataCommand:
     def test_cli_writes_and_fails_cleanly(self, tmp_path):
-        root = Path(__file__).resolve().parents[1]
+        root = Path(__file__).resolve().parents[2]
         ok = subprocess.run(
             [
                 sys.executable,

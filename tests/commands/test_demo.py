@@ -23,7 +23,7 @@ from solo_geometry.commands.demo import (
 from solo_geometry.run.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run.run_folder import RunFolder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _fake_run(run: Path) -> Path:

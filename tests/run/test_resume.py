@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent / "hosts"))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
 from test_lightly_support import recipe_dict, write_recipe  # noqa: E402
 
@@ -32,7 +32,7 @@ from solo_geometry.inputs.datasets import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HAS_SOLO = importlib.util.find_spec("solo") is not None
 SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', docs/getting-started.md)"
 # Cheap records (statistics only) at every step; 2 epochs of 2 steps, a checkpoint per epoch:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "hosts"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from test_lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.inputs.datasets import make_digits  # noqa: E402
@@ -28,7 +28,7 @@ from solo_geometry.run.records import read_records  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 from tests.shared import digits_subset  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLI = "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
 # Statistics at every step, the probes (class target, linear) and the report at their defaults.
 CHEAP = [

@@ -163,7 +163,7 @@ class TestMonitorAlert:
         assert read_records(tmp_path)[-1].alert["state"] == "complete"
 
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "collapse_authors.json"
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "collapse_authors.json"
 
 
 def replay(curve: list[float], rows: int, dim: int) -> list[str]:

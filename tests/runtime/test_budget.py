@@ -11,18 +11,17 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_monitor import STATS_KEYS, CapturingGeometry, _config, _fit  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).parent.parent))
 from solo_geometry.run.records import read_records  # noqa: E402
 from solo_geometry.runtime.budget import RESERVE_RUNS  # noqa: E402
 from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
+from tests.monitor_helpers import STATS_KEYS, CapturingGeometry, fit_boring, small_config  # noqa: E402
 
 
 class TestBudget:
     def test_budget_defers_the_spectra_not_the_statistics(self, tmp_path: Path) -> None:
         # a budget no spectrum can keep: statistics at every due step, spectra at step 0 only
-        _fit(tmp_path, [GeometryMonitor(_config(tmp_path, every_n_steps=1,
+        fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path, every_n_steps=1,
                                                 budget=1e-9))], steps=6)  # fmt: skip
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 1, 2, 3, 4, 5, 6]
@@ -46,10 +45,12 @@ class TestBudget:
     def test_deferred_spectra_come_at_the_first_step_that_fits(self, tmp_path: Path) -> None:
         # the spectra due at step 2 wait; the stats of step 2 do not; at step 3 the budget
         # (simulated: the clock says so) holds the spectra, recorded as deferred by 1 step
-        monitor = GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=2, budget=0.5))
+        monitor = GeometryMonitor(
+            small_config(tmp_path, augment=False, every_n_steps=2, budget=0.5)
+        )
         fits = iter([False, True])
         monitor._fits = lambda trainer, runs: next(fits, True)  # type: ignore[method-assign]
-        _fit(tmp_path, [monitor], CapturingGeometry, steps=4)
+        fit_boring(tmp_path, [monitor], CapturingGeometry, steps=4)
         records = read_records(tmp_path)
         assert [(r.step, r.parts) for r in records] == [
             (0, ["stats", "hessian"]), (2, ["stats"]), (3, ["stats", "hessian", "density"]),
@@ -62,9 +63,11 @@ class TestBudget:
     def test_final_density_deferred_says_so(self, tmp_path: Path) -> None:
         # the budget holds one more Lanczos run, not a density's: the final record has the
         # spectra and says why it has no density
-        monitor = GeometryMonitor(_config(tmp_path, augment=False, every_n_steps=10, budget=0.5))
+        monitor = GeometryMonitor(
+            small_config(tmp_path, augment=False, every_n_steps=10, budget=0.5)
+        )
         monitor._fits = lambda trainer, runs: runs == 1  # type: ignore[method-assign]
-        _fit(tmp_path, [monitor], steps=3)
+        fit_boring(tmp_path, [monitor], steps=3)
         first, final = read_records(tmp_path)
         assert (first.step, first.parts, first.deferred_parts) == (0, ["stats", "hessian"], {})
         assert final.final and final.parts == ["stats", "hessian"] and final.density is None
@@ -73,7 +76,7 @@ class TestBudget:
 
     def test_budget_places_the_densities(self, tmp_path: Path) -> None:
         # density_probes = 1: a measurement with a density is 2 Lanczos runs, 1 s each
-        monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
+        monitor = GeometryMonitor(small_config(tmp_path, every_n_steps=1, budget=0.1))
         now = [0.0]
         monitor.budget.clock = lambda: now[0]
         trainer = pl.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
@@ -101,7 +104,7 @@ class TestBudget:
         # 1 s per Lanczos run, under a 10% budget, 3 s spent: the next measurement (1 s) and the
         # reserve for the final one's spectra (RESERVE_RUNS = 2 runs: not its density, which
         # would be 1 + density_probes = 3 runs) fit once 3 + 1 + 2 <= 0.1 x train
-        monitor = GeometryMonitor(_config(tmp_path, every_n_steps=1, budget=0.1))
+        monitor = GeometryMonitor(small_config(tmp_path, every_n_steps=1, budget=0.1))
         monitor.config.measure.density_probes = 2
         assert monitor.budget.density_runs == 3 and RESERVE_RUNS == 2
         now = [100.0]
