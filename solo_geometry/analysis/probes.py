@@ -253,8 +253,8 @@ def mlp_probe(
 
     ``cfg.stop="loss"`` (default): every train row is fitted until the mean training loss
     stops improving, the rule of scikit-learn's ``MLPClassifier``, which the probe matches on
-    real features (tests/analysis/test_probes.py). ``cfg.stop="val"``: early stopping on a stratified
-    validation split carved from train, the best-validation weights restored.
+    real features (tests/analysis/test_probes.py). ``cfg.stop="val"``: early stopping on a
+    stratified validation split carved from train, the best-validation weights restored.
 
     Args:
         x_tr: train features (N, d).

@@ -30,6 +30,7 @@ from typing import Any
 from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.inputs.datasets import make_digits
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.alert import STATES as ALERT_STATES
 
 __all__ = [
     "FULL",
@@ -186,7 +187,8 @@ def findings(run: str | Path) -> dict[str, Any]:
     Returns:
         ``{"geometry": [first, last] spectral records' step, m/lambda_min, interaction_ratio
         (one entry when a single record holds the spectra),
-        "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h)]}``;
+        "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h)],
+        "alert": {"last", "worst", "diagnosis"} (None where no record holds an alert)}``;
         missing files give empty entries.
     """
     folder = RunFolder(Path(run))
@@ -201,7 +203,13 @@ def findings(run: str | Path) -> dict[str, Any]:
     pairs = sorted({(r.target, r.probe) for r in table.rows}) if table else []
     rows = [(t, p, table.accuracy("z", p, t), table.accuracy("h", p, t)) for t, p in pairs
             if table is not None]  # fmt: skip
-    return {"geometry": geometry, "n_records": len(records), "orbits": orbits, "probes": rows}
+    states = [r.alert["state"] for r in records if r.alert]
+    worst = max(states, key=ALERT_STATES.index) if states else None
+    last = next((r.alert for r in reversed(records) if r.alert), None)
+    alert = {"last": last["state"] if last else None, "worst": worst,
+             "diagnosis": last.get("diagnosis") if last else None}  # fmt: skip
+    return {"geometry": geometry, "n_records": len(records), "orbits": orbits, "probes": rows,
+            "alert": alert}  # fmt: skip
 
 
 def _num(x: Any, fmt: str = "{:+.3e}") -> str:
@@ -225,6 +233,12 @@ def format_findings(result: dict[str, Any]) -> str:
             lines.append(f"  {label:24s}" + "".join(f"{_num(g[key]):>14s}" for g in geo))
     else:
         lines.append("  (no successful measurement)")
+    alert = result.get("alert") or {}
+    if alert.get("last"):
+        lines.append(f"  {'collapse alert':24s}{alert['last']:>14s}   (worst over the run: "
+                     f"{alert['worst']})")  # fmt: skip
+        if alert.get("diagnosis"):
+            lines.append(f"  {'':24s}{alert['diagnosis']}")
     lines.append(
         "\norbit compression (probes.json): mean spread(Z) / mean spread(H) "
         "[per-orbit ratio, mean +- std]"

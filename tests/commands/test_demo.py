@@ -34,10 +34,11 @@ def _fake_run(run: Path) -> Path:
                        parts=["stats", "hessian"]),
         GeometryRecord(5, 0, "skipped", reason="x"),
         GeometryRecord(10, 1, "ok", metrics={"m/lambda_min": -0.125, "interaction_ratio": 0.75},
-                       parts=["stats", "hessian"]),
+                       parts=["stats", "hessian"], alert={"state": "dimensional"}),
         # the budget deferred the final record's spectra: the findings skip it
         GeometryRecord(12, 1, "ok", metrics={"z/cond": 3.0}, parts=["stats"], final=True,
-                       deferred_parts={"hessian": "budget: ..."}),
+                       deferred_parts={"hessian": "budget: ..."},
+                       alert={"state": "healthy", "diagnosis": None}),
     ):  # fmt: skip
         folder.append_record(record)
     rows = [ProbeRow("z", "linear", "class", 0.9, 0.1), ProbeRow("h", "linear", "class", 0.8, 0.1),
@@ -56,6 +57,9 @@ class TestFindings:
         assert result["orbits"] == {"brightness": (2.5, 2.75, 0.5)}
         assert ("class", "linear", 0.9, 0.8) in result["probes"]
         assert ("rotation", "linear", 0.7, None) in result["probes"]
+        # the collapse alert: the last record's state, the worst one over the run
+        assert result["alert"] == {"last": "healthy", "worst": "dimensional", "diagnosis": None}
+        assert "collapse alert" in format_findings(result)
 
     def test_table_text(self, tmp_path: Path) -> None:
         result = findings(_fake_run(tmp_path / "run"))
@@ -80,7 +84,8 @@ class TestFindings:
 
     def test_missing_files(self, tmp_path: Path) -> None:
         result = findings(tmp_path)
-        assert result == {"geometry": [], "n_records": 0, "orbits": {}, "probes": []}
+        none = {"last": None, "worst": None, "diagnosis": None}
+        assert result == {"geometry": [], "n_records": 0, "orbits": {}, "probes": [], "alert": none}
         assert "no successful measurement" in format_findings(result)
 
 
