@@ -63,6 +63,9 @@ class DemoSettings:
     augment_samples: int
     num_workers: int
     budget: float | None = 0.02  # geometry.budget; None: every due measurement and the final one
+    # The end-of-fit probes: which (geometry.probes.probes) and images per orbit family.
+    probes: tuple[str, ...] = ("linear", "mlp")
+    orbit_images: int = 32
 
 
 # 6 epochs of 45 BYOL steps of 32 images (the whole train split each epoch), a measurement
@@ -92,6 +95,8 @@ QUICK = DemoSettings(
     augment_samples=4,
     num_workers=0,
     budget=None,  # the tiny run is shorter than one measurement: measure every step regardless
+    probes=("linear",),  # the MLP probe trains to convergence: the full form's
+    orbit_images=8,
 )
 
 
@@ -113,6 +118,8 @@ def demo_overrides(data_dir: Path, settings: DemoSettings) -> list[str]:
         f"geometry.lanczos_max_steps={s.lanczos_max_steps}",
         f"geometry.measure.augment_samples={s.augment_samples}",
         f"geometry.budget={'null' if s.budget is None else s.budget}",
+        f"geometry.probes.probes=[{','.join(s.probes)}]",
+        f"geometry.probes.orbits.images={s.orbit_images}",
     ]
 
 

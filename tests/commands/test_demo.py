@@ -96,6 +96,7 @@ class TestSettings:
             < FULL.max_epochs * FULL.limit_train_batches
         )
         assert QUICK.max_samples < FULL.max_samples
+        assert set(QUICK.probes) < set(FULL.probes) and QUICK.orbit_images < FULL.orbit_images
 
     def test_overrides_switch_geometry_on_with_smooth_head(self, tmp_path: Path) -> None:
         ov = demo_overrides(tmp_path, QUICK)

@@ -20,6 +20,7 @@ import pytest
 from test_solo_helpers import RECIPES, SOLO_REASON, env, tail, write_digits
 
 from solo_geometry.run.records import GeometryRecord, read_records
+from tests.shared import digits_subset
 
 ENTRY = Path(__file__).with_name("ddp_entry.py")
 FAULT = "injected fault on rank 1"
@@ -68,7 +69,9 @@ def _solo(method: str, overrides: list[str], run_dir: Path, fault: bool = False)
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_digits(tmp_path_factory)
+    """180 of the digits (12 train and 6 val images a class): the end-of-fit probes' folders."""
+    few = tmp_path_factory.mktemp("few")
+    return digits_subset(write_digits(tmp_path_factory), few, {"train": 12, "val": 6})
 
 
 def _check_faulty(records: list[GeometryRecord], log: str) -> None:
