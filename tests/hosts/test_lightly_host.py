@@ -32,6 +32,7 @@ GEOMETRY = [
     "geometry.measure.augment_samples=4",
     "geometry.measure.density_probes=1",
     "geometry.budget=null",  # every step and the final one: these tests read the records
+    "geometry.probes.orbits.images=8",  # 8 orbits a family (default 32): seconds, not a minute
 ]
 # Blocks `import solo` in a child process, as on a machine without solo-learn.
 BLOCK_SOLO = textwrap.dedent(
