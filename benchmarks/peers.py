@@ -107,6 +107,11 @@ def curvlinops_operator(problem: Problem, index: Tensor | None) -> Any:
             return loss(H)
 
     model = _PerView(copy.deepcopy(head).float().train(has_batch_norm(head) or head.training))
+    # curvlinops' determinism check differentiates the loss in every parameter; a frozen one (DINO's
+    # weight-normalised prototypes, weight_g) would make it raise. The copy's parameters are
+    # constants of the Hessian in z either way.
+    for param in model.parameters():
+        param.requires_grad_(True)
     data = [(Z.detach().to(F32).clone().requires_grad_(), torch.zeros(Z.shape[0]))]
     full = ActivationHessianLinearOperator(model, Loss(), ("z", "output", 0), data).to_scipy()
     grid = torch.arange(Z.numel()).reshape(Z.shape)
