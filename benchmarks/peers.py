@@ -81,7 +81,7 @@ def arpack(A: Any, start: float) -> tuple[float | None, float | None, int, str, 
     return lo, hi, count[0], converged, time.perf_counter() - start
 
 
-class _PerView(nn.Module):
+class PerView(nn.Module):
     """The head on each view of Z; ``z`` (an identity) marks the activation for curvlinops."""
 
     def __init__(self, head: nn.Module) -> None:
@@ -89,6 +89,7 @@ class _PerView(nn.Module):
         self.z, self.head = nn.Identity(), head
 
     def forward(self, Z: Tensor) -> Tensor:
+        """The head's outputs (V, N, p) of Z (V, N, d), view by view."""
         z = self.z(Z)
         return torch.stack([self.head(z[v]) for v in range(z.shape[0])])
 
@@ -106,7 +107,7 @@ def curvlinops_operator(problem: Problem, index: Tensor | None) -> Any:
         def forward(self, H: Tensor, _y: Tensor) -> Tensor:
             return loss(H)
 
-    model = _PerView(copy.deepcopy(head).float().train(has_batch_norm(head) or head.training))
+    model = PerView(copy.deepcopy(head).float().train(has_batch_norm(head) or head.training))
     # curvlinops' determinism check differentiates the loss in every parameter; a frozen one (DINO's
     # weight-normalised prototypes, weight_g) would make it raise. The copy's parameters are
     # constants of the Hessian in z either way.

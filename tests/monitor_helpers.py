@@ -159,3 +159,29 @@ def training_state(model: pl.LightningModule, trainer: pl.Trainer) -> dict[str, 
         out.update({f"opt.{i}.{k}": torch.as_tensor(v).clone() for k, v in s.items()})
     out["rng"] = torch.get_rng_state()
     return out
+
+
+class TinyHead(pl.LightningModule):
+    """A linear backbone and a SiLU head named by ``geometry_head()`` only (as DINO's).
+
+    SGD over two parameter groups (backbone, head) at ``lr`` and ``momentum``: the update
+    sizes' tests.
+    """
+
+    def __init__(self, lr: float = 0.1, momentum: float = 0.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lr, self.momentum = lr, momentum
+        self.backbone = nn.Linear(5, 4)
+        self.head = nn.Sequential(nn.Linear(4, 6), nn.SiLU(), nn.Linear(6, 3))
+
+    def geometry_head(self) -> nn.Module:
+        return self.head
+
+    def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
+        (x,) = batch
+        return self.head(self.backbone(x)).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        groups = [{"params": self.backbone.parameters()}, {"params": self.head.parameters()}]
+        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum)

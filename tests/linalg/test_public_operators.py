@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,9 @@ from torch.autograd.functional import hessian, jacobian
 from solo_geometry.geometry import curvature_operators
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from peers import PerView  # noqa: E402 - the benchmark's wrapper for curvlinops, shared
+
 V, N, D, P = 2, 5, 4, 3
 
 
@@ -80,18 +84,6 @@ def test_gn_and_m_equal_dense_jacobian_references(kind: str) -> None:
         assert float(m.abs().max()) > 1e-3 * float(heff.abs().max())  # a real M: can fail
 
 
-class _PerView(nn.Module):
-    """The head applied to each view of Z (V, N, d); ``z`` marks the activation for curvlinops."""
-
-    def __init__(self, head: nn.Module) -> None:
-        super().__init__()
-        self.z, self.head = nn.Identity(), head
-
-    def forward(self, Z: Tensor) -> Tensor:
-        z = self.z(Z)
-        return torch.stack([self.head(z[v]) for v in range(z.shape[0])])
-
-
 class _LossOfOutputs(nn.Module):
     reduction = "sum"  # curvlinops scales a "mean" loss by batch / data size: 1 here
 
@@ -105,7 +97,7 @@ def test_heff_equals_curvlinops_activation_hessian(kind: str) -> None:
         "curvlinops.experimental", reason="curvlinops-for-pytorch: pip install -e '.[bench]'"
     )
     head, Z = _head(kind), _features()
-    model = _PerView(copy.deepcopy(head).double()).train(kind == "bn")
+    model = PerView(copy.deepcopy(head).double()).train(kind == "bn")
     theirs = experimental.ActivationHessianLinearOperator(
         model, _LossOfOutputs(), ("z", "output", 0), [(Z.clone().requires_grad_(), torch.zeros(V))]
     )  # Z a leaf that requires grad: the activation then lies on the graph of the loss

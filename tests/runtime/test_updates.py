@@ -10,7 +10,6 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_geometry.runtime.updates import (
@@ -19,31 +18,9 @@ from solo_geometry.runtime.updates import (
     read_update_records,
     std_ceiling,
 )
+from tests.monitor_helpers import TinyHead
 
 STEPS, LR, MOMENTUM = 3, 0.1, 0.9
-
-
-class Tiny(pl.LightningModule):
-    """Its head is ``head`` (as DINO's), named to the monitor by ``geometry_head()`` only."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.backbone = nn.Linear(5, 4)
-        self.head = nn.Sequential(nn.Linear(4, 6), nn.SiLU(), nn.Linear(6, 3))
-
-    def geometry_head(self) -> nn.Module:
-        return self.head
-
-    def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
-        (x,) = batch
-        return self.head(self.backbone(x)).pow(2).mean()
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(
-            [{"params": self.backbone.parameters()}, {"params": self.head.parameters()}],
-            lr=LR, momentum=MOMENTUM,
-        )  # fmt: skip
 
 
 def _data() -> DataLoader:
@@ -57,7 +34,7 @@ def _norm(ts: list[torch.Tensor]) -> float:
 
 def _reference() -> dict[str, float]:
     """The same steps in plain torch: the paper's formulas, averaged over the steps."""
-    model = Tiny()
+    model = TinyHead(lr=LR, momentum=MOMENTUM)
     opt = model.configure_optimizers()
     sums: dict[str, float] = {}
     for (x,) in _data():
@@ -84,7 +61,7 @@ def _reference() -> dict[str, float]:
 
 
 def test_epoch_means_match_plain_torch(tmp_path: Path) -> None:
-    model = Tiny()
+    model = TinyHead(lr=LR, momentum=MOMENTUM)
     reference_state = copy.deepcopy(model.state_dict())
     trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
@@ -99,7 +76,7 @@ def test_epoch_means_match_plain_torch(tmp_path: Path) -> None:
     ratio = want["head/rel_update"] / (want["backbone/rel_update"] + 1e-8)
     assert record.metrics["timescale_ratio"] == pytest.approx(ratio, rel=1e-6)
     # read-only: the trained weights equal the plain-torch replay's
-    replay = Tiny()
+    replay = TinyHead(lr=LR, momentum=MOMENTUM)
     replay.load_state_dict(reference_state)
     opt = replay.configure_optimizers()
     for (x,) in _data():
@@ -117,7 +94,7 @@ def test_unknown_schema_is_rejected(tmp_path: Path) -> None:
         read_update_records(tmp_path)
 
 
-class NoHead(Tiny):
+class NoHead(TinyHead):
     geometry_head = None  # type: ignore[assignment]
 
 
@@ -125,10 +102,10 @@ def test_module_without_geometry_head_fails_at_setup(tmp_path: Path) -> None:
     trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
                          enable_progress_bar=False, accelerator="cpu")  # fmt: skip
     with pytest.raises(ValueError, match=r"NoHead: update sizes need .*geometry_head\(\)"):
-        trainer.fit(NoHead(), _data())
+        trainer.fit(NoHead(lr=LR, momentum=MOMENTUM), _data())
 
 
-class TwoViews(Tiny):
+class TwoViews(TinyHead):
     """Two views through the projector per step, and a third call after the backward (as the
     geometry monitor makes) that is not the step's forward."""
 
@@ -143,7 +120,7 @@ class TwoViews(Tiny):
 
 
 def test_output_std_is_the_papers_statistic_of_the_steps_forward(tmp_path: Path) -> None:
-    model = TwoViews()
+    model = TwoViews(lr=LR, momentum=MOMENTUM)
     replay = copy.deepcopy(model)
     trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,

@@ -17,30 +17,12 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_geometry.runtime.updates import UpdateSizeMonitor, read_update_records
+from tests.monitor_helpers import TinyHead
 
 LR = 0.1
-
-
-class Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.backbone = nn.Linear(5, 4)
-        self.head = nn.Sequential(nn.Linear(4, 6), nn.SiLU(), nn.Linear(6, 3))
-
-    def geometry_head(self) -> nn.Module:
-        return self.head
-
-    def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
-        (x,) = batch
-        return self.head(self.backbone(x)).pow(2).mean()
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=LR)
 
 
 def _data() -> DataLoader:
@@ -57,7 +39,7 @@ def _norm(ts: list[torch.Tensor]) -> float:
 
 def _reference() -> tuple[dict[str, float], int, int]:
     """Plain torch: autocast float16, GradScaler; the means over the steps it did not skip."""
-    model = Tiny()
+    model = TinyHead(lr=LR)
     opt, scaler = model.configure_optimizers(), torch.amp.GradScaler("cpu")
     sums: dict[str, float] = {}
     steps = skipped = 0
@@ -92,7 +74,7 @@ def test_skipped_steps_are_counted_not_averaged(tmp_path: Path) -> None:
                          callbacks=[monitor], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path)  # fmt: skip
-    trainer.fit(Tiny(), _data())
+    trainer.fit(TinyHead(lr=LR), _data())
     (record,) = read_update_records(tmp_path)
     ref, steps, skipped = _reference()
     assert (steps, skipped) == (2, 2)
