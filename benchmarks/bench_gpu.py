@@ -67,8 +67,11 @@ def summarise(recipe: str, off: dict[str, Any], on: dict[str, Any]) -> dict[str,
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the summarised rows."""
-    lines = ["| recipe | step ms: on (off) | overhead | first | record | final | taken/due "
-             "(stats) | peak MB: on (off) |", "|" + "---|" * 8]  # fmt: skip
+    lines = [
+        "| recipe | step ms: on (off) | overhead | first | record | final | taken/due "
+        "(stats) | peak MB: on (off) |",
+        "|" + "---|" * 8,
+    ]
     for r in rows:
         record = "-" if r["record"] is None else f"{r['record']:.1f}"
         lines.append(
@@ -102,20 +105,29 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("bench_gpu: no CUDA device here; pass --device cpu for the CPU smoke run",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "bench_gpu: no CUDA device here; pass --device cpu for the CPU smoke run",
+                file=sys.stderr,
+            )
             return 2
     precision = args.precision or ("16-mixed" if args.device == "gpu" else "bf16-mixed")
     if args.data is None:
-        from solo_geometry.inputs.datasets import make_digits
+        from solo_geometry.inputs.digits import make_digits
 
         args.data = make_digits(Path(tempfile.gettempdir()) / "solo-geometry-bench-digits")
     for recipe in args.recipes:  # fail fast on a bad name
         recipe_path(recipe, args.solo_root)
-    child = [f"--steps={args.steps}", f"--batch-size={args.batch_size}", f"--seed={args.seed}",
-             f"--workers={args.workers}", f"--data={args.data}", f"--device={args.device}",
-             f"--precision={precision}", f"--default-every={EVERY}",
-             *([f"--solo-root={args.solo_root}"] if args.solo_root else [])]  # fmt: skip
+    child = [
+        f"--steps={args.steps}",
+        f"--batch-size={args.batch_size}",
+        f"--seed={args.seed}",
+        f"--workers={args.workers}",
+        f"--data={args.data}",
+        f"--device={args.device}",
+        f"--precision={precision}",
+        f"--default-every={EVERY}",
+        *([f"--solo-root={args.solo_root}"] if args.solo_root else []),
+    ]
     rows, log = [], sys.stderr if args.json else sys.stdout
     for recipe in args.recipes:
         runs = {}

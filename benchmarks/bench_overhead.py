@@ -68,8 +68,15 @@ from solo_geometry.run.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32
-DEFAULT_RECIPES = ("cifar/simclr", "cifar/byol", "cifar/vicreg", "cifar/barlow", "cifar/mocov2plus",
-                   "cifar/dino", "digits/byol")  # fmt: skip
+DEFAULT_RECIPES = (
+    "cifar/simclr",
+    "cifar/byol",
+    "cifar/vicreg",
+    "cifar/barlow",
+    "cifar/mocov2plus",
+    "cifar/dino",
+    "digits/byol",
+)
 MODES = ("off", "on", "default")  # geometry off; every --every steps, no budget; the defaults
 CPU = ["devices=[0]", "strategy=auto", "sync_batchnorm=False"]  # + accelerator and precision
 DEVICES = ("auto", "cpu", "gpu")  # --device: auto is the GPU where CUDA is available
@@ -121,18 +128,39 @@ def overrides(recipe: str, mode: str, args: argparse.Namespace, out_dir: str) ->
     """The command-line overrides of one run."""
     data = [f"data.train_path={args.data / 'train'}", "data.val_path=null"]
     if recipe.startswith("cifar/"):
-        data += ["data.dataset=custom", "data.format=image_folder", "auto_resume.enabled=False",
-                 "wandb.enabled=False", *CPU, f"accelerator={accelerator(args)}",
-                 f"precision={args.precision}"]  # fmt: skip
+        data += [
+            "data.dataset=custom",
+            "data.format=image_folder",
+            "auto_resume.enabled=False",
+            "wandb.enabled=False",
+            *CPU,
+            f"accelerator={accelerator(args)}",
+            f"precision={args.precision}",
+        ]
     cadence = {
         "on": [f"geometry.every_n_steps={args.every}", "geometry.budget=null"],
         "default": [f"geometry.every_n_steps={args.default_every}"],
     }  # budget: default
-    geometry = (["+geometry=off"] if mode == "off" else
-                ["+geometry=on", "geometry.probes.enabled=false", "geometry.report=false",
-                 f"geometry.out_dir={out_dir}", *cadence[mode], *args.geometry])  # fmt: skip
-    return [*data, f"optimizer.batch_size={args.batch_size}", f"data.num_workers={args.workers}",
-            "checkpoint.enabled=False", f"++seed={args.seed}", *geometry]  # fmt: skip
+    geometry = (
+        ["+geometry=off"]
+        if mode == "off"
+        else [
+            "+geometry=on",
+            "geometry.probes.enabled=false",
+            "geometry.report=false",
+            f"geometry.out_dir={out_dir}",
+            *cadence[mode],
+            *args.geometry,
+        ]
+    )
+    return [
+        *data,
+        f"optimizer.batch_size={args.batch_size}",
+        f"data.num_workers={args.workers}",
+        "checkpoint.enabled=False",
+        f"++seed={args.seed}",
+        *geometry,
+    ]
 
 
 def accelerator(args: argparse.Namespace) -> str:
@@ -175,10 +203,16 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             mark()
 
     trainer = pl.Trainer(
-        max_steps=args.steps, accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[Timer()], precision=args.precision,
-    )  # fmt: skip
+        max_steps=args.steps,
+        accelerator="gpu" if cuda else "cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Timer()],
+        precision=args.precision,
+    )
     trainer.fit(model, _loader(cfg))
     mark()  # the end of fit: the interval after the last step holds the final record
     return {
@@ -198,18 +232,26 @@ def _measurements(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [
-        {"step": r.step, "status": r.status, "seconds": round(r.seconds, 3),
-         "density": r.density is not None, "final": r.final, "parts": r.parts,
-         "deferred": r.settings.deferred if r.settings is not None else None}
+        {
+            "step": r.step,
+            "status": r.status,
+            "seconds": round(r.seconds, 3),
+            "density": r.density is not None,
+            "final": r.final,
+            "parts": r.parts,
+            "deferred": r.settings.deferred if r.settings is not None else None,
+        }
         for r in read_records(path)
-    ]  # fmt: skip
+    ]
 
 
 def _spawn(recipe: str, mode: str, argv: list[str]) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, __file__, "--single", recipe, mode, *argv], capture_output=True,
-        text=True, check=False,
-    )  # fmt: skip
+        [sys.executable, __file__, "--single", recipe, mode, *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{recipe} {mode} run failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -243,8 +285,7 @@ def taken_and_due(run: dict[str, Any], every: int) -> tuple[int, int, int]:
     steps = len(run["cpu"]) - 1
     due = len(range(0, steps, every)) + 1  # the final record is due too
     ms = [m for m in run["measurements"] if m["status"] == "ok"]
-    return (sum("hessian" in m["parts"] for m in ms), due,
-            sum("stats" in m["parts"] for m in ms))  # fmt: skip
+    return (sum("hessian" in m["parts"] for m in ms), due, sum("stats" in m["parts"] for m in ms))
 
 
 def summarise(recipe: str, results: list[dict[str, Any]], every: int = EVERY) -> dict[str, Any]:
@@ -291,16 +332,21 @@ def _default_columns(
         return {"taken": None, "due": None, "stats": None, "measured": None}
     counts = [taken_and_due(r, every) for r in runs]
     off = statistics.median(sum(r["cpu"]) for r in off_runs)
-    return {"taken": min(c[0] for c in counts), "due": counts[0][1],
-            "stats": min(c[2] for c in counts),
-            "measured": statistics.median(sum(r["cpu"]) for r in runs) / off - 1}  # fmt: skip
+    return {
+        "taken": min(c[0] for c in counts),
+        "due": counts[0][1],
+        "stats": min(c[2] for c in counts),
+        "measured": statistics.median(sum(r["cpu"]) for r in runs) / off - 1,
+    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the summarised rows."""
-    lines = ["| recipe | step CPU s: on (off) | first | mid | final | cadence 50 | epoch | "
-             "10k steps | epoch taken/due | run | RSS MB | taken/due (stats) | measured |",
-             "|" + "---|" * 13]  # fmt: skip
+    lines = [
+        "| recipe | step CPU s: on (off) | first | mid | final | cadence 50 | epoch | "
+        "10k steps | epoch taken/due | run | RSS MB | taken/due (stats) | measured |",
+        "|" + "---|" * 13,
+    ]
     for r in rows:
         counts = "-" if r.get("due") is None else f"{r['taken']}/{r['due']} ({r['stats']})"
         measured = "-" if r.get("measured") is None else f"{100 * r['measured']:+.1f}%"
@@ -331,12 +377,16 @@ def main() -> None:
         default=EVERY,
         help="the 'default' runs' cadence (their budget is the default)",
     )
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per recipe (first, mid, final in training "
-                             "steps, taken, due, ...) instead of the table")  # fmt: skip
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per recipe (first, mid, final in training "
+        "steps, taken, due, ...) instead of the table",
+    )
     parser.add_argument("--quick", action="store_true", help="11 steps, every 5, one pair")
-    parser.add_argument("--geometry", nargs="*", default=[],
-                        help="extra geometry overrides for the 'on' runs")  # fmt: skip
+    parser.add_argument(
+        "--geometry", nargs="*", default=[], help="extra geometry overrides for the 'on' runs"
+    )
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--precision", default="32", help="the Trainer's precision, e.g. 16-mixed")
     parser.add_argument("--single", nargs=2, metavar=("RECIPE", "MODE"), help=argparse.SUPPRESS)
@@ -345,7 +395,7 @@ def main() -> None:
     if args.quick:
         args.steps, args.every, args.repeats = 11, 5, 1
     if args.data is None:
-        from solo_geometry.inputs.datasets import make_digits
+        from solo_geometry.inputs.digits import make_digits
 
         args.data = make_digits(Path(tempfile.gettempdir()) / "solo-geometry-bench-digits")
     if args.single:
@@ -354,23 +404,36 @@ def main() -> None:
         return
     if args.from_log:
         lines = args.from_log.read_text().splitlines()
-        runs = [json.loads(line[line.index("{") :]) for line in lines
-                if line.startswith(("cifar/", "digits/")) and " s, {" in line]  # fmt: skip
-        names = [n for n in dict.fromkeys(r["recipe"] for r in runs)  # recipes with both modes
-                 if {r["mode"] for r in runs if r["recipe"] == n} >= {"off", "on"}]  # fmt: skip
-        rows = [summarise(n, [r for r in runs if r["recipe"] == n], args.default_every)
-                for n in names]  # fmt: skip
+        runs = [
+            json.loads(line[line.index("{") :])
+            for line in lines
+            if line.startswith(("cifar/", "digits/")) and " s, {" in line
+        ]
+        names = [
+            n
+            for n in dict.fromkeys(r["recipe"] for r in runs)  # recipes with both modes
+            if {r["mode"] for r in runs if r["recipe"] == n} >= {"off", "on"}
+        ]
+        rows = [
+            summarise(n, [r for r in runs if r["recipe"] == n], args.default_every) for n in names
+        ]
         print("\n".join(json.dumps(r) for r in rows) if args.json else table(rows))
         return
     for recipe in args.recipes:  # fail fast on a bad name
         recipe_path(recipe, args.solo_root)
-    argv = [f"--steps={args.steps}", f"--every={args.every}", f"--batch-size={args.batch_size}",
-            f"--default-every={args.default_every}",
-            f"--seed={args.seed}",
-            f"--workers={args.workers}", f"--data={args.data}",
-            f"--device={args.device}", f"--precision={args.precision}",
-            *([f"--solo-root={args.solo_root}"] if args.solo_root else []),
-            *(["--geometry", *args.geometry] if args.geometry else [])]  # fmt: skip
+    argv = [
+        f"--steps={args.steps}",
+        f"--every={args.every}",
+        f"--batch-size={args.batch_size}",
+        f"--default-every={args.default_every}",
+        f"--seed={args.seed}",
+        f"--workers={args.workers}",
+        f"--data={args.data}",
+        f"--device={args.device}",
+        f"--precision={args.precision}",
+        *([f"--solo-root={args.solo_root}"] if args.solo_root else []),
+        *(["--geometry", *args.geometry] if args.geometry else []),
+    ]
     rows = []
     log = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON rows only
     for recipe in args.recipes:
@@ -379,8 +442,11 @@ def main() -> None:
             for mode in MODES if i % 2 == 0 else MODES[::-1]:
                 t0 = time.perf_counter()
                 results.append(_spawn(recipe, mode, argv))
-                print(f"{recipe} {mode}: {time.perf_counter() - t0:.0f} s, "
-                      f"{json.dumps(results[-1])}", flush=True, file=log)  # fmt: skip
+                print(
+                    f"{recipe} {mode}: {time.perf_counter() - t0:.0f} s, {json.dumps(results[-1])}",
+                    flush=True,
+                    file=log,
+                )
         rows.append(summarise(recipe, results, args.default_every))
         print(json.dumps(rows[-1]) if args.json else table(rows), flush=True)
     print(

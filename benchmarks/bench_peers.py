@@ -91,19 +91,27 @@ class DensityRow:
 def ours(problem: Problem, samples: int) -> tuple[float, float, int, str, float]:
     """The monitor's own run: extremes, products, convergence, wall time."""
     start = time.perf_counter()
-    head_spectrum = curvature_operators(*problem, dtype=F32, max_samples=samples).spectrum(
-        operators=("heff",), tol=TOL
-    ).heff  # fmt: skip
+    head_spectrum = (
+        curvature_operators(*problem, dtype=F32, max_samples=samples)
+        .spectrum(operators=("heff",), tol=TOL)
+        .heff
+    )
     yes = head_spectrum.converged_min and head_spectrum.converged_max
-    return (head_spectrum.ritz_min, head_spectrum.ritz_max, head_spectrum.steps,
-            "yes" if yes else "no", time.perf_counter() - start)  # fmt: skip
+    return (
+        head_spectrum.ritz_min,
+        head_spectrum.ritz_max,
+        head_spectrum.steps,
+        "yes" if yes else "no",
+        time.perf_counter() - start,
+    )
 
 
 def ours_arpack(problem: Problem, samples: int) -> Any:
     """ARPACK on our scipy operator (float32 products)."""
     start = time.perf_counter()
-    return arpack(curvature_operators(*problem, dtype=F32, max_samples=samples)
-                  .linear_operator("heff"), start)  # fmt: skip
+    return arpack(
+        curvature_operators(*problem, dtype=F32, max_samples=samples).linear_operator("heff"), start
+    )
 
 
 def reference(problem: Problem, samples: int, dense: bool) -> tuple[np.ndarray, int, float]:
@@ -165,8 +173,15 @@ def densities(recipe: str, problem: Problem, samples: int, eigs: np.ndarray) -> 
     ops = curvature_operators(*problem, dtype=F32, max_samples=samples)
     heff = ops.spectrum(operators=("heff",), density_probes=2, tol=TOL).heff
     nodes, weights = heff.density.nodes.numpy(), heff.density.weights.numpy()
-    out.append(DensityRow(recipe, "ours (3 probes)", 3 * heff.steps, time.perf_counter() - start,
-                          _w1(nodes, weights, eigs)))  # fmt: skip
+    out.append(
+        DensityRow(
+            recipe,
+            "ours (3 probes)",
+            3 * heff.steps,
+            time.perf_counter() - start,
+            _w1(nodes, weights, eigs),
+        )
+    )
     start = time.perf_counter()
     hess, count = pyhessian_hessian(problem, ops.index)
     removed = torch.eig  # PyHessian 0.1 calls it; torch 2 raises
@@ -175,18 +190,29 @@ def densities(recipe: str, problem: Problem, samples: int, eigs: np.ndarray) -> 
         (nodes,), (weights,) = hess.density(iter=min(100, ops.dim), n_v=1)
     finally:
         torch.eig = removed
-    out.append(DensityRow(recipe, "pyhessian (iter=100, n_v=1)", count[0],
-                          time.perf_counter() - start,
-                          _w1(np.array(nodes), np.array(weights), eigs)))  # fmt: skip
+    out.append(
+        DensityRow(
+            recipe,
+            "pyhessian (iter=100, n_v=1)",
+            count[0],
+            time.perf_counter() - start,
+            _w1(np.array(nodes), np.array(weights), eigs),
+        )
+    )
     start = time.perf_counter()
     op, count = eigenthings_operator(problem, ops.index)
     steps = min(80, op.size)
     slq = he.spectral_density(op, num_runs=3, lanczos_steps=steps, seed=0, num_grid_points=16)
     runs = slq.raw_eigenvalues.shape[0]
-    out.append(DensityRow(recipe, "hessian-eigenthings (3 x 80)", count[0],
-                          time.perf_counter() - start,
-                          _w1(slq.raw_eigenvalues.numpy().ravel(),
-                              slq.raw_weights.numpy().ravel() / runs, eigs)))  # fmt: skip
+    out.append(
+        DensityRow(
+            recipe,
+            "hessian-eigenthings (3 x 80)",
+            count[0],
+            time.perf_counter() - start,
+            _w1(slq.raw_eigenvalues.numpy().ravel(), slq.raw_weights.numpy().ravel() / runs, eigs),
+        )
+    )
     return out
 
 
@@ -213,26 +239,31 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def table(rows: list[Row]) -> str:
     """Markdown table, with ours / theirs ratios of products and time per recipe and block."""
-    lines = ["| recipe | block | method | lambda_min | lambda_max | err min | err max | HVPs | "
-             "wall s | converged | HVPs ours/theirs | time ours/theirs |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| recipe | block | method | lambda_min | lambda_max | err min | err max | HVPs | "
+        "wall s | converged | HVPs ours/theirs | time ours/theirs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     mine = {(r.recipe, r.block): r for r in rows if r.method == "ours"}
     for r in rows:
         base = mine.get((r.recipe, r.block))
         peer = base is not None and r.method not in ("ours", "reference f64")
         ratio_h = f"{base.hvps / r.hvps:.2f}" if peer and base and r.hvps else "-"
         ratio_t = f"{base.seconds / r.seconds:.2f}" if peer and base and r.seconds else "-"
-        lines.append(f"| {r.recipe} | {r.block} | {r.method} | {_fmt(r.lambda_min, '.4e')} | "
-                     f"{_fmt(r.lambda_max, '.4e')} | {_fmt(r.err_min, '.1e')} | "
-                     f"{_fmt(r.err_max, '.1e')} | {r.hvps} | {r.seconds:.2f} | {r.converged} | "
-                     f"{ratio_h} | {ratio_t} |")  # fmt: skip
+        lines.append(
+            f"| {r.recipe} | {r.block} | {r.method} | {_fmt(r.lambda_min, '.4e')} | "
+            f"{_fmt(r.lambda_max, '.4e')} | {_fmt(r.err_min, '.1e')} | "
+            f"{_fmt(r.err_max, '.1e')} | {r.hvps} | {r.seconds:.2f} | {r.converged} | "
+            f"{ratio_h} | {ratio_t} |"
+        )
     return "\n".join(lines)
 
 
 def density_table(rows: list[DensityRow]) -> str:
     lines = ["| recipe | method | HVPs | wall s | W1 / scale |", "|---|---|---|---|---|"]
-    lines += [f"| {r.recipe} | {r.method} | {r.hvps} | {r.seconds:.2f} | {r.w1:.2e} |"
-              for r in rows]  # fmt: skip
+    lines += [
+        f"| {r.recipe} | {r.method} | {r.hvps} | {r.seconds:.2f} | {r.w1:.2e} |" for r in rows
+    ]
     return "\n".join(lines)
 
 

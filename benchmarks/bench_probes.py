@@ -115,10 +115,12 @@ def run_case(name: str, x: torch.Tensor, y: torch.Tensor, cache: Path, repeats: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N=10,000 instead of 50,000")
-    parser.add_argument("--only", choices=("digits", "synthetic"), default=None,
-                        help="run only one data set")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="paired runs per case; times are medians (default 3)")  # fmt: skip
+    parser.add_argument(
+        "--only", choices=("digits", "synthetic"), default=None, help="run only one data set"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="paired runs per case; times are medians (default 3)"
+    )
     args = parser.parse_args()
     n_big = 10_000 if args.quick else 50_000
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, numpy {np.__version__}")

@@ -43,8 +43,16 @@ def _records(p: Protocol) -> int:
 
 
 def _run(args: list[str], out: Path) -> tuple[float, float, dict]:
-    cmd = [sys.executable, "-m", "solo_geometry.cli", "reproduce", "collapse", "--out", str(out),
-           *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "solo_geometry.cli",
+        "reproduce",
+        "collapse",
+        "--out",
+        str(out),
+        *args,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -60,8 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="time the full grid too")
     parser.add_argument("--host", default="lightly", help="host of the cells (default lightly)")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="cells at once (default: the cores available)")  # fmt: skip
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="cells at once (default: the cores available)"
+    )
     parser.add_argument(
         "--keep",
         type=Path,
@@ -70,20 +79,26 @@ def main() -> None:
     )
     args = parser.parse_args()
     jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
-    print(f"cores available: {len(os.sched_getaffinity(0))}, load average before: "
-          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"cores available: {len(os.sched_getaffinity(0))}, load average before: "
+        f"{os.getloadavg()[0]:.2f}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) if args.keep is None else args.keep
         wall, cpu, summary = _run(["--quick", "--host", args.host, *jobs], root / "quick")
     load = os.getloadavg()[0]
     cells = summary["rows"]
     per_cell = [r["seconds"] for r in cells]
-    print(f"\n--quick: {len(cells)} cells, wall {wall:.1f} s, CPU {cpu:.1f} s, load average "
-          f"after {load:.2f}; budget {QUICK_BUDGET_S:.0f} s: "
-          f"{'met' if wall < QUICK_BUDGET_S else 'NOT met'}")  # fmt: skip
+    print(
+        f"\n--quick: {len(cells)} cells, wall {wall:.1f} s, CPU {cpu:.1f} s, load average "
+        f"after {load:.2f}; budget {QUICK_BUDGET_S:.0f} s: "
+        f"{'met' if wall < QUICK_BUDGET_S else 'NOT met'}"
+    )
     steps = sum(r["steps"] for r in cells)
-    print(f"  {cpu / steps:.4f} CPU-s per optimiser step (all of the command's CPU time over "
-          f"its {steps} steps)")  # fmt: skip
+    print(
+        f"  {cpu / steps:.4f} CPU-s per optimiser step (all of the command's CPU time over "
+        f"its {steps} steps)"
+    )
     print("  cell                      seconds  steps  records")
     for r in cells:
         name = f"{r['head']}-{r['norm']}-lr{r['lr']:g}-s{r['seed']}"
@@ -95,24 +110,30 @@ def main() -> None:
     workers = max(1, len(os.sched_getaffinity(0)))
     overhead = max(0.0, wall - sum(per_cell) / workers)
     projected = _cells(FULL) * mean_cell * f_work / q_work / workers + overhead
-    print(f"\ndefault grid ({_cells(FULL)} cells, {workers} workers), projected from --quick: "
-          f"{projected / 60:.1f} min; budget {FULL_BUDGET_S / 60:.0f} min: "
-          f"{'met' if projected < FULL_BUDGET_S else 'NOT met'} (projection)")  # fmt: skip
+    print(
+        f"\ndefault grid ({_cells(FULL)} cells, {workers} workers), projected from --quick: "
+        f"{projected / 60:.1f} min; budget {FULL_BUDGET_S / 60:.0f} min: "
+        f"{'met' if projected < FULL_BUDGET_S else 'NOT met'} (projection)"
+    )
     # On a shared machine wall time measures the other jobs; CPU time divided by the cores is
     # what 2 idle cores would take if the cells kept both busy (the pool does, 8 cells on 2).
     quick_idle = cpu / workers
     full_idle = cpu * _cells(FULL) / len(cells) * f_work / q_work / workers
     q_ok = "met" if quick_idle < QUICK_BUDGET_S else "NOT met"
     f_ok = "met" if full_idle < FULL_BUDGET_S else "NOT met"
-    print(f"CPU-time projection for {workers} idle cores: --quick {quick_idle:.0f} s ({q_ok}), "
-          f"full grid {full_idle / 60:.1f} min ({f_ok})")  # fmt: skip
+    print(
+        f"CPU-time projection for {workers} idle cores: --quick {quick_idle:.0f} s ({q_ok}), "
+        f"full grid {full_idle / 60:.1f} min ({f_ok})"
+    )
     if args.full:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) if args.keep is None else args.keep
             wall, cpu, summary = _run(["--host", args.host, *jobs], root / "full")
         verdict = "met" if wall < FULL_BUDGET_S else "NOT met"
-        print(f"full grid: {len(summary['rows'])} cells, wall {wall / 60:.1f} min, CPU "
-              f"{cpu / 60:.1f} min; budget: {verdict}")  # fmt: skip
+        print(
+            f"full grid: {len(summary['rows'])} cells, wall {wall / 60:.1f} min, CPU "
+            f"{cpu / 60:.1f} min; budget: {verdict}"
+        )
 
 
 if __name__ == "__main__":

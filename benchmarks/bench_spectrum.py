@@ -197,10 +197,14 @@ def cost_cases(seed: int) -> list[Case]:
     torch.manual_seed(seed)
     w = 2048
     vicreg_head = nn.Sequential(
-        nn.Linear(512, w), nn.BatchNorm1d(w), nn.ReLU(),
-        nn.Linear(w, w), nn.BatchNorm1d(w), nn.ReLU(),
+        nn.Linear(512, w),
+        nn.BatchNorm1d(w),
+        nn.ReLU(),
         nn.Linear(w, w),
-    )  # fmt: skip
+        nn.BatchNorm1d(w),
+        nn.ReLU(),
+        nn.Linear(w, w),
+    )
     byol_head = SmoothMLPHead(512, 512, 128, activation="swish", norm="bn")
     z = torch.randn(2, 32, 512, generator=torch.Generator().manual_seed(seed))
     byol = byol_like(128, seed, n=32)
@@ -307,8 +311,11 @@ def cost(args: argparse.Namespace) -> None:
     for case in cost_cases(args.seed):
         _warm_up(case)
         ordinary, density = before(case)
-        both = Cost({**ordinary.parts, **density.parts}, ordinary.cpu + density.cpu,
-                    ordinary.wall + density.wall)  # fmt: skip
+        both = Cost(
+            {**ordinary.parts, **density.parts},
+            ordinary.cpu + density.cpu,
+            ordinary.wall + density.wall,
+        )
         _print_cost(f"{case.name}: before, ordinary", ordinary)
         _print_cost(f"{case.name}: before, with density", both)
         for tol in args.tols:

@@ -43,8 +43,9 @@ def tridiagonal(problem: Problem, samples: int, steps: int) -> tuple[torch.Tenso
     ops = curvature_operators(*problem, dtype=F32, max_samples=samples)
     gen = torch.Generator().manual_seed(0)
     v0 = _start_vector(ops.dim, gen, torch.float64, None).reshape(1, -1)
-    runs = _run(lambda v: ops.matvec("heff")(v[0]).reshape(1, -1), v0, min(steps, ops.dim),
-                0.0, 0.0, 1, F32)  # fmt: skip
+    runs = _run(
+        lambda v: ops.matvec("heff")(v[0]).reshape(1, -1), v0, min(steps, ops.dim), 0.0, 0.0, 1, F32
+    )
     return runs.alpha[0, : runs.k], runs.beta[0, : runs.k]
 
 
@@ -59,12 +60,19 @@ def stops(alpha: torch.Tensor, beta: torch.Tensor, ref: tuple[float, float], tol
         gaps = (float(theta[1] - theta[0]), float(theta[-1] - theta[-2]))
         estimate = max(float(r[0]) ** 2 / gaps[0], float(r[-1]) ** 2 / gaps[1])
         bound = tol * float(theta.abs().max())
-        passed = {"true": max(errors) <= tol, "residual": check.converged_min and
-                  check.converged_max, "r2/gap": estimate <= bound}  # fmt: skip
+        passed = {
+            "true": max(errors) <= tol,
+            "residual": check.converged_min and check.converged_max,
+            "r2/gap": estimate <= bound,
+        }
         for test in TESTS:
             if passed[test] and test not in found:
-                found[test] = {"steps": k, "err_min": errors[0], "err_max": errors[1],
-                               "holds": max(errors) <= tol}  # fmt: skip
+                found[test] = {
+                    "steps": k,
+                    "err_min": errors[0],
+                    "err_max": errors[1],
+                    "holds": max(errors) <= tol,
+                }
         if len(found) == len(TESTS):
             break
     return found
@@ -78,9 +86,12 @@ def table(results: dict[str, dict]) -> str:
         cells = []
         for test in TESTS:
             f = found.get(test)
-            cells.append("not reached" if f is None else
-                         f"{f['steps']} / {max(f['err_min'], f['err_max']):.1e}"
-                         + ("" if f["holds"] else " (fails)"))  # fmt: skip
+            cells.append(
+                "not reached"
+                if f is None
+                else f"{f['steps']} / {max(f['err_min'], f['err_max']):.1e}"
+                + ("" if f["holds"] else " (fails)")
+            )
         lines.append(f"| {recipe} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ def projected(n: int, step: float, cost: float, first: float, final: float, budg
     (``first``, step 0), without it (``cost``, mid-run) and of the final one with it
     (``final``). A density is ``DENSITY_RUNS - 1`` extra Lanczos runs per operator, each
     ``(first - cost) / (DENSITY_RUNS - 1)``; so a final record without one costs ``final``
-    less those runs. Under the budget (:meth:`GeometryMonitor._due`, ``_wants_density``,
+    less those runs. Under the budget (:meth:`GeometryMonitor._due`, ``TimeBudget.wants_density``,
     ``on_train_end``):
 
     * the first record runs at step 0 without a density (``cost``);

@@ -95,8 +95,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     for method in args.recipes:
-        print(json.dumps({k: round(v, 5) if isinstance(v, float) else v
-                          for k, v in compare(method, args).items()}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    k: round(v, 5) if isinstance(v, float) else v
+                    for k, v in compare(method, args).items()
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

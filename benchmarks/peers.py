@@ -157,15 +157,21 @@ def peer_eigenthings(problem: Problem, index: Tensor | None) -> Any:
     steps = 16
     while True:
         steps = min(steps, op.size)
-        run = he.lanczos(op, k=steps, max_iter=steps, tol=TOL, which="LA", seed=0,
-                         reorthogonalize=True)  # fmt: skip
+        run = he.lanczos(
+            op, k=steps, max_iter=steps, tol=TOL, which="LA", seed=0, reorthogonalize=True
+        )
         converged = bool(run.converged[0]) and bool(run.converged[-1])
         if converged or steps >= min(op.size, 256):
             break
         steps *= 2
     values = run.eigenvalues  # descending
-    return (float(values[-1]), float(values[0]), count[0], "yes" if converged else "no",
-            time.perf_counter() - start)  # fmt: skip
+    return (
+        float(values[-1]),
+        float(values[0]),
+        count[0],
+        "yes" if converged else "no",
+        time.perf_counter() - start,
+    )
 
 
 def pyhessian_hessian(problem: Problem, index: Tensor | None) -> tuple[Any, list[int]]:
@@ -186,8 +192,9 @@ def pyhessian_hessian(problem: Problem, index: Tensor | None) -> tuple[Any, list
     head, loss, Z = problem
     torch.manual_seed(0)
     model = BlockModule(head, Z, index)
-    hess = module.hessian(model, lambda H, _y: loss(H), data=(torch.zeros(1), torch.zeros(1)),
-                          cuda=False)  # fmt: skip
+    hess = module.hessian(
+        model, lambda H, _y: loss(H), data=(torch.zeros(1), torch.zeros(1)), cuda=False
+    )
     return hess, count
 
 

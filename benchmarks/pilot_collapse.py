@@ -47,41 +47,62 @@ def main() -> None:
     parser.add_argument("--heads", nargs="+", default=list(QUICK_GRID[0].heads))
     parser.add_argument("--backbone", default=CPU.backbone)
     parser.add_argument("--host", default="lightly")
-    parser.add_argument("--compare", type=Path, default=None,
-                        help="the authors' curves (JSON) to draw beside ours")  # fmt: skip
+    parser.add_argument(
+        "--compare", type=Path, default=None, help="the authors' curves (JSON) to draw beside ours"
+    )
     args = parser.parse_args()
     grid = (dataclasses.replace(QUICK_GRID[0], heads=tuple(args.heads)),)
     protocol = dataclasses.replace(
-        CPU, epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch,
-        crop_size=args.crop, widths=tuple(args.widths), backbone=args.backbone, seeds=(0,),
+        CPU,
+        epochs=args.epochs,
+        steps_per_epoch=args.steps,
+        batch_size=args.batch,
+        crop_size=args.crop,
+        widths=tuple(args.widths),
+        backbone=args.backbone,
+        seeds=(0,),
         grid=grid,
         every_n_steps=args.epochs * args.steps,  # the monitor at the start and the end only
-    )  # fmt: skip
+    )
     start, cpu0 = time.perf_counter(), _cpu()
-    summary = reproduce_collapse(args.out, host=args.host, jobs=1, protocol=protocol,
-                                 compare=args.compare)  # fmt: skip
+    summary = reproduce_collapse(
+        args.out, host=args.host, jobs=1, protocol=protocol, compare=args.compare
+    )
     wall, cpu = time.perf_counter() - start, _cpu() - cpu0
     steps_run = sum(r["steps"] for r in summary["rows"])
     per_step = [r["seconds"] / r["steps"] for r in summary["rows"]]
     cost = sum(per_step) / len(per_step)
-    print(f"\npilot: {len(per_step)} cells, {wall:.0f} s wall, {cpu:.0f} CPU-s "
-          f"({cpu / steps_run:.4f} CPU-s per step, setup included), load average "
-          f"{os.getloadavg()[0]:.2f}, protocol {protocol}")  # fmt: skip
+    print(
+        f"\npilot: {len(per_step)} cells, {wall:.0f} s wall, {cpu:.0f} CPU-s "
+        f"({cpu / steps_run:.4f} CPU-s per step, setup included), load average "
+        f"{os.getloadavg()[0]:.2f}, protocol {protocol}"
+    )
     for r, c in zip(summary["rows"], per_step, strict=True):
         ratios = [round(v / r["baseline_std"], 3) for v in r["std_curve"]]
-        print(f"  {r['head']:>6}: {c:.3f} s/step, baseline {r['baseline_std']:.4g} (ceiling "
-              f"{r['ceiling']:.4g}), {r['outcome']} at epoch {r['escape_epoch']}, "
-              f"curve / epoch 0: {ratios}")  # fmt: skip
+        print(
+            f"  {r['head']:>6}: {c:.3f} s/step, baseline {r['baseline_std']:.4g} (ceiling "
+            f"{r['ceiling']:.4g}), {r['outcome']} at epoch {r['escape_epoch']}, "
+            f"curve / epoch 0: {ratios}"
+        )
     cells = len(CPU.cells())
     steps = CPU.epochs * CPU.steps_per_epoch
     print(
         f"PROJECTION (not a timing): {cells} cells x {steps} steps x {cost:.3f} s/step "
         f"/ 2 cores = {cells * steps * cost / 2 / 60:.0f} min"
     )
-    (args.out / "pilot.json").write_text(json.dumps(
-        {"protocol": dataclasses.asdict(protocol), "wall_s": wall, "cpu_s": cpu,
-         "cpu_s_per_step": cpu / steps_run, "s_per_step": per_step,
-         "projected_grid_min": cells * steps * cost / 2 / 60}, indent=1))  # fmt: skip
+    (args.out / "pilot.json").write_text(
+        json.dumps(
+            {
+                "protocol": dataclasses.asdict(protocol),
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "cpu_s_per_step": cpu / steps_run,
+                "s_per_step": per_step,
+                "projected_grid_min": cells * steps * cost / 2 / 60,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -56,11 +56,21 @@ def build(method: str, solo_root: Path, batch_size: int) -> Any:
 
     install()
     path = solo_root / "scripts" / "pretrain" / "cifar" / f"{method}.yaml"
-    cfg = load_recipe(path, [*CPU, "data.dataset=custom", "data.train_path=/tmp",
-                             "data.val_path=null", "data.format=image_folder",
-                             "wandb.enabled=False", "auto_resume.enabled=False",
-                             f"optimizer.batch_size={batch_size}", "+geometry=on",
-                             "geometry.probes.enabled=false"])  # fmt: skip
+    cfg = load_recipe(
+        path,
+        [
+            *CPU,
+            "data.dataset=custom",
+            "data.train_path=/tmp",
+            "data.val_path=null",
+            "data.format=image_folder",
+            "wandb.enabled=False",
+            "auto_resume.enabled=False",
+            f"optimizer.batch_size={batch_size}",
+            "+geometry=on",
+            "geometry.probes.enabled=false",
+        ],
+    )
     cfg = parse_cfg(cfg)
     torch.manual_seed(0)
     return METHODS[cfg.method](cfg)
@@ -82,8 +92,7 @@ def training_step(model: Any, batch: list[Any]) -> float:
     start = time.process_time()
     loss = model.training_step(batch, 0)
     loss = loss["loss"] if isinstance(loss, dict) else loss
-    torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad],
-                        allow_unused=True)  # fmt: skip
+    torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad], allow_unused=True)
     return time.process_time() - start
 
 
@@ -98,11 +107,16 @@ def density_spectra(view: Any, Z: torch.Tensor, cfg: GeometryConfig) -> tuple[fl
     def spectra() -> float:
         start = time.process_time()
         effective_hessian_spectrum(
-            view.head, view.loss_of_outputs, Z, max_steps=cfg.lanczos_max_steps,
-            tol=cfg.lanczos_tol, dtype=getattr(torch, cfg.dtype), max_samples=cfg.max_samples,
+            view.head,
+            view.loss_of_outputs,
+            Z,
+            max_steps=cfg.lanczos_max_steps,
+            tol=cfg.lanczos_tol,
+            dtype=getattr(torch, cfg.dtype),
+            max_samples=cfg.max_samples,
             generator=torch.Generator().manual_seed(0),
             density_probes=cfg.measure.density_probes,
-        )  # fmt: skip
+        )
         return time.process_time() - start
 
     def refuse(*_: Any) -> torch.Tensor:
@@ -144,10 +158,15 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
             out[f"{op}/{name}"], _ = timed(functools.partial(product, v))
     start = time.process_time()
     spec = effective_hessian_spectrum(
-        view.head, view.loss_of_outputs, Z, max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol,
-        dtype=getattr(torch, cfg.dtype), max_samples=cfg.max_samples,
+        view.head,
+        view.loss_of_outputs,
+        Z,
+        max_steps=cfg.lanczos_max_steps,
+        tol=cfg.lanczos_tol,
+        dtype=getattr(torch, cfg.dtype),
+        max_samples=cfg.max_samples,
         generator=torch.Generator().manual_seed(0),
-    )  # fmt: skip
+    )
     out["spectra"] = time.process_time() - start
     for op, s in spec.operators.items():
         out[f"{op}/steps"], out[f"{op}/seconds"] = s.steps, s.seconds
@@ -176,8 +195,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for method in args.recipes:
-        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                          for k, v in profile(method, args).items()}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    k: round(v, 4) if isinstance(v, float) else v
+                    for k, v in profile(method, args).items()
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

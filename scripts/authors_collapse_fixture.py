@@ -33,19 +33,22 @@ def main() -> None:
     results = {}
     for name in PATHS:
         data = np.load(args.root / name / "collapse_results.npy", allow_pickle=True).item()
-        results[name] = {key: [[float(f"{v:.6g}") for v in seed] for seed in value["raw"]]
-                         for key, value in data.items()}  # fmt: skip
+        results[name] = {
+            key: [[float(f"{v:.6g}") for v in seed] for seed in value["raw"]]
+            for key, value in data.items()
+        }
     fixture = {
         "provenance": {
-            "repository": REPO, "commit": args.commit,
+            "repository": REPO,
+            "commit": args.commit,
             "paths": [f"results/{name}/collapse_results.npy" for name in PATHS],
             "extracted": "each key's 'raw' (seeds x epochs: the per-epoch mean of "
-                         "torch.std(F.normalize(cat(z1, z2)), dim=0).mean()), 6 significant "
-                         "digits; keys as in the file",
+            "torch.std(F.normalize(cat(z1, z2)), dim=0).mean()), 6 significant "
+            "digits; keys as in the file",
         },
         "setup": AUTHORS_SETUP,
         "results": results,
-    }  # fmt: skip
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(fixture, indent=1) + "\n")
     print(f"wrote {args.out}")

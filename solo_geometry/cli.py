@@ -26,6 +26,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -36,7 +37,7 @@ from solo_geometry.commands.demo import add_demo_parser
 from solo_geometry.commands.orbits import add_orbits_parser
 from solo_geometry.commands.pretrain import add_pretrain_parser
 from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
-from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
@@ -86,19 +87,30 @@ def _probe(args: argparse.Namespace) -> int:
     try:
         if not data.is_dir():
             raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
-        check_one_size(probe_folders(data), f"--data {str(data)!r}",
-                       square="rotation" in args.targets)  # before any work  # fmt: skip
+        check_one_size(
+            probe_folders(data), f"--data {str(data)!r}", square="rotation" in args.targets
+        )  # before any work
         orbits = OrbitsConfig(families=[]) if args.no_orbits else OrbitsConfig()
-        cfg = ProbesConfig(batch_size=args.batch_size, seed=args.seed,
-                           targets=list(args.targets), orbits=orbits)  # fmt: skip
+        cfg = ProbesConfig(
+            batch_size=args.batch_size, seed=args.seed, targets=list(args.targets), orbits=orbits
+        )
         model = load_model(args.run)
         run = RunFolder(Path(args.out) if args.out else model.run_dir)
         ckpt = model.checkpoint.stat()
         tag = f"{model.checkpoint.resolve()}:{ckpt.st_size}:{ckpt.st_mtime_ns}:{data.resolve()}"
         for note in model.notes:
             print(f"solo-geometry probe: {note}", file=sys.stderr)
-        table = evaluate(model.backbone, model.head, data, run, cfg, mean_std=model.mean_std,
-                         device=args.device, tag=tag, progress=not args.quiet)  # fmt: skip
+        table = evaluate(
+            model.backbone,
+            model.head,
+            data,
+            run,
+            cfg,
+            mean_std=model.mean_std,
+            device=args.device,
+            tag=tag,
+            progress=not args.quiet,
+        )
     except (ValueError, ModuleNotFoundError) as err:
         raise UsageError(str(err)) from err
     for row in table.rows:
@@ -120,8 +132,11 @@ def torch_device(value: str) -> str:
         argparse.ArgumentTypeError: naming the value and the devices this machine has.
     """
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    here = ["cpu", *(["cuda", *(f"cuda:{i}" for i in range(count))] if count else []),
-            *(["mps"] if torch.backends.mps.is_available() else [])]  # fmt: skip
+    here = [
+        "cpu",
+        *(["cuda", *(f"cuda:{i}" for i in range(count))] if count else []),
+        *(["mps"] if torch.backends.mps.is_available() else []),
+    ]
     try:
         name = str(torch.device(value))
     except RuntimeError:  # "Invalid device string"
@@ -144,19 +159,29 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         The sub-parser; ``args.func(args)`` returns 0 or raises ``UsageError``.
     """
     parser = subparsers.add_parser(
-        "probe", help="backbone-vs-head probes and orbit table of a run or checkpoint",
+        "probe",
+        help="backbone-vs-head probes and orbit table of a run or checkpoint",
         description="Fit linear and MLP probes on backbone (Z) and head (H) features, write "
         "probes.json and features.pt into the run folder. Needs no solo-learn.",
-    )  # fmt: skip
+    )
     parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or .ckpt file")
     parser.add_argument("--data", required=True, help="labelled image folder (train/ + val/)")
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
-    parser.add_argument("--device", default="cpu", type=torch_device,
-                        help="torch device: cpu, cuda, cuda:N, mps (default: cpu)")  # fmt: skip
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        type=torch_device,
+        help="torch device: cpu, cuda, cuda:N, mps (default: cpu)",
+    )
     parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
     parser.add_argument("--seed", type=int, default=0, help="seed of draws, splits and probes")
-    parser.add_argument("--targets", nargs="+", default=list(TARGET_CHOICES),
-                        choices=TARGET_CHOICES, help="probe targets (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=list(TARGET_CHOICES),
+        choices=TARGET_CHOICES,
+        help="probe targets (default: all)",
+    )
     parser.add_argument("--no-orbits", action="store_true", help="skip the orbit table")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=_probe)
@@ -216,7 +241,14 @@ def _one_line_warnings(command: str) -> Callable[..., None]:
     """
     shown = warnings.showwarning
 
-    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if issubclass(category, RecordsWarning):
             sys.stdout.flush()
             print(f"solo-geometry {command}: warning: {message}", file=sys.stderr)

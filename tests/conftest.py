@@ -166,8 +166,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
             if reason:
                 reasons[reason.removeprefix("Skipped: ")] += 1
     ran = counts["passed"] + counts["failed"] + counts["error"]
-    line = ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped",
-                                                   "modules skipped") if counts[k])  # fmt: skip
+    line = ", ".join(
+        f"{counts[k]} {k}"
+        for k in ("passed", "failed", "error", "skipped", "modules skipped")
+        if counts[k]
+    )
     terminalreporter.write_sep("-", f"solo-learn tests: {ran} ran ({line or 'none collected'})")
     for reason, n in reasons.most_common():
         terminalreporter.write_line(f"  skipped ({n}): {reason}")

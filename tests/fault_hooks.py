@@ -106,9 +106,11 @@ def install() -> None:
         from solo_geometry.run.run_folder import RunFolder
 
         RunFolder.append_record = pausing(  # type: ignore[method-assign]
-            RunFolder.append_record, int(os.environ["SG_PAUSE_AT"]),
-            Path(os.environ["SG_PAUSE_MARK"]), Path(os.environ["SG_PAUSE_GO"]),
-        )  # fmt: skip
+            RunFolder.append_record,
+            int(os.environ["SG_PAUSE_AT"]),
+            Path(os.environ["SG_PAUSE_MARK"]),
+            Path(os.environ["SG_PAUSE_GO"]),
+        )
     if os.environ.get("SG_FAULTS"):
         import solo_geometry.runtime.monitor as monitor
 

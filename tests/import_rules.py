@@ -50,8 +50,21 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
 
 
 # Units that never import solo-learn at module level (the core and the models under it).
-SOLO_FREE = ("", "config", "extras", "state", "linalg", "geometry", "run", "recipe",
-             "conf", "inputs", "models", "analysis", "runtime")  # fmt: skip
+SOLO_FREE = (
+    "",
+    "config",
+    "extras",
+    "state",
+    "linalg",
+    "geometry",
+    "run",
+    "recipe",
+    "conf",
+    "inputs",
+    "models",
+    "analysis",
+    "runtime",
+)
 
 
 # Optional extras: the only imports allowed inside a function (top-level distribution names).

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from solo_geometry.config import GeometryConfig, MeasureConfig
-from solo_geometry.runtime.measure import GeometryView
+from solo_geometry.runtime.view import GeometryView
 
 
 class TwoViews(Dataset):
@@ -42,9 +42,12 @@ class BoringGeometry(pl.LightningModule):
     def __init__(self, fail_at: tuple[int, ...] = (), nan_at: tuple[int, ...] = ()) -> None:
         super().__init__()
         self.backbone = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        )  # fmt: skip
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
         self.projector = nn.Sequential(
             nn.Linear(8, 16), nn.BatchNorm1d(16), nn.SiLU(), nn.Linear(16, 6)
         )
@@ -85,15 +88,23 @@ class BoringGeometry(pl.LightningModule):
         def loss_of_features(Z_: Tensor) -> Tensor:
             return loss_of_outputs(torch.stack([self.projector(z) for z in Z_]))
 
-        return GeometryView(Z, self.projector, loss_of_features, self.backbone, X[0],
-                            loss_of_outputs)  # fmt: skip
+        return GeometryView(
+            Z, self.projector, loss_of_features, self.backbone, X[0], loss_of_outputs
+        )
 
 
 def small_config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
-    measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"],
-                            density_probes=1)  # fmt: skip
-    base = dict(every_n_steps=2, max_samples=8, lanczos_max_steps=80, measure=measure,
-                out_dir=str(out), budget=None)  # fmt: skip
+    measure = MeasureConfig(
+        augment=augment, augment_samples=4, augment_families=["brightness"], density_probes=1
+    )
+    base = dict(
+        every_n_steps=2,
+        max_samples=8,
+        lanczos_max_steps=80,
+        measure=measure,
+        out_dir=str(out),
+        budget=None,
+    )
     base.update(kw)
     return GeometryConfig(**base)
 
@@ -110,17 +121,24 @@ def fit_boring(
     pl.seed_everything(0, verbose=False)
     model = make()
     trainer = pl.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=logger, callbacks=callbacks,
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        callbacks=callbacks,
         enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
-    )  # fmt: skip
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp,
+    )
     loader = DataLoader(TwoViews(), batch_size=8, shuffle=True)
     trainer.fit(model, loader, ckpt_path=ckpt)
     return model, trainer
 
 
-STATS_KEYS = [f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank",
-                                                      "effective_rank")]  # fmt: skip
+STATS_KEYS = [
+    f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "effective_rank")
+]
 
 
 class CapturingGeometry(BoringGeometry):

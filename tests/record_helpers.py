@@ -9,12 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run.records import (
     SCHEMA_VERSION,
     GeometryRecord,
-    OrbitRow,
-    ProbeRow,
-    ProbeTable,
     Settings,
 )
 

@@ -61,9 +61,11 @@ def write_fake_cifar(root: Path, dataset: str = "cifar10", n: int = 8, seed: int
     for train in (True, False):
         for path in cifar_paths(root, dataset, train):
             path.parent.mkdir(parents=True, exist_ok=True)
-            batch: dict = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                           key: [int(v) for v in rng.integers(0, classes, n)],
-                           "filenames": [f"img{i}.png" for i in range(n)]}  # fmt: skip
+            batch: dict = {
+                "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                key: [int(v) for v in rng.integers(0, classes, n)],
+                "filenames": [f"img{i}.png" for i in range(n)],
+            }
             batch["batch_label"] = b"fake batch"
             path.write_bytes(pickle.dumps(batch, protocol=2))
     return root
@@ -117,10 +119,17 @@ def image_folder(root: Path, n_per_class: int = 12, size: int = 8) -> Path:
 
 def small_settings() -> MeasureSettings:
     """Probes of the class target, a linear probe, one orbit family: seconds on a CPU."""
-    probes = ProbesConfig(targets=["class"], probes=["linear"],
-                          orbits=OrbitsConfig(families=["rotation"], images=6, k=3))  # fmt: skip
-    return MeasureSettings(probes=dataclasses.asdict(probes), stats_images=12, rho_images=4,
-                           rho_families=("brightness",))  # fmt: skip
+    probes = ProbesConfig(
+        targets=["class"],
+        probes=["linear"],
+        orbits=OrbitsConfig(families=["rotation"], images=6, k=3),
+    )
+    return MeasureSettings(
+        probes=dataclasses.asdict(probes),
+        stats_images=12,
+        rho_images=4,
+        rho_families=("brightness",),
+    )
 
 
 def orbit_arrays(seed: int = 0) -> dict[str, np.ndarray]:

@@ -33,7 +33,7 @@ from test_lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.cli import main  # noqa: E402
 from solo_geometry.commands.pretrain import solo_available  # noqa: E402
-from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.inputs.digits import make_digits  # noqa: E402
 
 FAILURES = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
 CARDS = Path(__file__).resolve().parents[1] / "zoo" / "cards"
@@ -77,224 +77,515 @@ def _hosted(input: str, extra: tuple[str, ...], message: str | dict[str, str], *
 
 
 CASES: tuple[Case, ...] = (
-    _hosted("recipe file missing", (), "recipe file '{w}/nope.yaml' not found",
-            recipe="{w}/nope.yaml"),
-    _hosted("malformed recipe (bad YAML)", (),
-            "cannot compose recipe '{w}/recipes/broken.yaml' with overrides []: while parsing",
-            recipe="{w}/recipes/broken.yaml"),
-    _hosted("wrong type", ("optimizer.batch_size=many",),
-            "recipe field optimizer.batch_size='many' must be of type int"),
-    _hosted("recipe node of the wrong type", ("optimizer=3",),
-            "recipe field optimizer must be a mapping, got 3"),
-    Case("pretrain", "unknown recipe key (solo-learn ignores them)", _pretrain("+colour=red"),
-         "recipe field(s) colour not supported by the lightly host; supported here:",
-         hosts=("lightly",)),
-    _hosted("unknown method", ("method=moco9",),
-            {"lightly": "recipe field method='moco9' not supported by the lightly host; choose "
-                        "from", "solo": "recipe field method='moco9' is not a solo-learn method; "
-                        "choose from"}),
-    _hosted("unknown dataset", ("data.dataset=nope",),
-            {"lightly": "recipe field data.dataset='nope' not supported by the lightly host",
-             "solo": "recipe field data.dataset='nope' is not known to solo-learn; choose from"}),
-    _hosted("unknown geometry option", ("+geometry=on", "+geometry.every=3"),
-            "geometry.every: Key 'every' not in 'GeometryConfig'"),
-    _hosted("unknown geometry value", ("+geometry=on", "geometry.head.name=nope"),
-            "geometry.head.name: unknown value 'nope'; choose from"),
-    _hosted("unknown probe protocol", ("+geometry=on", "geometry.probes.protocol=authors"),
-            "geometry.probes.protocol: unknown value 'authors'; choose from ['both', 'package', "
-            "'paper']"),
-    _hosted("missing data folder", ("data.train_path={w}/nodata",),
-            "data.train_path='{w}/nodata': data folder not found"),
-    _hosted("empty class folder", ("data.train_path={w}/data-emptyclass/train",),
-            "data.train_path='{w}/data-emptyclass/train': class folder 'b' holds no image"),
-    _hosted("zero-byte PNG in the train split", ("data.train_path={w}/data-zeropng/train",),
-            "data.train_path='{w}/data-zeropng/train': image "
-            "'{w}/data-zeropng/train/1/zz-empty.png' does not decode"),
-    _hosted("undecodable probe folder", ("+geometry=on", "data.val_path={w}/data-zeropng/val"),
-            "data.val_path='{w}/data-zeropng/val': image '{w}/data-zeropng/val/1/zz-empty.png' "
-            "does not decode"),
-    _hosted("probe folder of images of two sizes", ("+geometry=on",
-                                                    "data.val_path={w}/data-mixed/val"),
-            "data.train_path='{w}/digits/train' and data.val_path='{w}/data-mixed/val': images "
-            "differ in size ('{w}/digits/train/0/"),
-    _hosted("not an override", ("epochs",),
-            "overrides must look like key=value, +group=option or ~key; got ['epochs']"),
-    _hosted("--runs-root is a file", ("--runs-root", "{w}/recipes/simclr.yaml"),
-            "'{w}/recipes/simclr.yaml': File exists; expected a folder"),
-    _hosted("--runs-root under a file", ("--runs-root", "{w}/recipes/simclr.yaml/runs"),
-            "'{w}/recipes/simclr.yaml/runs': Not a directory; expected folders all the way down"),
-    Case("pretrain", "unknown host", ("pretrain", "--config", "{w}/recipes/simclr.yaml",
-                                      "--host", "moco"), "argument --host: invalid choice: 'moco'"),
-    Case("pretrain", "neither --config nor --resume", ("pretrain", "--host", "lightly"),
-         "--config is required"),
-    Case("pretrain", "--resume: no such folder", ("pretrain", "--resume", "{w}/norun"),
-         "--resume '{w}/norun': no such run folder"),
-    Case("pretrain", "--resume: run without checkpoint",
-         ("pretrain", "--resume", "{w}/run-empty"),
-         "--resume '{w}/run-empty': no checkpoint under"),
-    Case("pretrain", "--resume: truncated checkpoint",
-         ("pretrain", "--resume", "{w}/run-truncated"),
-         "checkpoint '{w}/run-truncated/checkpoints/"),
-    Case("pretrain", "--resume: another host's run",
-         ("pretrain", "--resume", "{w}/run-truncated-ok", "--host", "solo"),
-         "trained on host 'lightly', not 'solo'"),
-    Case("pretrain", "--resume: another tool's checkpoint (solo-learn run folder)",
-         ("pretrain", "--resume", "{w}/run-alien-solo"),
-         "checkpoints/alien.ckpt' was not written by this run's trainer: it lacks ['state_dict'"),
-    Case("pretrain", "--resume: another tool's checkpoint (lightly run folder)",
-         ("pretrain", "--resume", "{w}/run-alien-lightly"),
-         "checkpoints/alien.ckpt' was not written by this run's trainer: it lacks ['state_dict'"),
-    Case("pretrain", "--resume: checkpoint holding a pickle payload (lightly run folder)",
-         ("pretrain", "--resume", "{w}/run-payload-lightly"),
-         "checkpoints/payload.ckpt' cannot be resumed: a weights-only load, as the trainer's, "
-         "refuses it (Trying to load unsupported GLOBAL posix.system"),
-    Case("pretrain", "--resume: checkpoint holding a pickle payload (solo-learn run folder)",
-         ("pretrain", "--resume", "{w}/run-payload-solo"),
-         "checkpoints/payload.ckpt' cannot be resumed: a weights-only load, as the trainer's, "
-         "refuses it (Trying to load unsupported GLOBAL posix.system"),
-    Case("probe", "missing data folder", ("probe", "{w}/good.ckpt", "--data", "{w}/nodata"),
-         "--data '{w}/nodata' does not exist"),
-    Case("probe", "truncated checkpoint",
-         ("probe", "{w}/truncated.ckpt", "--data", "{w}/digits"),
-         "cannot read checkpoint '{w}/truncated.ckpt'"),
-    Case("probe", "corrupt checkpoint", ("probe", "{w}/garbage.ckpt", "--data", "{w}/digits"),
-         "cannot read checkpoint '{w}/garbage.ckpt'"),
-    Case("probe", "run folder without checkpoint",
-         ("probe", "{w}/run-empty", "--data", "{w}/digits"),
-         "run folder '{w}/run-empty' has no checkpoints"),
-    Case("probe", "image that does not decode",
-         ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-zeropng", "--no-orbits"),
-         "image '{w}/data-zeropng/train/1/zz-empty.png' does not decode"),
-    Case("probe", "images of two sizes",
-         ("probe", "{w}/good.ckpt", "--data", "{w}/data-mixed"),
-         "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/"),
-    Case("probe", "images not square (rotation target)",
-         ("probe", "{w}/good.ckpt", "--data", "{w}/data-oblong"),
-         "--data '{w}/data-oblong': image '{w}/data-oblong/train/0/"),
-    Case("probe", "device string torch does not know",
-         ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "gpu0"),
-         "argument --device: invalid device 'gpu0'; choose from ['cpu'"),
-    Case("probe", "device this machine lacks",
-         ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "cuda:99"),
-         "argument --device: invalid device 'cuda:99'; choose from ['cpu'"),
-    Case("probe", "held-out class the train folder lacks",
-         ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-foreignclass", "--no-orbits"),
-         "held-out folder '{w}/data-foreignclass/val' has classes ['7'] the train folder lacks; "
-         "expected class folders among ['0', '1']"),
-    Case("probe", "unknown target",
-         ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--targets", "colour"),
-         "argument --targets: invalid choice: 'colour'"),
-    Case("report", "missing run folder", ("report", "{w}/norun"),
-         "run folder '{w}/norun' does not exist"),
-    Case("report", "geometry.jsonl of an unknown schema",
-         ("report", "{w}/run-future-records"), "geometry.jsonl:1: schema version 99"),
-    Case("report", "empty folder", ("report", "{w}/run-nothing"),
-         "run folder '{w}/run-nothing' has nothing to report (no geometry.jsonl, no probes.json"),
-    Case("report", "empty geometry.jsonl", ("report", "{w}/run-no-records"),
-         "has nothing to report (geometry.jsonl is empty, no probes.json"),
-    Case("reproduce", "unknown action", ("reproduce", "grokking"),
-         "argument ACTION: invalid choice: 'grokking'"),
-    Case("reproduce", "collapse: CIFAR not on disk",
-         ("reproduce", "collapse", "--data", "cifar10", "--data-root", "{w}/nodata",
-          "--out", "{w}/sweep"), "--data cifar10: torchvision's files are not in '{w}/nodata'"),
-    Case("reproduce", "collapse: unknown cell option",
-         ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "colour=red"),
-         "unknown cell option(s) ['colour=red']; choose from"),
-    Case("reproduce", "collapse: unknown head",
-         ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "head=nope"),
-         "cell option head='nope' unknown; choose from"),
-    Case("reproduce", "collapse: unknown stem",
-         ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "stem=vgg"),
-         "cell option stem='vgg' unknown; choose from "
-         "['auto', 'imagenet', 'cifar', 'cifar_paper']"),
-    Case("reproduce", "collapse: --out under a file",
-         ("reproduce", "collapse", "--quick", "--out", "{w}/recipes/simclr.yaml/sweep"),
-         "Not a directory; expected folders all the way down"),
-    Case("reproduce", "verdicts: crafted .npy (payload in a dict)",
-         ("reproduce", "verdicts", "collapse", "{w}/payload.npy"),
-         "payload.npy: refused: the pickle in it needs posix.system"),
-    Case("reproduce", "invariance: CIFAR not on disk",
-         ("reproduce", "invariance", "--dataset", "cifar10", "--data-root", "{w}/nodata",
-          "--out", "{w}/inv"), "--data-root '{w}/nodata' holds no torchvision cifar10 files"),
-    Case("zoo", "build: unknown entry", ("zoo", "build", "--only", "nope", "--out", "{w}/zb"),
-         "unknown zoo entries ['nope']; choose from"),
-    Case("zoo", "card: existing output folder",
-         ("zoo", "card", "{w}/run-truncated-ok", "--out", "{w}/full"),
-         "--out '{w}/full' exists and is not an empty folder"),
-    Case("zoo", "card: run without checkpoint",
-         ("zoo", "card", "{w}/run-empty", "--out", "{w}/card"),
-         "run folder '{w}/run-empty' has no checkpoints"),
-    Case("zoo", "card: images of two sizes",
-         ("zoo", "card", "{w}/run-truncated-ok", "--out", "{w}/card", "--data", "{w}/data-mixed"),
-         "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/"),
-    Case("zoo", "card: geometry.jsonl with a NaN line",
-         ("zoo", "card", "{w}/run-nan-records", "--out", "{w}/card"),
-         "run-nan-records/geometry.jsonl:2: not a JSON record: non-finite number NaN"),
-    Case("zoo", "card: geometry.jsonl with a line that is not JSON",
-         ("zoo", "card", "{w}/run-garbage-records", "--out", "{w}/card"),
-         "run-garbage-records/geometry.jsonl:1: not a JSON record: not JSON (Expecting value)"),
-    Case("zoo", "verify: missing card folder", ("zoo", "verify", "{w}/nocard"),
-         "{w}/nocard/geometry.json: cannot read a zoo card"),
-    Case("zoo", "verify: card field of the wrong type", ("zoo", "verify", "{w}/card-epochs"),
-         "{w}/card-epochs/geometry.json: field epochs must be an integer, got 'three'"),
-    Case("zoo", "verify: recipe is a YAML list", ("zoo", "verify", "{w}/card-list-recipe"),
-         "recipe '{w}/card-list-recipe/recipe.yaml' holds a list, not a mapping of recipe fields"),
-    Case("zoo", "verify: recipe with a !!python/object/apply tag",
-         ("zoo", "verify", "{w}/card-tag-recipe"),
-         "recipe '{w}/card-tag-recipe/recipe.yaml' is not plain YAML (could not determine a "
-         "constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system')"),
-    Case("zoo", "verify: recipe node of the wrong type", ("zoo", "verify", "{w}/card-list-node"),
-         "recipe field data must be a mapping, got [1, 2]"),
-    Case("zoo", "list: missing cards folder", ("zoo", "list", "{w}/nocards"),
-         "zoo cards folder '{w}/nocards' does not exist"),
-    Case("zoo", "list: card without measurements", ("zoo", "list", "{w}/cards"),
-         "{w}/cards/bare/geometry.json: field measurements lacks ['probes', 'stats', 'rho']"),
-    Case("analyse", "images of two sizes",
-         ("analyse", "{w}/good.ckpt", "--data", "{w}/data-mixed", "--out", "{w}/an"),
-         "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/"),
-    Case("analyse", "missing checkpoint",
-         ("analyse", "{w}/nope.pth", "--data", "{w}/digits", "--out", "{w}/an"),
-         "checkpoint '{w}/nope.pth' does not exist"),
-    Case("analyse", "truncated checkpoint",
-         ("analyse", "{w}/truncated.ckpt", "--data", "{w}/digits", "--out", "{w}/an"),
-         "cannot read checkpoint '{w}/truncated.ckpt'"),
-    Case("analyse", "unknown key layout",
-         ("analyse", "{w}/alien.pth", "--data", "{w}/digits", "--out", "{w}/an"),
-         "unknown checkpoint layout (top-level keys ['encoder.weight']); known layouts:"),
-    Case("analyse", "unknown --layout", ("analyse", "{w}/alien.pth", "--data", "{w}/digits",
-                                         "--layout", "moco"),
-         "argument --layout: invalid choice: 'moco'"),
-    Case("analyse", "missing data folder",
-         ("analyse", "{w}/good.ckpt", "--data", "{w}/nodata", "--out", "{w}/an"),
-         "--data '{w}/nodata' does not exist"),
+    _hosted(
+        "recipe file missing", (), "recipe file '{w}/nope.yaml' not found", recipe="{w}/nope.yaml"
+    ),
+    _hosted(
+        "malformed recipe (bad YAML)",
+        (),
+        "cannot compose recipe '{w}/recipes/broken.yaml' with overrides []: while parsing",
+        recipe="{w}/recipes/broken.yaml",
+    ),
+    _hosted(
+        "wrong type",
+        ("optimizer.batch_size=many",),
+        "recipe field optimizer.batch_size='many' must be of type int",
+    ),
+    _hosted(
+        "recipe node of the wrong type",
+        ("optimizer=3",),
+        "recipe field optimizer must be a mapping, got 3",
+    ),
+    Case(
+        "pretrain",
+        "unknown recipe key (solo-learn ignores them)",
+        _pretrain("+colour=red"),
+        "recipe field(s) colour not supported by the lightly host; supported here:",
+        hosts=("lightly",),
+    ),
+    _hosted(
+        "unknown method",
+        ("method=moco9",),
+        {
+            "lightly": "recipe field method='moco9' not supported by the lightly host; choose from",
+            "solo": "recipe field method='moco9' is not a solo-learn method; choose from",
+        },
+    ),
+    _hosted(
+        "unknown dataset",
+        ("data.dataset=nope",),
+        {
+            "lightly": "recipe field data.dataset='nope' not supported by the lightly host",
+            "solo": "recipe field data.dataset='nope' is not known to solo-learn; choose from",
+        },
+    ),
+    _hosted(
+        "unknown geometry option",
+        ("+geometry=on", "+geometry.every=3"),
+        "geometry.every: Key 'every' not in 'GeometryConfig'",
+    ),
+    _hosted(
+        "unknown geometry value",
+        ("+geometry=on", "geometry.head.name=nope"),
+        "geometry.head.name: unknown value 'nope'; choose from",
+    ),
+    _hosted(
+        "unknown probe protocol",
+        ("+geometry=on", "geometry.probes.protocol=authors"),
+        "geometry.probes.protocol: unknown value 'authors'; choose from ['both', 'package', "
+        "'paper']",
+    ),
+    _hosted(
+        "missing data folder",
+        ("data.train_path={w}/nodata",),
+        "data.train_path='{w}/nodata': data folder not found",
+    ),
+    _hosted(
+        "empty class folder",
+        ("data.train_path={w}/data-emptyclass/train",),
+        "data.train_path='{w}/data-emptyclass/train': class folder 'b' holds no image",
+    ),
+    _hosted(
+        "zero-byte PNG in the train split",
+        ("data.train_path={w}/data-zeropng/train",),
+        "data.train_path='{w}/data-zeropng/train': image "
+        "'{w}/data-zeropng/train/1/zz-empty.png' does not decode",
+    ),
+    _hosted(
+        "undecodable probe folder",
+        ("+geometry=on", "data.val_path={w}/data-zeropng/val"),
+        "data.val_path='{w}/data-zeropng/val': image '{w}/data-zeropng/val/1/zz-empty.png' "
+        "does not decode",
+    ),
+    _hosted(
+        "probe folder of images of two sizes",
+        ("+geometry=on", "data.val_path={w}/data-mixed/val"),
+        "data.train_path='{w}/digits/train' and data.val_path='{w}/data-mixed/val': images "
+        "differ in size ('{w}/digits/train/0/",
+    ),
+    _hosted(
+        "not an override",
+        ("epochs",),
+        "overrides must look like key=value, +group=option or ~key; got ['epochs']",
+    ),
+    _hosted(
+        "--runs-root is a file",
+        ("--runs-root", "{w}/recipes/simclr.yaml"),
+        "'{w}/recipes/simclr.yaml': File exists; expected a folder",
+    ),
+    _hosted(
+        "--runs-root under a file",
+        ("--runs-root", "{w}/recipes/simclr.yaml/runs"),
+        "'{w}/recipes/simclr.yaml/runs': Not a directory; expected folders all the way down",
+    ),
+    Case(
+        "pretrain",
+        "unknown host",
+        ("pretrain", "--config", "{w}/recipes/simclr.yaml", "--host", "moco"),
+        "argument --host: invalid choice: 'moco'",
+    ),
+    Case(
+        "pretrain",
+        "neither --config nor --resume",
+        ("pretrain", "--host", "lightly"),
+        "--config is required",
+    ),
+    Case(
+        "pretrain",
+        "--resume: no such folder",
+        ("pretrain", "--resume", "{w}/norun"),
+        "--resume '{w}/norun': no such run folder",
+    ),
+    Case(
+        "pretrain",
+        "--resume: run without checkpoint",
+        ("pretrain", "--resume", "{w}/run-empty"),
+        "--resume '{w}/run-empty': no checkpoint under",
+    ),
+    Case(
+        "pretrain",
+        "--resume: truncated checkpoint",
+        ("pretrain", "--resume", "{w}/run-truncated"),
+        "checkpoint '{w}/run-truncated/checkpoints/",
+    ),
+    Case(
+        "pretrain",
+        "--resume: another host's run",
+        ("pretrain", "--resume", "{w}/run-truncated-ok", "--host", "solo"),
+        "trained on host 'lightly', not 'solo'",
+    ),
+    Case(
+        "pretrain",
+        "--resume: another tool's checkpoint (solo-learn run folder)",
+        ("pretrain", "--resume", "{w}/run-alien-solo"),
+        "checkpoints/alien.ckpt' was not written by this run's trainer: it lacks ['state_dict'",
+    ),
+    Case(
+        "pretrain",
+        "--resume: another tool's checkpoint (lightly run folder)",
+        ("pretrain", "--resume", "{w}/run-alien-lightly"),
+        "checkpoints/alien.ckpt' was not written by this run's trainer: it lacks ['state_dict'",
+    ),
+    Case(
+        "pretrain",
+        "--resume: checkpoint holding a pickle payload (lightly run folder)",
+        ("pretrain", "--resume", "{w}/run-payload-lightly"),
+        "checkpoints/payload.ckpt' cannot be resumed: a weights-only load, as the trainer's, "
+        "refuses it (Trying to load unsupported GLOBAL posix.system",
+    ),
+    Case(
+        "pretrain",
+        "--resume: checkpoint holding a pickle payload (solo-learn run folder)",
+        ("pretrain", "--resume", "{w}/run-payload-solo"),
+        "checkpoints/payload.ckpt' cannot be resumed: a weights-only load, as the trainer's, "
+        "refuses it (Trying to load unsupported GLOBAL posix.system",
+    ),
+    Case(
+        "probe",
+        "missing data folder",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/nodata"),
+        "--data '{w}/nodata' does not exist",
+    ),
+    Case(
+        "probe",
+        "truncated checkpoint",
+        ("probe", "{w}/truncated.ckpt", "--data", "{w}/digits"),
+        "cannot read checkpoint '{w}/truncated.ckpt'",
+    ),
+    Case(
+        "probe",
+        "corrupt checkpoint",
+        ("probe", "{w}/garbage.ckpt", "--data", "{w}/digits"),
+        "cannot read checkpoint '{w}/garbage.ckpt'",
+    ),
+    Case(
+        "probe",
+        "run folder without checkpoint",
+        ("probe", "{w}/run-empty", "--data", "{w}/digits"),
+        "run folder '{w}/run-empty' has no checkpoints",
+    ),
+    Case(
+        "probe",
+        "image that does not decode",
+        ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-zeropng", "--no-orbits"),
+        "image '{w}/data-zeropng/train/1/zz-empty.png' does not decode",
+    ),
+    Case(
+        "probe",
+        "images of two sizes",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/data-mixed"),
+        "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/",
+    ),
+    Case(
+        "probe",
+        "images not square (rotation target)",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/data-oblong"),
+        "--data '{w}/data-oblong': image '{w}/data-oblong/train/0/",
+    ),
+    Case(
+        "probe",
+        "device string torch does not know",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "gpu0"),
+        "argument --device: invalid device 'gpu0'; choose from ['cpu'",
+    ),
+    Case(
+        "probe",
+        "device this machine lacks",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--device", "cuda:99"),
+        "argument --device: invalid device 'cuda:99'; choose from ['cpu'",
+    ),
+    Case(
+        "probe",
+        "held-out class the train folder lacks",
+        ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-foreignclass", "--no-orbits"),
+        "held-out folder '{w}/data-foreignclass/val' has classes ['7'] the train folder lacks; "
+        "expected class folders among ['0', '1']",
+    ),
+    Case(
+        "probe",
+        "unknown target",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/digits", "--targets", "colour"),
+        "argument --targets: invalid choice: 'colour'",
+    ),
+    Case(
+        "report",
+        "missing run folder",
+        ("report", "{w}/norun"),
+        "run folder '{w}/norun' does not exist",
+    ),
+    Case(
+        "report",
+        "geometry.jsonl of an unknown schema",
+        ("report", "{w}/run-future-records"),
+        "geometry.jsonl:1: schema version 99",
+    ),
+    Case(
+        "report",
+        "empty folder",
+        ("report", "{w}/run-nothing"),
+        "run folder '{w}/run-nothing' has nothing to report (no geometry.jsonl, no probes.json",
+    ),
+    Case(
+        "report",
+        "empty geometry.jsonl",
+        ("report", "{w}/run-no-records"),
+        "has nothing to report (geometry.jsonl is empty, no probes.json",
+    ),
+    Case(
+        "reproduce",
+        "unknown action",
+        ("reproduce", "grokking"),
+        "argument ACTION: invalid choice: 'grokking'",
+    ),
+    Case(
+        "reproduce",
+        "collapse: CIFAR not on disk",
+        (
+            "reproduce",
+            "collapse",
+            "--data",
+            "cifar10",
+            "--data-root",
+            "{w}/nodata",
+            "--out",
+            "{w}/sweep",
+        ),
+        "--data cifar10: torchvision's files are not in '{w}/nodata'",
+    ),
+    Case(
+        "reproduce",
+        "collapse: unknown cell option",
+        ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "colour=red"),
+        "unknown cell option(s) ['colour=red']; choose from",
+    ),
+    Case(
+        "reproduce",
+        "collapse: unknown head",
+        ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "head=nope"),
+        "cell option head='nope' unknown; choose from",
+    ),
+    Case(
+        "reproduce",
+        "collapse: unknown stem",
+        ("reproduce", "collapse", "--quick", "--out", "{w}/sweep", "stem=vgg"),
+        "cell option stem='vgg' unknown; choose from ['auto', 'imagenet', 'cifar', 'cifar_paper']",
+    ),
+    Case(
+        "reproduce",
+        "collapse: --out under a file",
+        ("reproduce", "collapse", "--quick", "--out", "{w}/recipes/simclr.yaml/sweep"),
+        "Not a directory; expected folders all the way down",
+    ),
+    Case(
+        "reproduce",
+        "verdicts: crafted .npy (payload in a dict)",
+        ("reproduce", "verdicts", "collapse", "{w}/payload.npy"),
+        "payload.npy: refused: the pickle in it needs posix.system",
+    ),
+    Case(
+        "reproduce",
+        "invariance: CIFAR not on disk",
+        (
+            "reproduce",
+            "invariance",
+            "--dataset",
+            "cifar10",
+            "--data-root",
+            "{w}/nodata",
+            "--out",
+            "{w}/inv",
+        ),
+        "--data-root '{w}/nodata' holds no torchvision cifar10 files",
+    ),
+    Case(
+        "zoo",
+        "build: unknown entry",
+        ("zoo", "build", "--only", "nope", "--out", "{w}/zb"),
+        "unknown zoo entries ['nope']; choose from",
+    ),
+    Case(
+        "zoo",
+        "card: existing output folder",
+        ("zoo", "card", "{w}/run-truncated-ok", "--out", "{w}/full"),
+        "--out '{w}/full' exists and is not an empty folder",
+    ),
+    Case(
+        "zoo",
+        "card: run without checkpoint",
+        ("zoo", "card", "{w}/run-empty", "--out", "{w}/card"),
+        "run folder '{w}/run-empty' has no checkpoints",
+    ),
+    Case(
+        "zoo",
+        "card: images of two sizes",
+        ("zoo", "card", "{w}/run-truncated-ok", "--out", "{w}/card", "--data", "{w}/data-mixed"),
+        "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/",
+    ),
+    Case(
+        "zoo",
+        "card: geometry.jsonl with a NaN line",
+        ("zoo", "card", "{w}/run-nan-records", "--out", "{w}/card"),
+        "run-nan-records/geometry.jsonl:2: not a JSON record: non-finite number NaN",
+    ),
+    Case(
+        "zoo",
+        "card: geometry.jsonl with a line that is not JSON",
+        ("zoo", "card", "{w}/run-garbage-records", "--out", "{w}/card"),
+        "run-garbage-records/geometry.jsonl:1: not a JSON record: not JSON (Expecting value)",
+    ),
+    Case(
+        "zoo",
+        "verify: missing card folder",
+        ("zoo", "verify", "{w}/nocard"),
+        "{w}/nocard/geometry.json: cannot read a zoo card",
+    ),
+    Case(
+        "zoo",
+        "verify: card field of the wrong type",
+        ("zoo", "verify", "{w}/card-epochs"),
+        "{w}/card-epochs/geometry.json: field epochs must be an integer, got 'three'",
+    ),
+    Case(
+        "zoo",
+        "verify: recipe is a YAML list",
+        ("zoo", "verify", "{w}/card-list-recipe"),
+        "recipe '{w}/card-list-recipe/recipe.yaml' holds a list, not a mapping of recipe fields",
+    ),
+    Case(
+        "zoo",
+        "verify: recipe with a !!python/object/apply tag",
+        ("zoo", "verify", "{w}/card-tag-recipe"),
+        "recipe '{w}/card-tag-recipe/recipe.yaml' is not plain YAML (could not determine a "
+        "constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system')",
+    ),
+    Case(
+        "zoo",
+        "verify: recipe node of the wrong type",
+        ("zoo", "verify", "{w}/card-list-node"),
+        "recipe field data must be a mapping, got [1, 2]",
+    ),
+    Case(
+        "zoo",
+        "list: missing cards folder",
+        ("zoo", "list", "{w}/nocards"),
+        "zoo cards folder '{w}/nocards' does not exist",
+    ),
+    Case(
+        "zoo",
+        "list: card without measurements",
+        ("zoo", "list", "{w}/cards"),
+        "{w}/cards/bare/geometry.json: field measurements lacks ['probes', 'stats', 'rho']",
+    ),
+    Case(
+        "analyse",
+        "images of two sizes",
+        ("analyse", "{w}/good.ckpt", "--data", "{w}/data-mixed", "--out", "{w}/an"),
+        "--data '{w}/data-mixed': images differ in size ('{w}/data-mixed/train/0/",
+    ),
+    Case(
+        "analyse",
+        "missing checkpoint",
+        ("analyse", "{w}/nope.pth", "--data", "{w}/digits", "--out", "{w}/an"),
+        "checkpoint '{w}/nope.pth' does not exist",
+    ),
+    Case(
+        "analyse",
+        "truncated checkpoint",
+        ("analyse", "{w}/truncated.ckpt", "--data", "{w}/digits", "--out", "{w}/an"),
+        "cannot read checkpoint '{w}/truncated.ckpt'",
+    ),
+    Case(
+        "analyse",
+        "unknown key layout",
+        ("analyse", "{w}/alien.pth", "--data", "{w}/digits", "--out", "{w}/an"),
+        "unknown checkpoint layout (top-level keys ['encoder.weight']); known layouts:",
+    ),
+    Case(
+        "analyse",
+        "unknown --layout",
+        ("analyse", "{w}/alien.pth", "--data", "{w}/digits", "--layout", "moco"),
+        "argument --layout: invalid choice: 'moco'",
+    ),
+    Case(
+        "analyse",
+        "missing data folder",
+        ("analyse", "{w}/good.ckpt", "--data", "{w}/nodata", "--out", "{w}/an"),
+        "--data '{w}/nodata' does not exist",
+    ),
     Case("orbits", "missing file", ("orbits", "{w}/nope.npz"), "no such file: {w}/nope.npz"),
-    Case("orbits", "corrupt file", ("orbits", "{w}/garbage.npz"),
-         "{w}/garbage.npz: not a readable .npz (File is not a zip file)"),
-    Case("orbits", "crafted .npy: payload in a dict", ("orbits", "{w}/payload.npy"),
-         "{w}/payload.npy: refused: the pickle in it needs posix.system"),
-    Case("orbits", "crafted .npy: raw pickle renamed", ("orbits", "{w}/raw-pickle.npy"),
-         "{w}/raw-pickle.npy: not a .npy array (no readable NumPy header"),
-    Case("orbits", "all-zero H", ("orbits", "{w}/orbits-zero-h.npz"),
-         "undefined: every orbits_h measure: 180 of 180 rows are all zero"),
-    Case("orbits", "one orbit", ("orbits", "{w}/orbits-one.npz"),
-         "undefined: D_inter and separation: they need 2 classes, orbit_labels has only [0]"),
-    Case("orbits", "head maps each orbit to a point", ("orbits", "{w}/orbits-point-h.npz"),
-         "undefined: compression: mean spread(H) is"),
-    Case("data", "image size out of range", ("data", "digits", "--out", "{w}/d4", "--size", "4"),
-         "size must be an int in [8, 512], got 4"),
-    Case("data", "output is a file", ("data", "digits", "--out", "{w}/recipes/simclr.yaml"),
-         "out_dir '{w}/recipes/simclr.yaml' exists and is not a directory"),
-    Case("data", "output under a file", ("data", "digits", "--out", "{w}/recipes/simclr.yaml/d"),
-         "'{w}/recipes/simclr.yaml': File exists; expected a folder or a free path"),
-    Case("demo", "--out under a file", ("demo", "--host", "lightly", "--out",
-                                        "{w}/recipes/simclr.yaml/demo"),
-         "Not a directory; expected folders all the way down"),
-    Case("demo", "unknown host", ("demo", "--host", "moco", "--out", "{w}/demo"),
-         "argument --host: invalid choice: 'moco'"),
-    Case("upstream", "missing solo-learn checkout",
-         ("upstream", "export", "--solo-root", "{w}/nosolo", "--out", "{w}/series"),
-         "--solo-root '{w}/nosolo' is not a directory"),
-)  # fmt: skip
+    Case(
+        "orbits",
+        "corrupt file",
+        ("orbits", "{w}/garbage.npz"),
+        "{w}/garbage.npz: not a readable .npz (File is not a zip file)",
+    ),
+    Case(
+        "orbits",
+        "crafted .npy: payload in a dict",
+        ("orbits", "{w}/payload.npy"),
+        "{w}/payload.npy: refused: the pickle in it needs posix.system",
+    ),
+    Case(
+        "orbits",
+        "crafted .npy: raw pickle renamed",
+        ("orbits", "{w}/raw-pickle.npy"),
+        "{w}/raw-pickle.npy: not a .npy array (no readable NumPy header",
+    ),
+    Case(
+        "orbits",
+        "all-zero H",
+        ("orbits", "{w}/orbits-zero-h.npz"),
+        "undefined: every orbits_h measure: 180 of 180 rows are all zero",
+    ),
+    Case(
+        "orbits",
+        "one orbit",
+        ("orbits", "{w}/orbits-one.npz"),
+        "undefined: D_inter and separation: they need 2 classes, orbit_labels has only [0]",
+    ),
+    Case(
+        "orbits",
+        "head maps each orbit to a point",
+        ("orbits", "{w}/orbits-point-h.npz"),
+        "undefined: compression: mean spread(H) is",
+    ),
+    Case(
+        "data",
+        "image size out of range",
+        ("data", "digits", "--out", "{w}/d4", "--size", "4"),
+        "size must be an int in [8, 512], got 4",
+    ),
+    Case(
+        "data",
+        "output is a file",
+        ("data", "digits", "--out", "{w}/recipes/simclr.yaml"),
+        "out_dir '{w}/recipes/simclr.yaml' exists and is not a directory",
+    ),
+    Case(
+        "data",
+        "output under a file",
+        ("data", "digits", "--out", "{w}/recipes/simclr.yaml/d"),
+        "'{w}/recipes/simclr.yaml': File exists; expected a folder or a free path",
+    ),
+    Case(
+        "demo",
+        "--out under a file",
+        ("demo", "--host", "lightly", "--out", "{w}/recipes/simclr.yaml/demo"),
+        "Not a directory; expected folders all the way down",
+    ),
+    Case(
+        "demo",
+        "unknown host",
+        ("demo", "--host", "moco", "--out", "{w}/demo"),
+        "argument --host: invalid choice: 'moco'",
+    ),
+    Case(
+        "upstream",
+        "missing solo-learn checkout",
+        ("upstream", "export", "--solo-root", "{w}/nosolo", "--out", "{w}/series"),
+        "--solo-root '{w}/nosolo' is not a directory",
+    ),
+)
 
 
 def _truncate(src: Path, dst: Path) -> None:
@@ -334,8 +625,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _alien_runs(w, recipe)
     _payload_runs(w, recipe)
     _bad_cards(w)
-    for name, text in (("run-nan-records", RECORD + '\n{"step": NaN}\n'),
-                       ("run-garbage-records", "garbage\n")):  # fmt: skip
+    for name, text in (
+        ("run-nan-records", RECORD + '\n{"step": NaN}\n'),
+        ("run-garbage-records", "garbage\n"),
+    ):
         shutil.copytree(run, w / name)
         (w / name / "geometry.jsonl").write_text(text)
     _array_files(w)
@@ -353,8 +646,12 @@ def _bad_data(w: Path, digits: Path) -> None:
         for label in ("0", "1"):
             shutil.copytree(digits / split / label, w / "data-zeropng" / split / label)
         (w / "data-zeropng" / split / "1" / "zz-empty.png").write_bytes(b"")
-    for split, label, source in (("train", "0", "0"), ("train", "1", "1"), ("val", "0", "0"),
-                                 ("val", "7", "1")):  # fmt: skip
+    for split, label, source in (
+        ("train", "0", "0"),
+        ("train", "1", "1"),
+        ("val", "0", "0"),
+        ("val", "7", "1"),
+    ):
         shutil.copytree(digits / split / source, w / "data-foreignclass" / split / label)
     _odd_sizes(w, digits)
 
@@ -382,9 +679,14 @@ def _payload_runs(w: Path, recipe: Path) -> None:
     for host in ("solo", "lightly"):
         run = w / f"run-payload-{host}"
         (run / "checkpoints").mkdir(parents=True)
-        ckpt = {"state_dict": {"backbone.weight": torch.zeros(2)}, "epoch": 0, "global_step": 1,
-                "pytorch-lightning_version": "2.6.0", "loops": {},
-                "hyper_parameters": {"cfg": _Payload(w / "PWNED")}}  # fmt: skip
+        ckpt = {
+            "state_dict": {"backbone.weight": torch.zeros(2)},
+            "epoch": 0,
+            "global_step": 1,
+            "pytorch-lightning_version": "2.6.0",
+            "loops": {},
+            "hyper_parameters": {"cfg": _Payload(w / "PWNED")},
+        }
         torch.save(ckpt, run / "checkpoints" / "payload.ckpt")
         config = run / (".hydra/config.yaml" if host == "solo" else "config.yaml")
         config.parent.mkdir(exist_ok=True)
@@ -394,9 +696,12 @@ def _payload_runs(w: Path, recipe: Path) -> None:
 def _bad_cards(w: Path) -> None:
     """Zoo cards: without measurements, a field of the wrong type, recipes that are no mapping."""
     card = json.loads((CARDS / "simclr-digits-projector" / "geometry.json").read_text())
-    recipes = {"card-epochs": None, "card-list-recipe": "- simclr\n- resnet18\n",
-               "card-tag-recipe": f"!!python/object/apply:os.system ['touch {w / 'PWNED'}']\n",
-               "card-list-node": "method: simclr\ndata: [1, 2]\n"}  # fmt: skip
+    recipes = {
+        "card-epochs": None,
+        "card-list-recipe": "- simclr\n- resnet18\n",
+        "card-tag-recipe": f"!!python/object/apply:os.system ['touch {w / 'PWNED'}']\n",
+        "card-list-node": "method: simclr\ndata: [1, 2]\n",
+    }
     for name, text in recipes.items():
         (w / name).mkdir()
         fields = {**card, "epochs": "three"} if name == "card-epochs" else card
@@ -411,8 +716,9 @@ def _alien_runs(w: Path, recipe: Path) -> None:
     for host in ("solo", "lightly"):
         run = w / f"run-alien-{host}"
         (run / "checkpoints").mkdir(parents=True)
-        torch.save({"model": {"encoder.weight": torch.zeros(2, 2)}},
-                   run / "checkpoints" / "alien.ckpt")  # fmt: skip
+        torch.save(
+            {"model": {"encoder.weight": torch.zeros(2, 2)}}, run / "checkpoints" / "alien.ckpt"
+        )
         config = run / (".hydra/config.yaml" if host == "solo" else "config.yaml")
         config.parent.mkdir(exist_ok=True)
         config.write_text(recipe.read_text())
@@ -454,8 +760,11 @@ def _tree(root: Path) -> dict[str, tuple[int, int, str]]:
         st = path.lstat()
         small = path.is_file() and st.st_size <= 1 << 20
         digest = hashlib.sha256(path.read_bytes()).hexdigest() if small else ""
-        out[str(path.relative_to(root))] = (st.st_size if path.is_file() else -1,
-                                            st.st_mtime_ns, digest)  # fmt: skip
+        out[str(path.relative_to(root))] = (
+            st.st_size if path.is_file() else -1,
+            st.st_mtime_ns,
+            digest,
+        )
     return out
 
 
@@ -467,18 +776,30 @@ def _run(argv: list[str]) -> int:
 
 
 PARAMS = [
-    pytest.param(case, host, id=f"{case.id} [{host}]" if host else case.id,
-                 marks=[pytest.mark.skipif(host == "solo" and not SOLO,
-                                           reason="solo-learn is not importable here")])
-    for case in CASES for host in (case.hosts or (None,))
-]  # fmt: skip
+    pytest.param(
+        case,
+        host,
+        id=f"{case.id} [{host}]" if host else case.id,
+        marks=[
+            pytest.mark.skipif(
+                host == "solo" and not SOLO, reason="solo-learn is not importable here"
+            )
+        ],
+    )
+    for case in CASES
+    for host in (case.hosts or (None,))
+]
 
 
 @pytest.mark.parametrize(("case", "host"), PARAMS)
 def test_bad_input(
-    case: Case, host: str | None, world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    case: Case,
+    host: str | None,
+    world: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.chdir(tmp_path)  # a default output folder would appear here
     monkeypatch.delenv("SOLO_GEOMETRY_DEBUG", raising=False)
     before = _tree(world)
@@ -523,8 +844,15 @@ def test_permission_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
 def test_unwritable_runs_root(world: Path, tmp_path: Path, capsys) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
-    argv = ["pretrain", "--config", str(world / "recipes" / "simclr.yaml"), "--host", "lightly",
-            "--runs-root", str(locked / "runs")]  # fmt: skip
+    argv = [
+        "pretrain",
+        "--config",
+        str(world / "recipes" / "simclr.yaml"),
+        "--host",
+        "lightly",
+        "--runs-root",
+        str(locked / "runs"),
+    ]
     assert _run(argv) == 2
     assert "Permission denied; expected a location" in capsys.readouterr().err.splitlines()[-1]
     assert list(locked.iterdir()) == []

@@ -24,16 +24,38 @@ BENCH = ROOT / "benchmarks" / "bench_gpu.py"
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    return subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True,
-                          env=env, check=False, timeout=900)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}",
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        [sys.executable, str(BENCH), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=900,
+    )
 
 
 def test_cpu_smoke_row(tmp_path: Path) -> None:
     root = solo_root()
-    proc = _run("--device", "cpu", "--recipes", "cifar/simclr", "--steps", "4", "--batch-size",
-                "8", "--workers", "0", "--solo-root", str(root), "--json")  # fmt: skip
+    proc = _run(
+        "--device",
+        "cpu",
+        "--recipes",
+        "cifar/simclr",
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--workers",
+        "0",
+        "--solo-root",
+        str(root),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     assert row["recipe"] == "cifar/simclr" and row["memory"] == "peak_rss_mb"

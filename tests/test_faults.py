@@ -29,7 +29,7 @@ from fault_hooks import REASONS, faulty, hooked_env  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
 import solo_geometry.runtime.monitor as monitor_module  # noqa: E402
-from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
 from tests.monitor_helpers import fit_boring, small_config, training_state  # noqa: E402
@@ -41,10 +41,15 @@ FAULTS = ["oom", "nan_features", "nan_loss", "error"]
 PART_FAULTS = {"nan_loss": "hessian"}
 # Statistics and H_eff spectra at every step, 4 steps: one fault per measurement, then a final one.
 GEOMETRY = [
-    "+geometry=on", "geometry.every_n_steps=1", "geometry.budget=null", "geometry.max_samples=4",
-    "geometry.lanczos_max_steps=20", "geometry.measure.augment=false",
-    "geometry.probes.enabled=false", "geometry.report=false",
-]  # fmt: skip
+    "+geometry=on",
+    "geometry.every_n_steps=1",
+    "geometry.budget=null",
+    "geometry.max_samples=4",
+    "geometry.lanczos_max_steps=20",
+    "geometry.measure.augment=false",
+    "geometry.probes.enabled=false",
+    "geometry.report=false",
+]
 SHORT = ["optimizer.batch_size=8", "++limit_train_batches=4"]
 
 
@@ -157,10 +162,19 @@ class TestSoloHostFaults:
         weights = {}
         for name, extra in (("off", ["+geometry=off"]), ("on", GEOMETRY)):
             run = tmp_path / name
-            args = [sys.executable, str(root / "main_pretrain.py"), "--config-path",
-                    str(recipe.parent), "--config-name", recipe.stem, f"hydra.run.dir={run}",
-                    f"checkpoint.dir={run / 'ckpt'}", f"++default_root_dir={run}", *SHORT,
-                    *extra]  # fmt: skip
+            args = [
+                sys.executable,
+                str(root / "main_pretrain.py"),
+                "--config-path",
+                str(recipe.parent),
+                "--config-name",
+                recipe.stem,
+                f"hydra.run.dir={run}",
+                f"checkpoint.dir={run / 'ckpt'}",
+                f"++default_root_dir={run}",
+                *SHORT,
+                *extra,
+            ]
             env = hooked_env(tmp_path / "hooks", SG_FAULTS=",".join(FAULTS))
             if name == "off":
                 env = {**os.environ, "PYTHONPATH": str(repo)}

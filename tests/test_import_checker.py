@@ -173,7 +173,7 @@ CASES = {
                 "inputs",
                 "models",
             )
-        },  # fmt: skip
+        },
         "crowded-root",
         ["9 root modules > 8: solo_geometry.cli, solo_geometry.conf,"],
     ),

@@ -3,8 +3,8 @@
 :func:`evaluate` fits the probes of :mod:`solo_geometry.analysis.probes` on Z and on H for every
 configured target (class, quarter-turn rotation, binned brightness jitter) and measures the
 orbit table (docs/design.md section 3, "Orbits") on held-out images, then writes both into the run
-folder's ``probes.json`` as a :class:`~solo_geometry.run.records.ProbeTable`. Features go through
-the run's feature cache, so evaluating again costs no forward pass.
+folder's ``probes.json`` as a :class:`~solo_geometry.run.probe_table.ProbeTable`. Features go
+through the run's feature cache, so evaluating again costs no forward pass.
 
 References:
     - [0]: Alain and Bengio, 2016, Understanding intermediate layers using linear classifier
@@ -42,7 +42,7 @@ from solo_geometry.inputs.datasets import (
     target_set,
 )
 from solo_geometry.inputs.features import Features, extract_features
-from solo_geometry.run.records import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["evaluate", "orbit_table"]
@@ -52,8 +52,9 @@ Extract = Callable[[Any, str, dict[str, Tensor] | None], Features]
 
 def _plain(metrics: Any) -> dict[str, Any]:
     """A dataclass of (mean, std) pairs as JSON writes it: pairs as lists."""
-    return {k: list(v) if isinstance(v, tuple) else v
-            for k, v in dataclasses.asdict(metrics).items()}  # fmt: skip
+    return {
+        k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(metrics).items()
+    }
 
 
 def orbit_table(
@@ -77,8 +78,17 @@ def orbit_table(
         t_all = t.repeat(images.shape[0])  # (n * K,), orbit-major like x
         feats = extract((x, labels[orbit]), f"test/orbit/{family}", {"orbit": orbit, "t": t_all})
         cmp = orbit_comparison(feats.z, feats.h, orbit, feats.labels)
-        rows.append(OrbitRow(family, t_max, cfg.k, _plain(cmp.z), _plain(cmp.h), cmp.compression,
-                             list(cmp.compression_per_orbit)))  # fmt: skip
+        rows.append(
+            OrbitRow(
+                family,
+                t_max,
+                cfg.k,
+                _plain(cmp.z),
+                _plain(cmp.h),
+                cmp.compression,
+                list(cmp.compression_per_orbit),
+            )
+        )
     return rows
 
 
@@ -98,11 +108,13 @@ def _probe_rows(
             x_tr, x_te = getattr(tr, space), getattr(te, space)
             for probe in cfg.probes:
                 if probe == "linear":
-                    res = linear_probe(x_tr, tr.labels, x_te, te.labels, cfg.linear,
-                                       seed=cfg.seed, device=device)  # fmt: skip
+                    res = linear_probe(
+                        x_tr, tr.labels, x_te, te.labels, cfg.linear, seed=cfg.seed, device=device
+                    )
                 else:
-                    res = mlp_probe(x_tr, tr.labels, x_te, te.labels, cfg.mlp, seed=cfg.seed,
-                                    device=device)  # fmt: skip
+                    res = mlp_probe(
+                        x_tr, tr.labels, x_te, te.labels, cfg.mlp, seed=cfg.seed, device=device
+                    )
                 rows.append(ProbeRow(space, probe, target, res.accuracy, chance, res.details))
     return rows
 
@@ -149,23 +161,38 @@ def evaluate(
 
     def extract(data: Any, name: str, extras: dict[str, Tensor] | None) -> Features:
         return extract_features(
-            backbone, head, data, batch_size=cfg.batch_size, device=device, cache=run.features,
-            name=name, tag=tag, mean_std=mean_std, extras=extras, progress=progress,
-        )  # fmt: skip
+            backbone,
+            head,
+            data,
+            batch_size=cfg.batch_size,
+            device=device,
+            cache=run.features,
+            name=name,
+            tag=tag,
+            mean_std=mean_std,
+            extras=extras,
+            progress=progress,
+        )
 
     rows = [] if cfg.protocol == "paper" else _probe_rows(extract, splits, cfg, device)
     paper = None
     if cfg.protocol in ("paper", "both"):  # the authors' probes, on the same two splits
-        paper = paper_rotation_probes(backbone, head, splits["train"][0], splits["test"][0],
-                                      normalize=mean_std,
-                                      settings=PaperProbeSettings(seed=cfg.seed))  # fmt: skip
+        paper = paper_rotation_probes(
+            backbone,
+            head,
+            splits["train"][0],
+            splits["test"][0],
+            normalize=mean_std,
+            settings=PaperProbeSettings(seed=cfg.seed),
+        )
     test_x, test_y = splits["test"]
     if cfg.orbits.protocol == "paper":
         orbits = [_paper_orbits(backbone, head, test_x, test_y, mean_std, cfg.seed)]
         return _write(run, cfg, (rows, orbits, paper), data, mean_std, splits, 15)
     n_orbit = min(cfg.orbits.images, len(test_y) - 1)
-    pick = stratified_split(test_y, min(0.99, n_orbit / len(test_y)),
-                            torch.Generator().manual_seed(cfg.seed))[1][:n_orbit]  # fmt: skip
+    pick = stratified_split(
+        test_y, min(0.99, n_orbit / len(test_y)), torch.Generator().manual_seed(cfg.seed)
+    )[1][:n_orbit]
     orbits = orbit_table(extract, test_x[pick], test_y[pick], cfg.orbits)
     return _write(run, cfg, (rows, orbits, paper), data, mean_std, splits, len(pick))
 
@@ -179,9 +206,14 @@ def _write(
     splits: dict[str, tuple[Tensor, Tensor]],
     orbit_images: int,
 ) -> ProbeTable:
-    settings = {"data": str(data), "mean_std": [list(m) for m in mean_std],
-                "n_train": len(splits["train"][1]), "n_test": len(splits["test"][1]),
-                "orbit_images": orbit_images, "probes": dataclasses.asdict(cfg)}  # fmt: skip
+    settings = {
+        "data": str(data),
+        "mean_std": [list(m) for m in mean_std],
+        "n_train": len(splits["train"][1]),
+        "n_test": len(splits["test"][1]),
+        "orbit_images": orbit_images,
+        "probes": dataclasses.asdict(cfg),
+    }
     rows, orbits, paper = parts
     table = ProbeTable(rows, orbits, settings, paper)
     run.write_probes(table)
@@ -189,18 +221,28 @@ def _write(
 
 
 def _paper_orbits(
-    backbone: nn.Module, head: nn.Module, images: Tensor, labels: Tensor, mean_std: MeanStd,
+    backbone: nn.Module,
+    head: nn.Module,
+    images: Tensor,
+    labels: Tensor,
+    mean_std: MeanStd,
     seed: int,
-) -> OrbitRow:  # fmt: skip
+) -> OrbitRow:
     """The paper's orbit table (``protocol="paper"``): 5 classes x 3 images x 12 rotations.
 
     The row's family is ``rotation-paper`` and its ``t_max`` is in degrees (330), unlike the
     default protocol's parameters (see ``geometry/augment.py``).
     """
     orbit = orbit_images(images, labels, protocol="paper", seed=seed)
-    Z, H = orbit_representations(backbone, head, orbit.images, protocol="paper",
-                                 normalize=mean_std)  # fmt: skip
+    Z, H = orbit_representations(backbone, head, orbit.images, protocol="paper", normalize=mean_std)
     cmp = orbit_comparison(Z, H, orbit.orbit_ids, orbit.labels)
     k = len(PAPER_ORBIT_DEGREES)
-    return OrbitRow("rotation-paper", max(PAPER_ORBIT_DEGREES), k, _plain(cmp.z), _plain(cmp.h),
-                    cmp.compression, list(cmp.compression_per_orbit))  # fmt: skip
+    return OrbitRow(
+        "rotation-paper",
+        max(PAPER_ORBIT_DEGREES),
+        k,
+        _plain(cmp.z),
+        _plain(cmp.h),
+        cmp.compression,
+        list(cmp.compression_per_orbit),
+    )

@@ -59,8 +59,14 @@ def _figure_legend(fig: Any, axes: Sequence[Any]) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
     if seen:
-        fig.legend(list(seen.values()), list(seen), fontsize=8, loc="upper left",
-                   bbox_to_anchor=(1.0, 0.98), borderaxespad=0.0)  # fmt: skip
+        fig.legend(
+            list(seen.values()),
+            list(seen),
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.0, 0.98),
+            borderaxespad=0.0,
+        )
 
 
 def _symlog(ax: Any, thresh: float) -> None:
@@ -138,8 +144,14 @@ def _shade_alerts(ax: Any, runs: Sequence[tuple[str, Records]]) -> None:
             if state in _ALERT_COLOURS:
                 label = None if state in labelled else f"alert: {state}"
                 labelled.add(state)
-                ax.axvspan(start, max(end, start + 0.5), color=_ALERT_COLOURS[state],
-                           alpha=0.15 / len(runs), lw=0, label=label)  # fmt: skip
+                ax.axvspan(
+                    start,
+                    max(end, start + 0.5),
+                    color=_ALERT_COLOURS[state],
+                    alpha=0.15 / len(runs),
+                    lw=0,
+                    label=label,
+                )
 
 
 def plot_lines(
@@ -183,8 +195,10 @@ def plot_lines(
 def _smoothed(density: dict[str, list[float]], grid: np.ndarray, sigma: float) -> np.ndarray:
     """The density on ``grid`` through the engine's one smoother (Gaussian per node)."""
     weights = torch.tensor(density["weights"], dtype=torch.float64)
-    dens = SpectralDensity(torch.tensor(density["nodes"], dtype=torch.float64),
-                           weights / weights.sum().clamp_min(1e-300))  # fmt: skip
+    dens = SpectralDensity(
+        torch.tensor(density["nodes"], dtype=torch.float64),
+        weights / weights.sum().clamp_min(1e-300),
+    )
     return dens.smoothed(torch.from_numpy(grid), sigma).numpy()
 
 
@@ -233,8 +247,15 @@ def plot_bars(
     for i, (name, vals) in enumerate(runs):
         means = [vals.get(k, (np.nan, 0.0))[0] for k in keys]
         errs = [vals.get(k, (np.nan, 0.0))[1] for k in keys]
-        ax.bar(x + (i - (len(runs) - 1) / 2) * width, means, width, yerr=errs, capsize=3,
-               label=name, color=f"C{i % 10}")  # fmt: skip
+        ax.bar(
+            x + (i - (len(runs) - 1) / 2) * width,
+            means,
+            width,
+            yerr=errs,
+            capsize=3,
+            label=name,
+            color=f"C{i % 10}",
+        )
     if reference is not None:
         ax.axhline(reference, color="k", ls=":", lw=1, label=f"reference {reference:g}")
     ax.set_xticks(x, keys)
@@ -284,8 +305,13 @@ def _embed(x: np.ndarray, seed: int) -> tuple[np.ndarray, str]:
         except ModuleNotFoundError:
             umap, why = None, "umap-learn not installed: pip install 'solo-geometry[umap]'"
         if umap is not None:
-            reducer = umap.UMAP(n_neighbors=min(15, x.shape[0] - 1), n_epochs=60,
-                                init="random", random_state=seed, n_jobs=1)  # fmt: skip
+            reducer = umap.UMAP(
+                n_neighbors=min(15, x.shape[0] - 1),
+                n_epochs=60,
+                init="random",
+                random_state=seed,
+                n_jobs=1,
+            )
             return np.asarray(reducer.fit_transform(x)), "UMAP"
     centred = x - x.mean(0, keepdims=True)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)

@@ -154,8 +154,13 @@ def linear_probe(
     grid = sorted(set(float(g) for g in cfg.l2_grid), reverse=True)
     params, evals, val_acc, path = None, 0, {}, {}
     xfit, precond, basis = eigenbasis(xtr, cfg.max_rows, gen)  # dense and large: all threads
-    fit = functools.partial(fit_logistic, precond=precond, max_iter=cfg.max_iter,
-                            to_features=basis.weights, n_features=xtr.shape[1])  # fmt: skip
+    fit = functools.partial(
+        fit_logistic,
+        precond=precond,
+        max_iter=cfg.max_iter,
+        to_features=basis.weights,
+        n_features=xtr.shape[1],
+    )
     x_path, y_path = xfit[fit_idx], ytr[fit_idx]  # gathered once for the whole path
     x_val, y_val = xfit[val_idx], ytr[val_idx]
     with threads_for(float(xfit.numel()) * n_classes if dev.type == "cpu" else math.inf):
@@ -183,9 +188,13 @@ def _make_mlp(d: int, hidden: int, n_classes: int, seed: int, dev: torch.device)
 
 
 def _epoch(
-    model: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, gen: torch.Generator,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: Tensor,
+    y: Tensor,
+    gen: torch.Generator,
     batch_size: int,
-) -> float:  # fmt: skip
+) -> float:
     """One pass of Adam over shuffled minibatches; the epoch's mean training loss."""
     model.train()
     total = x.new_zeros(())

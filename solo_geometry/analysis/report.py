@@ -1,6 +1,6 @@
 """The run report: PNG plots and an offline ``index.html`` from one or more run folders.
 
-Reads each folder through :mod:`solo_geometry.run.records` (unusable lines named in the page
+Reads each folder through :func:`.run_data.read_run` (unusable lines named in the page
 and one warning, a torn last line dropped and noted), ``probes.json``, ``features.pt`` and
 ``config.yaml``; draws what exists, notes what does not; several runs are overlaid.
 """
@@ -10,126 +10,30 @@ from __future__ import annotations
 import argparse
 import html
 import math
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from solo_geometry.analysis import plots
-from solo_geometry.inputs.features import load_cache
+from solo_geometry.analysis.run_data import RunData, check_reportable, read_run
 from solo_geometry.run.atomic import write_text
-from solo_geometry.run.records import (
-    GeometryRecord,
-    ProbeTable,
-    RecordsError,
-    RecordsWarning,
-    read_records,
-)
+from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
 
-__all__ = ["RunData", "add_report_parser", "check_reportable", "read_run", "write_report"]
-
-
-@dataclass
-class RunData:
-    """Everything the report shows about one run.
-
-    Attributes:
-        name: label of the run in legends (the folder name, made unique).
-        path: the run folder.
-        records: ``ok`` records of ``geometry.jsonl``, in file order.
-        problems: ``(line number, reason)`` of lines that could not be used.
-        skipped: records the monitor marked ``skipped``.
-        config: text of ``config.yaml`` or None.
-        probes: the probe table of ``probes.json`` or None.
-        features: sets of ``features.pt`` as numpy arrays, or None.
-        notes: missing files and other facts shown on the page.
-    """
-
-    name: str
-    path: Path
-    records: list[GeometryRecord] = field(default_factory=list)
-    problems: list[tuple[int, str]] = field(default_factory=list)
-    skipped: list[GeometryRecord] = field(default_factory=list)
-    config: str | None = None
-    probes: ProbeTable | None = None
-    features: dict[str, dict[str, np.ndarray]] | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-def _features(folder: RunFolder) -> dict[str, dict[str, np.ndarray]]:
-    sets = load_cache(folder.features, tag=None, any_tag=True)["sets"]
-    return {name: {k: v.numpy() for k, v in tensors.items()} for name, tensors in sets.items()}
-
-
-def _read_geometry(folder: RunFolder, run: RunData) -> list[GeometryRecord]:
-    """The records; a dropped torn line becomes a note, skipped lines one warning naming them."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RecordsWarning)
-        records = read_records(folder.geometry, problems=run.problems)
-    for w in caught:  # shown as they came, and the torn line's on the page too
-        if issubclass(w.category, RecordsWarning):
-            run.notes.append(str(w.message))
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    if run.problems:
-        lines = ", ".join(str(n) for n, _ in run.problems)
-        why = "; ".join(f"line {n}: {reason}" for n, reason in run.problems)
-        warnings.warn(RecordsWarning(f"{folder.geometry}: unusable lines {lines} skipped, "
-                                     f"drawing the rest ({why})"), stacklevel=3)  # fmt: skip
-    return records
-
-
-def read_run(path: Path, name: str | None = None) -> RunData:
-    """Read a run folder; missing or unreadable files become notes, never errors.
-
-    Args:
-        path: the run folder.
-        name: label (default: the folder name).
-
-    Returns:
-        The run's data.
-
-    Raises:
-        ValueError: if ``path`` is not a directory.
-        RecordsError: if ``geometry.jsonl`` was written by an unknown schema version.
-    """
-    if not path.is_dir():
-        raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
-    folder = RunFolder(path)
-    run = RunData(name or path.name, path)
-    if folder.geometry.is_file():
-        records = _read_geometry(folder, run)
-        run.records = [r for r in records if r.ok]
-        run.skipped = [r for r in records if not r.ok]
-    else:
-        run.notes.append(f"no {folder.GEOMETRY}: no curves")
-    if folder.config.is_file():
-        run.config = folder.config.read_text(errors="replace")
-    else:
-        run.notes.append(f"no {folder.CONFIG}")
-    readers = ((folder.probes, folder.read_probes, "probes"),
-               (folder.features, lambda: _features(folder), "features"))  # fmt: skip
-    for file, reader, attr in readers:
-        if not file.is_file():
-            run.notes.append(f"no {file.name}: {attr} not shown (run `solo-geometry probe`)")
-            continue
-        try:
-            setattr(run, attr, reader())
-        except (RecordsError, ValueError, OSError, RuntimeError) as err:  # the rest renders
-            run.notes.append(f"unreadable {file.name}: {type(err).__name__}: {err}")
-    return run
+__all__ = ["add_report_parser", "write_report"]
 
 
 def _last(records: list[GeometryRecord], prefix: str) -> dict[str, tuple[float, float]]:
-    rec = next((r for r in reversed(records) if any(k.startswith(prefix) for k in r.metrics)),
-               None)  # fmt: skip
+    rec = next((r for r in reversed(records) if any(k.startswith(prefix) for k in r.metrics)), None)
     if rec is None:
         return {}
-    return {k[len(prefix):]: (v, 0.0) for k in rec.metrics
-            if k.startswith(prefix) and (v := rec.value(k)) is not None}  # fmt: skip
+    return {
+        k[len(prefix) :]: (v, 0.0)
+        for k in rec.metrics
+        if k.startswith(prefix) and (v := rec.value(k)) is not None
+    }
 
 
 def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
@@ -146,55 +50,107 @@ def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
 def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str]]:
     """Draw every figure; (title, png or None, what is missing when None)."""
     recs = [(r.name, r.records) for r in runs]
-    stats = [("z/normalized_std", "normalised std of Z", "std of L2-normalised rows (1)"),
-             ("h/normalized_std", "normalised std of H", "std of L2-normalised rows (1)"),
-             ("z/effective_rank", "effective rank of Z", "RankMe (dimensions)"),
-             ("h/effective_rank", "effective rank of H", "RankMe (dimensions)")]  # fmt: skip
-    quality = [(f"{k}/{m}", f"{title} of {k.upper()}", unit) for m, title, unit in (
-        ("rankme", "RankMe", "effective rank (dimensions)"),
-        ("lidar", "LiDAR", "effective rank of the LDA matrix (dimensions)"),
-        ("alpha_req", "alpha-ReQ", "eigenvalue decay exponent (1)"),
-        ("collapse_level", "collapse level (lightly)", "1 - sqrt(d) x normalised std (1)"))
-        for k in ("z", "h")] + [("cka/z_h", "linear CKA of Z and H", "CKA (1)")]  # fmt: skip
-    conds = [(f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
-             for k in ("heff", "gn", "z", "h")]  # fmt: skip
+    stats = [
+        ("z/normalized_std", "normalised std of Z", "std of L2-normalised rows (1)"),
+        ("h/normalized_std", "normalised std of H", "std of L2-normalised rows (1)"),
+        ("z/effective_rank", "effective rank of Z", "RankMe (dimensions)"),
+        ("h/effective_rank", "effective rank of H", "RankMe (dimensions)"),
+    ]
+    quality = [
+        (f"{k}/{m}", f"{title} of {k.upper()}", unit)
+        for m, title, unit in (
+            ("rankme", "RankMe", "effective rank (dimensions)"),
+            ("lidar", "LiDAR", "effective rank of the LDA matrix (dimensions)"),
+            ("alpha_req", "alpha-ReQ", "eigenvalue decay exponent (1)"),
+            ("collapse_level", "collapse level (lightly)", "1 - sqrt(d) x normalised std (1)"),
+        )
+        for k in ("z", "h")
+    ] + [("cka/z_h", "linear CKA of Z and H", "CKA (1)")]
+    conds = [
+        (f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
+        for k in ("heff", "gn", "z", "h")
+    ]
     rho = [(r.name, _last(r.records, "rho/")) for r in runs]
-    orbits = [(r.name, {o.family: (o.compression, 0.0)
-                        for o in (r.probes.orbits if r.probes else [])})
-              for r in runs]  # fmt: skip
+    orbits = [
+        (r.name, {o.family: (o.compression, 0.0) for o in (r.probes.orbits if r.probes else [])})
+        for r in runs
+    ]
     no_geo, no_feat = "no geometry records", "no features.pt with held-out sets"
     orbit_fam = next((str(d["family"]) for r in runs if (d := _umap_data(r, True))), "orbit")
     return [
         ("Extreme eigenvalues", plots.plot_spectra(recs, out / "spectra.png"), no_geo),
-        ("Interaction ratio ||M|| / ||H_eff||", plots.plot_lines(
-            recs, out / "interaction.png",
-            [("interaction_ratio", "interaction ratio", "||M|| / ||H_eff|| (1)")], log=True,
-        ), no_geo),
+        (
+            "Interaction ratio ||M|| / ||H_eff||",
+            plots.plot_lines(
+                recs,
+                out / "interaction.png",
+                [("interaction_ratio", "interaction ratio", "||M|| / ||H_eff|| (1)")],
+                log=True,
+            ),
+            no_geo,
+        ),
         ("Condition numbers", plots.plot_lines(recs, out / "cond.png", conds, log=True), no_geo),
-        ("Representation statistics (shaded: collapse alert)", plots.plot_lines(
-            recs, out / "stats.png", stats, alerts=True), no_geo),
-        ("Representation quality (shaded: collapse alert)", plots.plot_lines(
-            recs, out / "quality.png", quality, alerts=True), "no quality metrics in the records"),
-        ("SLQ spectral density of H_eff", plots.plot_density(recs, out / "density.png"),
-         "no record carries a density"),
-        ("Metric singularity per family (last measurement)", plots.plot_bars(
-            rho, out / "rho.png", title="metric singularity rho_aug (last measurement)",
-            ylabel="rho_aug (1; 1 = like a random direction)", log=True, reference=1.0,
-        ), "no rho/<family> in the records"),
-        ("Orbit compression", plots.plot_bars(
-            orbits, out / "orbits.png", title="orbit compression spread(Z) / spread(H)",
-            ylabel="mean spread(Z) / mean spread(H) (1)", reference=1.0,
-        ), "no orbit table in probes.json"),
-        ("UMAP by class", plots.plot_umap(
-            [(r.name, _umap_data(r, False)) for r in runs], out / "umap_class.png",  # type: ignore[misc]
-            colour_key="colour", colour_label="class", title="held-out images by class",
-        ), no_feat),
-        ("UMAP along orbits", plots.plot_umap(
-            [(r.name, _umap_data(r, True)) for r in runs], out / "umap_orbit.png",  # type: ignore[misc]
-            colour_key="colour", colour_label=f"{orbit_fam} parameter t",
-            title=f"held-out {orbit_fam} orbits by augmentation parameter",
-        ), no_feat),
-    ]  # fmt: skip
+        (
+            "Representation statistics (shaded: collapse alert)",
+            plots.plot_lines(recs, out / "stats.png", stats, alerts=True),
+            no_geo,
+        ),
+        (
+            "Representation quality (shaded: collapse alert)",
+            plots.plot_lines(recs, out / "quality.png", quality, alerts=True),
+            "no quality metrics in the records",
+        ),
+        (
+            "SLQ spectral density of H_eff",
+            plots.plot_density(recs, out / "density.png"),
+            "no record carries a density",
+        ),
+        (
+            "Metric singularity per family (last measurement)",
+            plots.plot_bars(
+                rho,
+                out / "rho.png",
+                title="metric singularity rho_aug (last measurement)",
+                ylabel="rho_aug (1; 1 = like a random direction)",
+                log=True,
+                reference=1.0,
+            ),
+            "no rho/<family> in the records",
+        ),
+        (
+            "Orbit compression",
+            plots.plot_bars(
+                orbits,
+                out / "orbits.png",
+                title="orbit compression spread(Z) / spread(H)",
+                ylabel="mean spread(Z) / mean spread(H) (1)",
+                reference=1.0,
+            ),
+            "no orbit table in probes.json",
+        ),
+        (
+            "UMAP by class",
+            plots.plot_umap(
+                [(r.name, _umap_data(r, False)) for r in runs],  # type: ignore[misc]
+                out / "umap_class.png",
+                colour_key="colour",
+                colour_label="class",
+                title="held-out images by class",
+            ),
+            no_feat,
+        ),
+        (
+            "UMAP along orbits",
+            plots.plot_umap(
+                [(r.name, _umap_data(r, True)) for r in runs],  # type: ignore[misc]
+                out / "umap_orbit.png",
+                colour_key="colour",
+                colour_label=f"{orbit_fam} parameter t",
+                title=f"held-out {orbit_fam} orbits by augmentation parameter",
+            ),
+            no_feat,
+        ),
+    ]
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -222,14 +178,36 @@ def _probe_html(run: RunData) -> str:
     if gaps:
         out += _table(["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()])
     if table.orbits:
-        orows = [[o.family, o.z["spread"][0], o.h["spread"][0], o.z["d_intra"][0],
-                  o.h["d_intra"][0], o.z["d_inter"][0], o.h["d_inter"][0],
-                  f"{o.z['separation'][0]:.3f} +- {o.z['separation'][1]:.3f}",
-                  f"{o.h['separation'][0]:.3f} +- {o.h['separation'][1]:.3f}", o.compression]
-                 for o in table.orbits]  # fmt: skip
-        out += _table(["family", "spread Z", "spread H", "D_intra Z", "D_intra H", "D_inter Z",
-                       "D_inter H", "separation Z", "separation H", "compression"],
-                      orows)  # fmt: skip
+        orows = [
+            [
+                o.family,
+                o.z["spread"][0],
+                o.h["spread"][0],
+                o.z["d_intra"][0],
+                o.h["d_intra"][0],
+                o.z["d_inter"][0],
+                o.h["d_inter"][0],
+                f"{o.z['separation'][0]:.3f} +- {o.z['separation'][1]:.3f}",
+                f"{o.h['separation'][0]:.3f} +- {o.h['separation'][1]:.3f}",
+                o.compression,
+            ]
+            for o in table.orbits
+        ]
+        out += _table(
+            [
+                "family",
+                "spread Z",
+                "spread H",
+                "D_intra Z",
+                "D_intra H",
+                "D_inter Z",
+                "D_inter H",
+                "separation Z",
+                "separation H",
+                "compression",
+            ],
+            orows,
+        )
     return out
 
 
@@ -240,11 +218,18 @@ def _last_html(records: list[GeometryRecord]) -> list[str]:
     rows: list[list[Any]] = []
     for rec in [last] if spectral is last else [last, spectral]:
         shown = {row[0] for row in rows}
-        rows += [[k, v, rec.step] for k in rec.metrics
-                 if k not in shown and (v := rec.value(k)) is not None]  # fmt: skip
+        rows += [
+            [k, v, rec.step]
+            for k in rec.metrics
+            if k not in shown and (v := rec.value(k)) is not None
+        ]
     waited = [r.step for r in records if r.deferred_parts and not r.final]
-    note = (f"; at {len(waited)} due step(s) the budget deferred the spectra and rho (the "
-            f"statistics were taken)" if waited else "")  # fmt: skip
+    note = (
+        f"; at {len(waited)} due step(s) the budget deferred the spectra and rho (the "
+        f"statistics were taken)"
+        if waited
+        else ""
+    )
     head = (
         f"<p>{len(records)} measurements, {sum(r.holds('hessian') for r in records)} with "
         f"spectra{note}; last (step {last.step}), spectra from step {spectral.step}:</p>"
@@ -262,9 +247,11 @@ def _banner(runs: Sequence[RunData]) -> str:
             continue
         last, first = held[-1].alert or {}, bad[0]
         why = f"; {last['diagnosis']}" if last.get("diagnosis") else ""
-        lines.append(f"{html.escape(run.name)}: collapse alert {first.alert['state']} first at "  # type: ignore[index]
-                     f"step {first.step}; at the last record (step {held[-1].step}) "
-                     f"{last['state']}{html.escape(why)}")  # fmt: skip
+        lines.append(
+            f"{html.escape(run.name)}: collapse alert {first.alert['state']} first at "  # type: ignore[index]
+            f"step {first.step}; at the last record (step {held[-1].step}) "
+            f"{last['state']}{html.escape(why)}"
+        )
     return "".join(f"<div class='warn'>{line}</div>" for line in lines)
 
 
@@ -273,24 +260,30 @@ def _run_html(run: RunData) -> str:
     parts += [f"<p class='note'>{html.escape(n)}</p>" for n in run.notes]
     if run.problems:
         items = "".join(f"<li>line {n}: {html.escape(why)}</li>" for n, why in run.problems)
-        parts.append(f"<div class='warn'>geometry.jsonl: {len(run.problems)} unusable line(s), "
-                     f"not drawn:<ul>{items}</ul></div>")  # fmt: skip
+        parts.append(
+            f"<div class='warn'>geometry.jsonl: {len(run.problems)} unusable line(s), "
+            f"not drawn:<ul>{items}</ul></div>"
+        )
     if run.skipped:
-        items = "".join(f"<li>step {r.step}: {html.escape(str(r.reason))}</li>"
-                        for r in run.skipped)  # fmt: skip
+        items = "".join(
+            f"<li>step {r.step}: {html.escape(str(r.reason))}</li>" for r in run.skipped
+        )
         parts.append(f"<div class='note'>skipped by the monitor:<ul>{items}</ul></div>")
     if run.records:
         parts += _last_html(run.records)
     parts.append("<h4>Probes and orbits</h4>" + _probe_html(run))
     if run.config is not None:
-        parts.append(f"<details><summary>config.yaml</summary><pre>{html.escape(run.config)}"
-                     "</pre></details>")  # fmt: skip
+        parts.append(
+            f"<details><summary>config.yaml</summary><pre>{html.escape(run.config)}</pre></details>"
+        )
     return "\n".join(parts)
 
 
-_CSS = ("body{font-family:sans-serif;max-width:1400px;margin:auto}img{max-width:100%}"
-        "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:2px 6px}"
-        ".warn{background:#fdd;padding:4px}.note{color:#555}")  # fmt: skip
+_CSS = (
+    "body{font-family:sans-serif;max-width:1400px;margin:auto}img{max-width:100%}"
+    "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:2px 6px}"
+    ".warn{background:#fdd;padding:4px}.note{color:#555}"
+)
 
 
 def _unique_names(paths: Sequence[Path]) -> list[str]:
@@ -322,8 +315,11 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     names = _unique_names(paths)
     runs = [read_run(p, n) for p, n in zip(paths, names, strict=True)]
     if out_dir is None:
-        out_dir = RunFolder(paths[0]).report if len(paths) == 1 else (
-            paths[0].parent / ("report-" + "-vs-".join(names))[:120])  # fmt: skip
+        out_dir = (
+            RunFolder(paths[0]).report
+            if len(paths) == 1
+            else (paths[0].parent / ("report-" + "-vs-".join(names))[:120])
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figures = []
@@ -332,42 +328,18 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
             figures.append(f"<h3>{html.escape(title)}</h3><p class='note'>not drawn: {missing}</p>")
         else:
             figures.append(f"<h3>{html.escape(title)}</h3><img src='{png.name}' alt='{title}'>")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>solo-geometry report"
-            f"</title><style>{_CSS}</style></head><body><h1>solo-geometry report: "
-            f"{html.escape(', '.join(names))}</h1>{_banner(runs)}<h2>Runs</h2>"
-            + "\n".join(_run_html(r) for r in runs) + "<h2>Plots</h2>" + "\n".join(figures)
-            + "</body></html>")  # fmt: skip
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>solo-geometry report"
+        f"</title><style>{_CSS}</style></head><body><h1>solo-geometry report: "
+        f"{html.escape(', '.join(names))}</h1>{_banner(runs)}<h2>Runs</h2>"
+        + "\n".join(_run_html(r) for r in runs)
+        + "<h2>Plots</h2>"
+        + "\n".join(figures)
+        + "</body></html>"
+    )
     index = out / "index.html"
     write_text(index, page)
     return index
-
-
-def check_reportable(path: Path) -> None:
-    """Check, before anything is written, that a run folder holds something to report.
-
-    Args:
-        path: the run folder.
-
-    Raises:
-        ValueError: if it is no folder, or holds no geometry record (no ``geometry.jsonl``, or
-            an empty one), no ``probes.json`` and no ``features.pt``.
-    """
-    if not path.is_dir():
-        raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
-    folder = RunFolder(path)
-    if folder.geometry.is_file():
-        with folder.geometry.open(errors="replace") as fh:
-            if any(line.strip() for line in fh):
-                return
-        found = f"{folder.GEOMETRY} is empty"
-    else:
-        found = f"no {folder.GEOMETRY}"
-    if not (folder.probes.is_file() or folder.features.is_file()):
-        raise ValueError(
-            f"run folder {str(path)!r} has nothing to report ({found}, no {folder.PROBES}, no "
-            f"{folder.FEATURES}); expected a run folder written by `solo-geometry pretrain` "
-            f"or `solo-geometry probe`"
-        )
 
 
 def _cmd_report(args: Any) -> int:
@@ -389,9 +361,10 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         The sub-parser; ``args.func(args)`` returns 0 or raises ``ValueError`` on bad input.
     """
     parser = subparsers.add_parser(
-        "report", help="plots and index.html of one or more runs (overlaid)",
+        "report",
+        help="plots and index.html of one or more runs (overlaid)",
         description="Write report/ (PNG plots and an offline index.html) from run folders.",
-    )  # fmt: skip
+    )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s)")
     parser.add_argument("--out", default=None, help="output folder (default: <run>/report)")
     parser.set_defaults(func=_cmd_report)

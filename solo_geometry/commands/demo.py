@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from solo_geometry.commands.pretrain import pretrain
-from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.alert import STATES as ALERT_STATES
 
@@ -202,21 +202,40 @@ def findings(run: str | Path) -> dict[str, Any]:
     records = folder.records(ok_only=True)
     spectral = [r for r in records if r.holds("hessian")]  # the statistics' records have none
     picked = spectral[:1] + spectral[1:][-1:]  # first and last, once each (one if only one)
-    geometry = [{"step": r.step, "m/lambda_min": r.value("m/lambda_min"),
-                 "interaction_ratio": r.value("interaction_ratio")} for r in picked]  # fmt: skip
+    geometry = [
+        {
+            "step": r.step,
+            "m/lambda_min": r.value("m/lambda_min"),
+            "interaction_ratio": r.value("interaction_ratio"),
+        }
+        for r in picked
+    ]
     table = folder.read_probes()
-    orbits = {o.family: (o.compression, *o.compression_per_orbit)
-              for o in sorted(table.orbits if table else [], key=lambda o: o.family)}  # fmt: skip
+    orbits = {
+        o.family: (o.compression, *o.compression_per_orbit)
+        for o in sorted(table.orbits if table else [], key=lambda o: o.family)
+    }
     pairs = sorted({(r.target, r.probe) for r in table.rows}) if table else []
-    rows = [(t, p, table.accuracy("z", p, t), table.accuracy("h", p, t)) for t, p in pairs
-            if table is not None]  # fmt: skip
+    rows = [
+        (t, p, table.accuracy("z", p, t), table.accuracy("h", p, t))
+        for t, p in pairs
+        if table is not None
+    ]
     states = [r.alert["state"] for r in records if r.alert]
     worst = max(states, key=ALERT_STATES.index) if states else None
     last = next((r.alert for r in reversed(records) if r.alert), None)
-    alert = {"last": last["state"] if last else None, "worst": worst,
-             "diagnosis": last.get("diagnosis") if last else None}  # fmt: skip
-    return {"geometry": geometry, "n_records": len(records), "orbits": orbits, "probes": rows,
-            "alert": alert}  # fmt: skip
+    alert = {
+        "last": last["state"] if last else None,
+        "worst": worst,
+        "diagnosis": last.get("diagnosis") if last else None,
+    }
+    return {
+        "geometry": geometry,
+        "n_records": len(records),
+        "orbits": orbits,
+        "probes": rows,
+        "alert": alert,
+    }
 
 
 def _num(x: Any, fmt: str = "{:+.3e}") -> str:
@@ -242,8 +261,9 @@ def format_findings(result: dict[str, Any]) -> str:
         lines.append("  (no successful measurement)")
     alert = result.get("alert") or {}
     if alert.get("last"):
-        lines.append(f"  {'collapse alert':24s}{alert['last']:>14s}   (worst over the run: "
-                     f"{alert['worst']})")  # fmt: skip
+        lines.append(
+            f"  {'collapse alert':24s}{alert['last']:>14s}   (worst over the run: {alert['worst']})"
+        )
         if alert.get("diagnosis"):
             lines.append(f"  {'':24s}{alert['diagnosis']}")
     lines.append(

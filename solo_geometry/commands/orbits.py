@@ -131,20 +131,25 @@ def undefined_measures(arrays: dict[str, np.ndarray]) -> list[str]:
     for key in ("orbits_z", "orbits_h"):
         zero = int((np.linalg.norm(arrays[key].astype(np.float64), axis=1) == 0).sum())
         if zero:
-            out.append(f"every {key} measure: {zero} of {len(ids)} rows are all zero, and a "
-                       f"zero row has no L2-normalised direction")  # fmt: skip
+            out.append(
+                f"every {key} measure: {zero} of {len(ids)} rows are all zero, and a "
+                f"zero row has no L2-normalised direction"
+            )
     classes = np.unique(labels)
     if classes.size < 2:
-        out.append(f"D_inter and separation: they need 2 classes, orbit_labels has only "
-                   f"{classes.tolist()}")  # fmt: skip
+        out.append(
+            f"D_inter and separation: they need 2 classes, orbit_labels has only {classes.tolist()}"
+        )
     if (np.unique(ids, return_counts=True)[1] < 2).all():
         out.append("D_intra and separation: they need an orbit of 2 rows, every orbit has 1")
     if not out:
         h = torch.from_numpy(np.ascontiguousarray(arrays["orbits_h"])).double()
         spread = orbit_metrics(h, torch.from_numpy(ids), torch.from_numpy(labels)).spread[0]
         if spread <= _zero_tol(arrays["orbits_h"]) ** 2:
-            out.append(f"compression: mean spread(H) is {spread:.1e}, zero to round-off "
-                       f"(every orbit of orbits_h is one point)")  # fmt: skip
+            out.append(
+                f"compression: mean spread(H) is {spread:.1e}, zero to round-off "
+                f"(every orbit of orbits_h is one point)"
+            )
     return out
 
 

@@ -103,8 +103,11 @@ def pretrain(
         ModuleNotFoundError: ``--host solo`` without solo-learn.
     """
     if resume is None and (requeued := RunFolder.of_requeued_job(runs_root)) is not None:
-        print(f"solo-geometry pretrain: Slurm requeued job {slurm_job_id()}: resuming its run "
-              f"{requeued.path} with the run's own recipe", flush=True)  # fmt: skip
+        print(
+            f"solo-geometry pretrain: Slurm requeued job {slurm_job_id()}: resuming its run "
+            f"{requeued.path} with the run's own recipe",
+            flush=True,
+        )
         resume, config, overrides = requeued.path, None, ()
     point = None if resume is None else resume_point(resume, config, host)
     if point is not None:

@@ -94,8 +94,9 @@ class SweepProgress(Callback):
         (folder / "finished").unlink(missing_ok=True)
         total = sweep_size(list(config.hydra.overrides.task))
         (folder / "start.json").write_text(json.dumps({"total": total, "time": time.time()}))
-        print(f"[sweep] {total} job(s) on {config.hydra.launcher._target_.split('.')[-1]}",
-              flush=True)  # fmt: skip
+        print(
+            f"[sweep] {total} job(s) on {config.hydra.launcher._target_.split('.')[-1]}", flush=True
+        )
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """Print the job's progress line (in the job's process, whichever launcher runs it)."""
@@ -111,5 +112,8 @@ class SweepProgress(Callback):
             fh.write(f"{config.hydra.job.num}\n")
         done = len((folder / "finished").read_text().splitlines())
         elapsed = time.time() - float(info["time"])
-        print(f"[sweep] {done}/{info['total']} {'done' if ok else 'FAILED'} ({elapsed:.0f} s): "
-              f"{what}", flush=True)  # fmt: skip
+        print(
+            f"[sweep] {done}/{info['total']} {'done' if ok else 'FAILED'} ({elapsed:.0f} s): "
+            f"{what}",
+            flush=True,
+        )

@@ -196,10 +196,18 @@ def geometry_config(cfg: DictConfig) -> GeometryConfig | None:
         raw["report"] = as_bool(raw["report"], "geometry.report")
     if not raw["enabled"]:
         return None
-    for sub, key in (("init", "pseudo_collapse"), ("init", "backbone"), ("probes", "enabled"),
-                     ("head", "bias"), ("head", "out_norm"), ("predictor", "bias"),
-                     ("predictor", "out_norm"), ("measure", "updates"), ("alert", "enabled"),
-                     ("alert", "stop")):  # fmt: skip
+    for sub, key in (
+        ("init", "pseudo_collapse"),
+        ("init", "backbone"),
+        ("probes", "enabled"),
+        ("head", "bias"),
+        ("head", "out_norm"),
+        ("predictor", "bias"),
+        ("predictor", "out_norm"),
+        ("measure", "updates"),
+        ("alert", "enabled"),
+        ("alert", "stop"),
+    ):
         if isinstance(raw.get(sub), dict) and raw[sub].get(key) is not None:
             raw[sub][key] = as_bool(raw[sub][key], f"geometry.{sub}.{key}")
     try:

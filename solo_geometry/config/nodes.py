@@ -101,8 +101,10 @@ class AlertConfig:
             _fraction(enter, f"geometry.alert.{name}_enter")
             _fraction(leave, f"geometry.alert.{name}_leave")
             if leave < enter:
-                raise ValueError(f"geometry.alert.{name}_leave: must be >= {name}_enter "
-                                 f"({enter!r}), got {leave!r}")  # fmt: skip
+                raise ValueError(
+                    f"geometry.alert.{name}_leave: must be >= {name}_enter "
+                    f"({enter!r}), got {leave!r}"
+                )
         _at_least(self.patience, "geometry.alert.patience")
         _at_least(self.stop_after, "geometry.alert.stop_after")
 

@@ -131,9 +131,13 @@ class CurvatureOperators:
             return out.detach().to(torch.float64).cpu().numpy().reshape(x.shape)
 
         return LinearOperator(
-            (self.dim, self.dim), matvec=apply, rmatvec=apply, matmat=apply, rmatmat=apply,
+            (self.dim, self.dim),
+            matvec=apply,
+            rmatvec=apply,
+            matmat=apply,
+            rmatmat=apply,
             dtype=float,
-        )  # fmt: skip
+        )
 
     def dense(self, name: str, *, chunk: int = 64) -> Tensor:
         """Operator ``name`` as a dense (dim, dim) matrix in :attr:`dtype` (small ``dim`` only).
@@ -178,10 +182,18 @@ class CurvatureOperators:
             The :class:`~solo_geometry.geometry.spectrum.HessianSpectrum`.
         """
         return effective_hessian_spectrum(
-            self.head, self.loss, self.features, max_steps=max_steps, tol=tol, dtype=self.dtype,
-            max_samples=self.max_samples, generator=generator, tau=tau,
-            density_probes=density_probes, operators=operators,
-        )  # fmt: skip
+            self.head,
+            self.loss,
+            self.features,
+            max_steps=max_steps,
+            tol=tol,
+            dtype=self.dtype,
+            max_samples=self.max_samples,
+            generator=generator,
+            tau=tau,
+            density_probes=density_probes,
+            operators=operators,
+        )
 
 
 def curvature_operators(

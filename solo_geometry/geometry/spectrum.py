@@ -189,9 +189,15 @@ class HessianSpectrum:
     def settings(self) -> SpectrumSettings:
         """The settings that define these spectra (see the fields)."""
         return SpectrumSettings(
-            floor=self.floor, tau=self.tau, lanczos_tol=self.tol, lanczos_max_steps=self.max_steps,
-            slq_probes=self.probes, dim=self.dim, n_batch=self.n_batch, n_block=self.n_block,
-        )  # fmt: skip
+            floor=self.floor,
+            tau=self.tau,
+            lanczos_tol=self.tol,
+            lanczos_max_steps=self.max_steps,
+            slq_probes=self.probes,
+            dim=self.dim,
+            n_batch=self.n_batch,
+            n_block=self.n_block,
+        )
 
     def as_record(self) -> dict[str, float | int | bool | None]:
         """Flat metrics: ``<op>/<field>`` per operator, ``interaction_ratio``, ``gn_is_heff``.

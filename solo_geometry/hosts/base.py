@@ -33,7 +33,7 @@ from torch import Tensor
 from solo_geometry.inputs.datasets import MeanStd
 from solo_geometry.runtime.chunks import global_head, sync_batch_norm
 from solo_geometry.runtime.distributed import ViewParts
-from solo_geometry.runtime.measure import GeometryView
+from solo_geometry.runtime.view import GeometryView
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryHost", "assemble_view", "capture_copy"]
@@ -192,9 +192,15 @@ class GeometryHost:
         synced = sync_batch_norm(module)
         head = global_head(self.geometry_measured_head(), len(parts), Z.shape[1], synced)
         loss_of_outputs = self.geometry_global_loss([p.context for p in parts])
-        return assemble_view(Z, head, loss_of_outputs, module.backbone, parts[0].images,
-                             self.geometry_normalization(),
-                             self._geometry_features_dtype)  # fmt: skip
+        return assemble_view(
+            Z,
+            head,
+            loss_of_outputs,
+            module.backbone,
+            parts[0].images,
+            self.geometry_normalization(),
+            self._geometry_features_dtype,
+        )
 
     def geometry_view(self, batch: Any) -> GeometryView:
         """The monitor's view of a whole training batch (``GeometryAware``), one process."""

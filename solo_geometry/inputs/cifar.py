@@ -31,10 +31,15 @@ __all__ = ["CIFAR_LAYOUT", "CifarFiles", "cifar_paths", "read_cifar"]
 
 # dataset -> (folder, train files, test files, label key, classes): torchvision's layout.
 CIFAR_LAYOUT: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], str, int]] = {
-    "cifar10": ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)),
-                ("test_batch",), "labels", 10),
+    "cifar10": (
+        "cifar-10-batches-py",
+        tuple(f"data_batch_{i}" for i in range(1, 6)),
+        ("test_batch",),
+        "labels",
+        10,
+    ),
     "cifar100": ("cifar-100-python", ("train",), ("test",), "fine_labels", 100),
-}  # fmt: skip
+}
 _PIXELS = 3 * 32 * 32
 
 
@@ -89,9 +94,12 @@ def _batch(path: Path, label_key: str, classes: int) -> tuple[np.ndarray, list[i
     if not isinstance(held, dict):
         raise ValueError(f"{path}: holds a {type(held).__name__}, expected a dict")
     data, labels = held.get("data"), held.get(label_key)
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or (
-        data.shape[1] != _PIXELS
-    ):  # fmt: skip
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or (data.shape[1] != _PIXELS)
+    ):
         got = data.shape if isinstance(data, np.ndarray) else type(data).__name__
         raise ValueError(f"{path}: 'data' is {got}, expected a uint8 array (n, {_PIXELS})")
     if not isinstance(labels, list | np.ndarray) or len(labels) != len(data):

@@ -181,8 +181,9 @@ def _run(
         if j + 1 < max_steps:
             basis = _grown(basis, j + 2)
             live = ~broken[:, : j + 1].any(1, keepdim=True)  # (B, 1)
-            basis[:, j + 1] = torch.where(live, w / torch.clamp(b, min=torch.finfo(v0.dtype).tiny)
-                                          .unsqueeze(1), 0.0)  # fmt: skip
+            basis[:, j + 1] = torch.where(
+                live, w / torch.clamp(b, min=torch.finfo(v0.dtype).tiny).unsqueeze(1), 0.0
+            )
         k = j + 1
         if k % check_every and k < max_steps:
             continue
@@ -273,8 +274,15 @@ def lanczos(
     elif v0.numel() != dim:
         raise ValueError(f"v0 must have {dim} elements; got {v0.numel()}")
     v0 = v0.reshape(1, -1).to(dtype=dtype, device=device if device is not None else v0.device)
-    runs = _run(lambda v: matvec(v[0]).reshape(1, -1), v0, min(max_steps, dim), tol, atol,
-                check_every, matvec_dtype or dtype)  # fmt: skip
+    runs = _run(
+        lambda v: matvec(v[0]).reshape(1, -1),
+        v0,
+        min(max_steps, dim),
+        tol,
+        atol,
+        check_every,
+        matvec_dtype or dtype,
+    )
     k, invariant = runs.k, runs.breaks[0] is not None and runs.breaks[0] < runs.k
     vectors = runs.basis[0, :k].T @ runs.last.s.to(runs.basis) if return_vectors else None
     return _result(runs.last, k, invariant, vectors)

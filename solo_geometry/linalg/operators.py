@@ -59,7 +59,13 @@ def has_batch_norm(module: nn.Module) -> bool:
 # Modules whose second derivative vanishes almost everywhere, matched by exact type (a subclass
 # may compute anything in its forward). Dropout is linear given its mask, drawn once per record.
 PIECEWISE_LINEAR: tuple[type[nn.Module], ...] = (
-    nn.Linear, nn.ReLU, nn.LeakyReLU, nn.Identity, nn.Dropout, nn.Flatten)  # fmt: skip
+    nn.Linear,
+    nn.ReLU,
+    nn.LeakyReLU,
+    nn.Identity,
+    nn.Dropout,
+    nn.Flatten,
+)
 
 
 def piecewise_linear(head: nn.Module) -> bool:

@@ -264,11 +264,15 @@ class ExtremesRunner:
             check_every=1 if self.device.type == "cpu" else CHECK_EVERY,
         )
         if self.probes == 1:
-            runs = [lanczos(restrict_to_block(getattr(ops, name), ops.shape, index), self.dim,
-                            **options)]  # type: ignore[arg-type]  # fmt: skip
+            runs = [
+                lanczos(
+                    restrict_to_block(getattr(ops, name), ops.shape, index),
+                    self.dim,
+                    **options,  # type: ignore[arg-type]
+                )
+            ]
         else:
             product = restrict_to_block(ops.batched(name), ops.shape, index, batched=True)
-            runs = lanczos_side_by_side(product, self.dim, followers=self.probes - 1,
-                                        **options)  # type: ignore[arg-type]  # fmt: skip
+            runs = lanczos_side_by_side(product, self.dim, followers=self.probes - 1, **options)  # type: ignore[arg-type]
         density = SpectralDensity.from_runs(runs)
         return runs[0], density, time.perf_counter() - start

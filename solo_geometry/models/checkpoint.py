@@ -70,10 +70,21 @@ class LoadedModel:
 
 # What ``torch.load(weights_only=True)`` may rebuild besides tensors and plain containers:
 # plain data classes whose rebuilding runs no code from the file.
-SAFE_GLOBALS: tuple[Any, ...] = (argparse.Namespace, DictConfig, ListConfig,
-                                 omegaconf_base.ContainerMetadata, omegaconf_base.Metadata,
-                                 omegaconf_nodes.AnyNode, Any, dict, list, int, float, str,
-                                 bool)  # fmt: skip
+SAFE_GLOBALS: tuple[Any, ...] = (
+    argparse.Namespace,
+    DictConfig,
+    ListConfig,
+    omegaconf_base.ContainerMetadata,
+    omegaconf_base.Metadata,
+    omegaconf_nodes.AnyNode,
+    Any,
+    dict,
+    list,
+    int,
+    float,
+    str,
+    bool,
+)
 
 
 def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
@@ -180,11 +191,15 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
         loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, ValueError) as err:  # UnicodeDecodeError and JSON's are ValueErrors
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"recipe {str(path)!r} is not plain YAML ({first}); expected a mapping "
-                         "of recipe fields, no tags building Python objects") from None  # fmt: skip
+        raise ValueError(
+            f"recipe {str(path)!r} is not plain YAML ({first}); expected a mapping "
+            "of recipe fields, no tags building Python objects"
+        ) from None
     if not isinstance(loaded, dict):
-        raise ValueError(f"recipe {str(path)!r} holds a {type(loaded).__name__}, not a mapping "
-                         "of recipe fields (method, backbone, data, ...)")  # fmt: skip
+        raise ValueError(
+            f"recipe {str(path)!r} holds a {type(loaded).__name__}, not a mapping "
+            "of recipe fields (method, backbone, data, ...)"
+        )
     return loaded
 
 
@@ -194,8 +209,10 @@ def _node(cfg: dict[str, Any], key: str, kind: type = dict) -> Any:
     if value is None:
         return kind()
     if not isinstance(value, kind):
-        raise ValueError(f"recipe field {key} must be a {'mapping' if kind is dict else 'list'}, "
-                         f"got {value!r:.80}")  # fmt: skip
+        raise ValueError(
+            f"recipe field {key} must be a {'mapping' if kind is dict else 'list'}, "
+            f"got {value!r:.80}"
+        )
     return value
 
 

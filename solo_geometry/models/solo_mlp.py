@@ -131,13 +131,15 @@ def build_mlp(
 def _blocks_mlp(
     dims: Sequence[int], norm: bool, act_layer: LayerFactory, hidden_bias: bool, out_norm: bool
 ) -> nn.Sequential:
-    hidden: list[Block] = [(a, b, nn.BatchNorm1d if norm else None, act_layer)
-                           for a, b in zip(dims[:-2], dims[1:-1], strict=True)]  # fmt: skip
+    hidden: list[Block] = [
+        (a, b, nn.BatchNorm1d if norm else None, act_layer)
+        for a, b in zip(dims[:-2], dims[1:-1], strict=True)
+    ]
     last_norm = functools.partial(nn.BatchNorm1d, affine=False) if out_norm else None
     mlp = block_layers([*hidden, (dims[-2], dims[-1], last_norm, None)])
     if not hidden_bias:
         for layer in list(mlp)[:-3:3]:
-            layer.bias = None  # hidden Linears only, as the "solo" layout drops them
+            layer.bias = None  # type: ignore[assignment]  # hidden Linears only ("solo" layout)
     return mlp
 
 
@@ -163,9 +165,12 @@ def solo_projector(method: str, in_dim: int, hidden_dim: int, out_dim: int) -> n
         )
     n_hidden, norm = SOLO_PROJECTORS[method]
     options = _SOLO_PROJECTOR_OPTIONS.get(method, {})
-    mlp = build_mlp([in_dim] + [hidden_dim] * n_hidden + [out_dim], norm=norm,
-                    hidden_bias=options.get("hidden_bias", True),
-                    out_norm=options.get("out_norm", False))  # fmt: skip
+    mlp = build_mlp(
+        [in_dim] + [hidden_dim] * n_hidden + [out_dim],
+        norm=norm,
+        hidden_bias=options.get("hidden_bias", True),
+        out_norm=options.get("out_norm", False),
+    )
     if options.get("out_norm"):
         last = mlp[-2]
         assert isinstance(last, nn.Linear)  # the Linear before the output norm
@@ -193,5 +198,8 @@ def solo_predictor(method: str, dim: int, hidden_dim: int) -> nn.Sequential:
             f"choose from {sorted(SOLO_PREDICTORS)}"
         )
     options = SOLO_PREDICTORS[method]
-    return build_mlp([dim, hidden_dim, dim], norm=options.get("norm", False),
-                     hidden_bias=options.get("hidden_bias", True))  # fmt: skip
+    return build_mlp(
+        [dim, hidden_dim, dim],
+        norm=options.get("norm", False),
+        hidden_bias=options.get("hidden_bias", True),
+    )

@@ -30,10 +30,11 @@ __all__ = ["ACTIONS", "add_reproduce_parser"]
 ACTIONS = (
     collapse.add_parser,
     add_invariance_parser,
-    functools.partial(add_all_parser, experiments=[collapse.collapse_experiment,
-                                                   invariance_experiment]),
+    functools.partial(
+        add_all_parser, experiments=[collapse.collapse_experiment, invariance_experiment]
+    ),
     add_verdicts_parser,
-)  # fmt: skip
+)
 
 
 def add_reproduce_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -72,8 +72,14 @@ def paper_evidence(paths: list[str | Path]) -> dict[str, Any]:
     Raises:
         ValueError: a path that is missing or unknown, or a file that cannot be read.
     """
-    ev: dict[str, Any] = {"source": "authors' arrays", "files": [], "probes": {}, "orbits": {},
-                          "curvature": None, "depth": {}}  # fmt: skip
+    ev: dict[str, Any] = {
+        "source": "authors' arrays",
+        "files": [],
+        "probes": {},
+        "orbits": {},
+        "curvature": None,
+        "depth": {},
+    }
     for f in _files([Path(p) for p in paths]):
         ev["files"].append(str(f))
         depth = _DEPTH.search(f.name)

@@ -61,8 +61,9 @@ class Verdict(Mapping[str, str]):
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} of {self.id!r}: expected one of "
-                             f"{', '.join(VERDICTS)}")  # fmt: skip
+            raise ValueError(
+                f"verdict {self.verdict!r} of {self.id!r}: expected one of {', '.join(VERDICTS)}"
+            )
 
     def as_json(self) -> dict[str, str]:
         """The plain object written to files and ``--json``: the group keys only when set."""
@@ -77,8 +78,10 @@ class Verdict(Mapping[str, str]):
             ValueError: not an object, a missing or non-string key, or an unknown verdict.
         """
         if not isinstance(obj, Mapping):
-            raise ValueError(f"a verdict must be an object with {', '.join(_VERDICT_KEYS)}, "
-                             f"got {type(obj).__name__}")  # fmt: skip
+            raise ValueError(
+                f"a verdict must be an object with {', '.join(_VERDICT_KEYS)}, "
+                f"got {type(obj).__name__}"
+            )
         missing = [k for k in _VERDICT_KEYS if not isinstance(obj.get(k), str)]
         if missing:
             raise ValueError(f"verdict {obj.get('id')!r} lacks string {', '.join(missing)}")
@@ -171,8 +174,10 @@ def read_result(path: Path, kind: str) -> ResultFile:
     if found != kind:
         raise ValueError(f"{str(path)!r} is a {found!r} result, expected {kind!r}")
     if not isinstance(version, int) or not 0 <= version <= RESULT_VERSION:
-        raise ValueError(f"{str(path)!r} has layout version {version!r}; this package reads "
-                         f"versions 0 to {RESULT_VERSION}")  # fmt: skip
+        raise ValueError(
+            f"{str(path)!r} has layout version {version!r}; this package reads "
+            f"versions 0 to {RESULT_VERSION}"
+        )
     try:
         claims = tuple(Verdict.from_json(c) for c in data.get("claims") or ())
     except ValueError as err:

@@ -34,7 +34,7 @@ def _fail(path: Path, err: OSError) -> WriteError:
     return WriteError(err.errno, f"cannot write {str(path)!r}: {reason}; nothing was changed")
 
 
-def _replace_with(path: Path, fill: Callable[[Path], None]) -> Path:
+def _replace_with(path: Path, fill: Callable[[Path], object]) -> Path:
     """Fill a temporary file beside ``path`` with ``fill``, fsync it and rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -86,5 +86,6 @@ def preempted_error(run: RunFolder, received: int | None = None) -> Preempted:
         if latest is not None
         else "the run has no checkpoint to resume from; start it again"
     )
-    return Preempted(f"stopped by {name} before a checkpoint was taken at the signal; {where}",
-                     _status(name))  # fmt: skip
+    return Preempted(
+        f"stopped by {name} before a checkpoint was taken at the signal; {where}", _status(name)
+    )

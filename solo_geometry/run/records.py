@@ -1,7 +1,8 @@
 """Run records: the versioned schemas a run writes (docs/design.md section 7, docs/run-folder.md).
 
-``geometry.jsonl`` holds one :class:`GeometryRecord` per line and ``probes.json`` a
-:class:`ProbeTable`, written and read only here and through :class:`~.run_folder.RunFolder`.
+``geometry.jsonl`` holds one :class:`GeometryRecord` per line (``probes.json`` a
+:class:`~.probe_table.ProbeTable`), written and read only here and through
+:class:`~.run_folder.RunFolder`.
 :func:`read_records`, the one reader, drops a torn last line with a warning naming file and
 line, refuses (or, for a report, skips) other unusable lines and unknown schema versions.
 Versions: 1 (no ``parts``), 2 (``parts``, ``deferred_parts``), 3 (``alert``, ``failed_parts``,
@@ -22,22 +23,19 @@ from typing import Any
 __all__ = [
     "GEOMETRY_FILE",
     "PARTS",
-    "PROBES_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "STATUSES",
     "GeometryRecord",
-    "OrbitRow",
-    "ProbeRow",
-    "ProbeTable",
     "RecordsError",
     "RecordsWarning",
     "Settings",
+    "check_schema",
+    "from_dict",
     "read_records",
 ]
 
 SCHEMA_VERSION = 3  # of geometry.jsonl's records
 READABLE_VERSIONS = (1, 2, 3)  # record versions this reader knows (1, 2 upgraded on reading)
-PROBES_SCHEMA_VERSION = 1  # of probes.json
 GEOMETRY_FILE = "geometry.jsonl"
 # A record's parts: statistics, spectra, tangents (rho), SLQ density (last 3 wait for budget).
 PARTS = ("stats", "hessian", "augment", "density")
@@ -53,9 +51,10 @@ class RecordsWarning(UserWarning):
     """A reader of run files dropped something (a torn last line) and says what."""
 
 
-def _check_schema(
+def check_schema(
     data: Mapping[str, Any], where: str, known: tuple[int, ...] = READABLE_VERSIONS
 ) -> None:
+    """Refuse a file written by a schema version outside ``known`` (no guessing), naming it."""
     version = data.get("schema")
     if isinstance(version, bool) or version not in known:
         raise RecordsError(
@@ -71,7 +70,7 @@ def _parts_of(metrics: Mapping[str, Any], density: Any) -> list[str]:
     return held + (["density"] if density is not None else [])
 
 
-def _from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
+def from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
     """Build a dataclass from a mapping, rejecting unknown or missing keys with their names."""
     if not isinstance(data, Mapping):
         raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
@@ -216,15 +215,15 @@ class GeometryRecord:
         """Parse a record; raises :class:`RecordsError` naming what is wrong."""
         if not isinstance(data, Mapping):
             raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        _check_schema(data, where)
+        check_schema(data, where)
         data = dict(data)
         if data["schema"] == 1:  # upgraded: the parts it held, read off its metrics
             ok = data.get("status") == "ok"
             data["parts"] = _parts_of(data.get("metrics") or {}, data.get("density")) if ok else []
         data["schema"] = SCHEMA_VERSION  # 1 and 2 hold no alert: None
-        data["settings"] = _from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
+        data["settings"] = from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
         try:
-            return _from_dict(cls, data, where)
+            return from_dict(cls, data, where)
         except TypeError as err:  # a required field missing
             raise RecordsError(f"{where}: {err}") from err
 
@@ -292,16 +291,20 @@ def read_records(
             data = _parse_line(line)
         except ValueError as err:
             if number == len(lines) and not isinstance(err, _NonFinite):  # no newline after it
-                warnings.warn(RecordsWarning(f"{where}: torn last record dropped ({err}): a "
-                                             "write cut short, e.g. by a killed writer"),
-                              stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    RecordsWarning(
+                        f"{where}: torn last record dropped ({err}): a "
+                        "write cut short, e.g. by a killed writer"
+                    ),
+                    stacklevel=2,
+                )
                 continue
             if problems is None:
                 raise RecordsError(f"{where}: not a JSON record: {err}") from None
             problems.append((number, str(err)))
             continue
         if isinstance(data, Mapping):
-            _check_schema(data, where)  # an unknown version is never tolerated: no guessing
+            check_schema(data, where)  # an unknown version is never tolerated: no guessing
         try:
             records.append(GeometryRecord.from_dict(data, where))
         except RecordsError as err:
@@ -309,92 +312,3 @@ def read_records(
                 raise
             problems.append((number, str(err).removeprefix(f"{where}: ")))
     return [r for r in records if r.ok] if ok_only else records
-
-
-@dataclass(frozen=True)
-class ProbeRow:
-    """One probe fit: features ``z`` or ``h``, probe ``linear`` or ``mlp``, one target."""
-
-    features: str
-    probe: str
-    target: str
-    accuracy: float
-    chance: float
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class OrbitRow:
-    """The orbit statistics of one augmentation family (docs/design.md section 3, "Orbits").
-
-    Attributes:
-        family: augmentation family.
-        t_max: orbits span t in [-t_max, t_max].
-        k: copies per orbit.
-        z: statistics of the backbone features: ``spread``, ``d_intra``, ``d_inter``,
-            ``separation`` (the paper's: ratio of means, error-propagated +-) and
-            ``separation_per_orbit``, each ``[mean, std]``; ``n_orbits``, ``n_classes``.
-        h: the same for the head outputs.
-        compression: mean spread(Z) / mean spread(H), the paper's ratio of means.
-        compression_per_orbit: spread(Z) / spread(H) per orbit, ``[mean, std]`` over orbits.
-    """
-
-    family: str
-    t_max: float
-    k: int
-    z: dict[str, Any]
-    h: dict[str, Any]
-    compression: float
-    compression_per_orbit: list[float]
-
-
-@dataclass(frozen=True)
-class ProbeTable:
-    """``probes.json``: backbone-vs-head probes and the orbit table.
-
-    Attributes:
-        rows: every probe fit.
-        orbits: the orbit table, one row per family.
-        settings: what defines the numbers (data folder, seed, split sizes, probe options).
-        paper: the paper's rotation probes (``geometry.probes.protocol`` ``paper`` or
-            ``both``; :func:`~solo_geometry.analysis.paper_probes.paper_rotation_probes`), else
-            None.
-        schema: the schema version.
-    """
-
-    rows: list[ProbeRow]
-    orbits: list[OrbitRow] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
-    paper: dict[str, Any] | None = None
-    schema: int = PROBES_SCHEMA_VERSION
-
-    def accuracy(self, features: str, probe: str, target: str) -> float | None:
-        """Held-out accuracy of one fit, None if it did not run."""
-        hits = [r.accuracy for r in self.rows if (r.features, r.probe, r.target) ==
-                (features, probe, target)]  # fmt: skip
-        return hits[0] if hits else None
-
-    def gaps(self) -> dict[str, dict[str, float]]:
-        """Backbone minus head (``z_minus_h``) and MLP minus linear (``mlp_minus_linear``)."""
-        acc = {(r.features, r.probe, r.target): r.accuracy for r in self.rows}
-        z_h = {f"{p}/{t}": a - acc[("h", p, t)] for (f, p, t), a in acc.items()
-               if f == "z" and ("h", p, t) in acc}  # fmt: skip
-        mlp_lin = {f"{f}/{t}": a - acc[(f, "linear", t)] for (f, p, t), a in acc.items()
-                   if p == "mlp" and (f, "linear", t) in acc}  # fmt: skip
-        return {"z_minus_h": z_h, "mlp_minus_linear": mlp_lin}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types, with the gaps included for readers of the JSON file."""
-        return {**dataclasses.asdict(self), "gaps": self.gaps()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "probes") -> ProbeTable:
-        """Parse ``probes.json``; raises :class:`RecordsError` naming what is wrong."""
-        if not isinstance(data, Mapping):
-            raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        _check_schema(data, where, (PROBES_SCHEMA_VERSION,))
-        body = {k: v for k, v in data.items() if k != "gaps"}
-        body["rows"] = [_from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
-        body["orbits"] = [_from_dict(OrbitRow, r, f"{where}.orbits")
-                          for r in body.get("orbits", [])]  # fmt: skip
-        return _from_dict(cls, body, where)

@@ -143,9 +143,11 @@ def resume_point(
             f"--resume {str(run)!r}: the run was trained on host {used!r}, not {host!r}; "
             f"resume it with --host {used} or --host auto"
         )
-    recipe = Path(config) if config is not None else (
-        folder.path / HYDRA_CONFIG if used == "solo" else folder.config
-    )  # fmt: skip
+    recipe = (
+        Path(config)
+        if config is not None
+        else (folder.path / HYDRA_CONFIG if used == "solo" else folder.config)
+    )
     if not recipe.is_file():
         raise ValueError(f"--resume {str(run)!r}: recipe {str(recipe)!r} not found; pass --config")
     return ResumePoint(run=folder, checkpoint=checkpoint, recipe=recipe, host=used)

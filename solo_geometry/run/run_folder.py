@@ -20,10 +20,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from solo_geometry.run.atomic import append_line, write_text
+from solo_geometry.run.probe_table import ProbeTable
 from solo_geometry.run.records import (
     GEOMETRY_FILE,
     GeometryRecord,
-    ProbeTable,
     RecordsError,
     read_records,
 )
@@ -117,8 +117,11 @@ class RunFolder:
         job, restarts = slurm_job_id(), os.environ.get("SLURM_RESTART_COUNT", "0")
         if job is None or not restarts.isdigit() or int(restarts) < 1 or not Path(root).is_dir():
             return None
-        mine = [cls(p) for p in Path(root).iterdir() if (p / cls.SLURM_JOB).is_file()
-                and (p / cls.SLURM_JOB).read_text().strip() == job]  # fmt: skip
+        mine = [
+            cls(p)
+            for p in Path(root).iterdir()
+            if (p / cls.SLURM_JOB).is_file() and (p / cls.SLURM_JOB).read_text().strip() == job
+        ]
         held = [(r.path.stat().st_mtime_ns, r) for r in mine if r.latest_checkpoint()]
         return max(held, key=lambda pair: pair[0])[1] if held else None
 

@@ -37,8 +37,10 @@ __all__ = ["STATES", "CollapseAlert", "classify", "diagnosis", "ratios"]
 
 STATES = ("healthy", "dimensional", "complete")  # logged as their index
 SADDLE = "strict saddle: the head's curvature gives gradient descent a way out"
-FLAT = ("no negative curvature: a linear or ReLU head cannot leave by curvature; the paper finds "
-        "such heads rely on BatchNorm and the step size")  # fmt: skip
+FLAT = (
+    "no negative curvature: a linear or ReLU head cannot leave by curvature; the paper finds "
+    "such heads rely on BatchNorm and the step size"
+)
 
 
 def ratios(metrics: Mapping[str, Any], features: str) -> tuple[float, float] | None:
@@ -123,8 +125,12 @@ class CollapseAlert:
     def _spectra(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> None:
         lam = metrics.get("m/ritz_min")
         if isinstance(lam, int | float) and not isinstance(lam, bool) and floor is not None:
-            self.curvature = {"step": step, "m_ritz_min": float(lam), "floor": float(floor),
-                              "m_neg_fraction": metrics.get("m/neg_fraction")}  # fmt: skip
+            self.curvature = {
+                "step": step,
+                "m_ritz_min": float(lam),
+                "floor": float(floor),
+                "m_neg_fraction": metrics.get("m/neg_fraction"),
+            }
 
     def observe(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> dict:
         """Take one ok record's metrics; warn (rank zero) when the state changes.
@@ -196,8 +202,10 @@ class CollapseAlert:
         fields["alert"] = self.observe(fields["step"], fields["metrics"], floor)
         if self.should_stop and not self._asked:
             self._asked = True
-            rank_zero_warn(f"GeometryMonitor: complete collapse for {self._complete} records; "
-                           "stopping (geometry.alert.stop=true)")  # fmt: skip
+            rank_zero_warn(
+                f"GeometryMonitor: complete collapse for {self._complete} records; "
+                "stopping (geometry.alert.stop=true)"
+            )
             trainer.should_stop = True
 
     @staticmethod
@@ -207,10 +215,15 @@ class CollapseAlert:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs to continue the states (plain types)."""
-        return {"state": self.state, "since": self.since, "curvature": self.curvature,
-                "candidate": self._candidate, "count": self._count,
-                "complete": self._complete,
-                "last": list(self._last) if self._last is not None else None}  # fmt: skip
+        return {
+            "state": self.state,
+            "since": self.since,
+            "curvature": self.curvature,
+            "candidate": self._candidate,
+            "count": self._count,
+            "complete": self._complete,
+            "last": list(self._last) if self._last is not None else None,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (an empty mapping: the start)."""

@@ -73,12 +73,30 @@ class TimeBudget:
         budget = self.config.budget
         return budget is None or self.spent + runs * self.cost <= budget * self.training()
 
+    def wants_density(self, final: bool, first: bool, fits: Callable[[int], bool]) -> bool:
+        """Whether a record also computes H_eff's SLQ density (``fits``: the ranks' agreed view).
+
+        Without a budget: the first and the final record. With one, a density costs
+        :attr:`density_runs`, so it is taken only where the budget holds it: the first record
+        carries none (its cost is unknown until it ran); the first later one that fits a
+        density and the final one's does; the final one does if it fits.
+        """
+        if self.config.budget is None:
+            return final or first
+        if final:
+            return fits(self.density_runs)
+        if first or self.densities:
+            return False
+        return fits(2 * self.density_runs)
+
     def deferral(self, what: str, owed: int | None) -> str:
         """The ``budget:`` reason a part of a record is deferred for."""
         since = "" if owed is None else f", due since step {owed}"
-        return (f"budget: {what} (about {self.cost:.3g} s per Lanczos run) would take the "
-                f"measurements' {self.spent:.3g} s over {self.config.budget:g} of the "
-                f"{self.training():.3g} s of training{since}")  # fmt: skip
+        return (
+            f"budget: {what} (about {self.cost:.3g} s per Lanczos run) would take the "
+            f"measurements' {self.spent:.3g} s over {self.config.budget:g} of the "
+            f"{self.training():.3g} s of training{since}"
+        )
 
     def deferred_parts(
         self, full: bool, final: bool, density: bool, owed: int | None

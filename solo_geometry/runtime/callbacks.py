@@ -36,10 +36,10 @@ from solo_geometry.config import GeometryConfig, ProbesConfig
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.runtime.measure import backbone_and_head
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.precision import exact_matmul, float32_copy, holds_dtype
 from solo_geometry.runtime.updates import UpdateSizeMonitor
+from solo_geometry.runtime.view import backbone_and_head
 from solo_geometry.state import preserved_state
 
 # Under ``bf16-true``, ``16-true`` and ``64-true`` the probes run float32 copies of the modules
@@ -95,8 +95,12 @@ def check_probe_images(
         where = f"data.train_path={str(train_dir)!r} and data.val_path={str(val_dir)!r}"
     else:
         where = f"data.val_path={str(val_dir)!r}"
-    check_one_size(probe_folders(data), where, square="rotation" in cfg.targets,
-                   hint="; or turn the probes off: geometry.probes.enabled=false")  # fmt: skip
+    check_one_size(
+        probe_folders(data),
+        where,
+        square="rotation" in cfg.targets,
+        hint="; or turn the probes off: geometry.probes.enabled=false",
+    )
 
 
 class ProbeCallback(Callback):
@@ -159,10 +163,19 @@ class ProbeCallback(Callback):
         try:
             with preserved_state(pl_module), exact_matmul():
                 pl_module.eval()
-                backbone, head = (float32_copy(m, OTHER_FLOATS) if holds_dtype(m, OTHER_FLOATS)
-                                  else m for m in (backbone, head))  # fmt: skip
-                self.result = evaluate(backbone, head, self.data, run, self.cfg,
-                                       mean_std=self.mean_std, device=pl_module.device)  # fmt: skip
+                backbone, head = (
+                    float32_copy(m, OTHER_FLOATS) if holds_dtype(m, OTHER_FLOATS) else m
+                    for m in (backbone, head)
+                )
+                self.result = evaluate(
+                    backbone,
+                    head,
+                    self.data,
+                    run,
+                    self.cfg,
+                    mean_std=self.mean_std,
+                    device=pl_module.device,
+                )
             rank_zero_info(f"solo-geometry: probes written to {run.probes}")
         except Exception as err:  # noqa: BLE001 - probes never fail a finished run
             rank_zero_warn(f"solo-geometry: probes failed: {type(err).__name__}: {err}")

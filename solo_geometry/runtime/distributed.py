@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from solo_geometry.runtime.measure import GeometryView
+from solo_geometry.runtime.view import GeometryView
 
 __all__ = [
     "CollectiveInMeasurement",
@@ -114,11 +114,28 @@ def world() -> tuple[int, int]:
 
 # ---------------------------------------------------------------- collectives off
 _COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
-    "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather",
-    "gather_object", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
-    "scatter_object_list", "send", "recv", "isend", "irecv", "_all_gather_base",
-)  # fmt: skip
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "scatter_object_list",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "_all_gather_base",
+)
 _local = threading.local()
 _lock = threading.Lock()
 _saved: dict[str, Any] = {}

@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.geometry.augment import Normalization, augmentation_tangents, metric_singularity
+from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
 from solo_geometry.geometry.quality import linear_cka, quality_record
 from solo_geometry.geometry.spectrum import (
     DEFAULT_TAU,
@@ -37,98 +37,16 @@ from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitenin
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.records import Scalar, Settings
 from solo_geometry.runtime.precision import full_precision
+from solo_geometry.runtime.view import GeometryView
 
 __all__ = [
-    "GeometryAware",
-    "GeometryView",
     "Measurement",
     "RunContext",
-    "backbone_and_head",
     "checked",
     "measure",
     "outputs",
     "record_settings",
 ]
-
-
-@dataclass(frozen=True)
-class GeometryView:
-    """What the monitor needs from a module for one batch.
-
-    Attributes:
-        features: backbone features Z (V, N, d) of the whole batch, detached.
-        head: the projection head h, applied per view: H[v] = h(Z[v]).
-        loss_of_features: Z (V, N, d) -> scalar loss, everything but Z held fixed and detached;
-            the training step's loss on this batch.
-        backbone: the backbone f, for augmentation tangents (optional).
-        images: one view's images (N, C, H, W) matching ``features[0]`` (optional).
-        loss_of_outputs: H (V, N, p) -> scalar, the same loss as a function of the head's
-            outputs, needed to split H_eff into GN + M (optional: without it only the H_eff
-            spectrum is recorded). It may receive H in float64: cast captured tensors with
-            ``t.to(H)``.
-        normalization: the recipe's ``(mean, std)`` with which ``images`` were normalised, so
-            augmentation tangents act in pixel space; None: the images are pixels.
-        features_dtype: the dtype the backbone computed the features in (``bfloat16`` under
-            ``bf16-mixed``, before they were kept in float32); None: ``features``' own.
-    """
-
-    features: Tensor
-    head: nn.Module
-    loss_of_features: Callable[[Tensor], Tensor]
-    backbone: nn.Module | None = None
-    images: Tensor | None = None
-    loss_of_outputs: Callable[[Tensor], Tensor] | None = None
-    normalization: Normalization | None = None
-    features_dtype: str | None = None
-
-
-@runtime_checkable
-class GeometryAware(Protocol):
-    """A LightningModule the monitor can measure.
-
-    Optionally it also implements ``geometry_capture(enabled: bool) -> None``: while enabled, its
-    training step keeps (detached) the features it computes, and ``geometry_view`` uses them
-    instead of running the backbone again. Disabling drops what was kept.
-    """
-
-    def geometry_view(self, batch: Any) -> GeometryView:
-        """Return the :class:`GeometryView` of ``batch`` (a training batch)."""
-        ...
-
-
-def backbone_and_head(module: Any, user: str) -> tuple[nn.Module, nn.Module]:
-    """The module's ``backbone`` and the head its host names in ``geometry_head()``.
-
-    The head is never looked up by an attribute name: DINO's is ``head`` (projector and
-    prototypes), a user's module may call it anything.
-
-    Args:
-        module: the LightningModule being trained.
-        user: what needs them, for the error (e.g. ``"probes"``).
-
-    Raises:
-        ValueError: naming what is missing or not an ``nn.Module``.
-    """
-    name = type(module).__name__
-    get_head = getattr(module, "geometry_head", None)
-    if not callable(get_head):
-        raise ValueError(
-            f"{name}: {user} need the module's head from geometry_head(); the module has no "
-            "geometry_head() method (mix in solo_geometry.hosts.base.GeometryHost or define it)"
-        )
-    try:
-        head = get_head()
-    except AttributeError as err:  # the host's default head, ``projector``, is missing
-        head = err
-    backbone = getattr(module, "backbone", None)
-    bad = [f"backbone: {type(backbone).__name__}"] if not isinstance(backbone, nn.Module) else []
-    if not isinstance(head, nn.Module):
-        got = head if isinstance(head, AttributeError) else type(head).__name__
-        bad.append(f"geometry_head(): {got}")
-    if bad:
-        raise ValueError(f"{name}: {user} need nn.Module backbone and head; {'; '.join(bad)}")
-    assert isinstance(backbone, nn.Module) and isinstance(head, nn.Module)
-    return backbone, head
 
 
 @dataclass(frozen=True)
@@ -200,11 +118,16 @@ def record_settings(
     """
     tau = DEFAULT_TAU[getattr(torch, cfg.dtype)] if cfg.measure.tau is None else cfg.measure.tau
     fields: dict[str, Any] = dict(
-        dtype=cfg.dtype, features_dtype=features_dtype, tau=tau, n_batch=n_batch,
-        recurrence_dtype="float64" if spectrum is not None else None, n_views=n_views,
-        augment_samples=cfg.measure.augment_samples if augment else None, seed=cfg.seed,
+        dtype=cfg.dtype,
+        features_dtype=features_dtype,
+        tau=tau,
+        n_batch=n_batch,
+        recurrence_dtype="float64" if spectrum is not None else None,
+        n_views=n_views,
+        augment_samples=cfg.measure.augment_samples if augment else None,
+        seed=cfg.seed,
         **asdict(run or RunContext()),
-    )  # fmt: skip
+    )
     fields.update(asdict(spectrum) if spectrum is not None else {})  # the same names, its values
     return Settings(**fields)
 
@@ -217,9 +140,15 @@ def _hessian(
     The loss is the view's whole-batch loss; ``max_samples`` restricts the operators to a
     principal sub-block of rows. H_eff's density (of that sub-block) comes from the same runs.
     """
-    options = dict(max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol, tau=cfg.measure.tau,
-                   dtype=getattr(torch, cfg.dtype), max_samples=cfg.max_samples, generator=gen,
-                   density_probes=cfg.measure.density_probes if density else 0)  # fmt: skip
+    options = dict(
+        max_steps=cfg.lanczos_max_steps,
+        tol=cfg.lanczos_tol,
+        tau=cfg.measure.tau,
+        dtype=getattr(torch, cfg.dtype),
+        max_samples=cfg.max_samples,
+        generator=gen,
+        density_probes=cfg.measure.density_probes if density else 0,
+    )
     if view.loss_of_outputs is None:  # no split into GN + M possible: H_eff alone
 
         def loss(Z_: Tensor) -> Tensor:  # the closure runs in the features' own dtype
@@ -278,8 +207,9 @@ def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generato
     z0 = Z[0, :m]  # (m, d)
     out = {}
     for family in cfg.measure.augment_families:
-        tangents = augmentation_tangents(view.backbone, view.images, family,
-                                         normalize=view.normalization)[:m]  # fmt: skip  # (m, d)
+        tangents = augmentation_tangents(
+            view.backbone, view.images, family, normalize=view.normalization
+        )[:m]  # (m, d)
         out[f"rho/{family}"] = float(metric_singularity(view.head, z0, tangents, generator=gen))
     return out
 
@@ -387,12 +317,21 @@ def measure(
         metrics.update(_taken("stats", lambda: checked(_stats(view, history)), failed) or {})
     if augment:
         metrics.update(_taken("augment", lambda: checked(_rho(view, Z, cfg, gen)), failed) or {})
-    due = [p for p, on in (("stats", cfg.measure.stats), ("hessian", hessian),
-                           ("augment", augment)) if on]  # fmt: skip
+    due = [
+        p
+        for p, on in (("stats", cfg.measure.stats), ("hessian", hessian), ("augment", augment))
+        if on
+    ]
     if due and all(p in failed for p in due):
         raise RuntimeError("; ".join(f"{p}: {why}" for p, why in failed.items()))
     parts = [p for p in due if p not in failed] + (["density"] if dens is not None else [])
-    settings = record_settings(cfg, features_dtype=features_dtype, n_batch=Z.shape[1],
-                               n_views=Z.shape[0], spectrum=spectral, augment=bool(augment),
-                               run=run)  # fmt: skip
+    settings = record_settings(
+        cfg,
+        features_dtype=features_dtype,
+        n_batch=Z.shape[1],
+        n_views=Z.shape[0],
+        spectrum=spectral,
+        augment=bool(augment),
+        run=run,
+    )
     return Measurement(metrics, settings, dens, parts, failed)

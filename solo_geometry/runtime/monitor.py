@@ -4,12 +4,8 @@ The monitor needs one thing from the LightningModule: ``geometry_view(batch)`` r
 :class:`GeometryView` (backbone features of the batch, the head, a loss closure). Every
 ``every_n_steps`` optimiser steps (step 0 is before the first step) and once at the end of fit
 it measures the current batch (:func:`solo_geometry.runtime.measure.measure`, docs/design.md
-section 3):
-
-the extreme eigenvalues of H_eff, GN and M of the whole-batch loss on a sub-block of
-``max_samples`` samples' rows, the representation statistics and quality metrics of Z and H,
-the metric singularity rho along colour augmentations, and at the first and final records the
-SLQ density of H_eff.
+section 3): the extreme eigenvalues of H_eff, GN and M, the statistics and quality metrics of Z
+and H, rho along colour augmentations, and at the first and final records H_eff's density.
 
 Under the time budget (``geometry.budget``) only the costly parts wait: at every step due on the
 cadence the representation statistics are written (from the step's captured features); where
@@ -47,9 +43,11 @@ from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
 from solo_geometry.runtime.finish import first_train_batch, lacks_final_record
-from solo_geometry.runtime.measure import GeometryAware, RunContext, checked, measure, outputs
+from solo_geometry.runtime.measure import RunContext, checked, measure, outputs
 from solo_geometry.runtime.precision import exact_matmul, full_precision
 from solo_geometry.runtime.schedule import MonitorState
+from solo_geometry.runtime.sink import log_record, write_record
+from solo_geometry.runtime.view import GeometryAware
 from solo_geometry.state import preserved_state
 
 __all__ = ["GeometryMonitor"]
@@ -58,30 +56,17 @@ __all__ = ["GeometryMonitor"]
 class GeometryMonitor(Callback):
     """Measure the head's geometry every ``every_n_steps`` steps and at the end of fit.
 
-    Records go to ``<run>/geometry.jsonl`` on rank zero through :class:`~solo_geometry.run.records.
-    RunFolder`, one :class:`~solo_geometry.run.records.GeometryRecord` per measurement (status,
-    reason, the settings that define the numbers, the metrics; the first and final records also
-    hold H_eff's SLQ density). The checkpoint keeps the monitor's state, so a resumed run
-    continues the file with no gap and no duplicate (records after the checkpoint's step are
-    dropped, a torn last line repaired).
+    One :class:`~solo_geometry.run.records.GeometryRecord` per measurement goes to
+    ``<run>/geometry.jsonl`` on rank zero (docs/run-folder.md). The checkpoint keeps the
+    monitor's state, so a resumed run continues the file with no gap and no duplicate (records
+    after the checkpoint's step are dropped, a torn last line repaired).
 
-    Logged metrics (``self.log`` under ``geometry/``, and in the record without the prefix):
-        per operator ``heff/``, ``gn/``, ``m/``: ``lambda_min``, ``lambda_max`` (null unless
-        converged), ``ritz_min``, ``ritz_max``, ``residual_min``, ``residual_max``,
-        ``converged_min``, ``converged_max``, ``steps``, ``cond`` (null unless the operator is
-        definite beyond the floor and its extremes converged), ``neg_fraction`` with
-        ``neg_fraction_std`` and ``neg_fraction_quad`` (SLQ), ``seconds``; ``interaction_ratio``,
-        ``gn_is_heff`` (GN's numbers are H_eff's run: a piecewise-linear head, M = 0),
-        ``z/{normalized_std,cond,cond_paper,rank,effective_rank,n_samples,rankme_eps}`` and
-        ``z/{rankme,lidar,alpha_req,alpha_req_r2,collapse_level,dim}`` (quality metrics), the
-        same for ``h/``, ``cka/z_h`` (linear CKA of Z and H), ``stats/n_samples``,
-        ``whitening/{score,rank,cond_z,cond_h}`` (how much more isotropic H is than Z),
-        ``metric/{min,max,cond,rank,effective_rank}`` (the metric W^T W of a metric-linear head
-        only), ``rho/<family>`` per configured colour family, ``head/weight_norm`` (norm of the
-        head's Linear weights, which pseudo-collapse scales); with every record
-        ``geometry/n_skipped`` (records skipped so far), ``geometry/seconds`` (the record's
-        measuring time) and ``geometry/alert`` (the collapse state of
-        :mod:`solo_geometry.runtime.alert`: 0 healthy, 1 dimensional, 2 complete).
+    Logged metrics: every numeric metric of the record under ``geometry/`` (the names of
+    docs/run-folder.md: ``heff/``, ``gn/``, ``m/`` extremes and convergence, ``z/`` and ``h/``
+    statistics and quality metrics, ``cka/z_h``, ``whitening/``, ``metric/``, ``rho/<family>``,
+    ``head/weight_norm``), with ``geometry/n_skipped`` (records skipped so far),
+    ``geometry/seconds`` (the record's measuring time) and ``geometry/alert`` (the collapse
+    state of :mod:`solo_geometry.runtime.alert`: 0 healthy, 1 dimensional, 2 complete).
 
     Args:
         config: the ``geometry`` config node (validated); None for the defaults.
@@ -110,8 +95,9 @@ class GeometryMonitor(Callback):
         self._warned: set[str] = set()
         self._run: RunFolder | None = None
         # what is owed, pending, queued between the hooks (runtime/schedule.py)
-        self.state = MonitorState(self.config.every_n_steps, self.config.stats.queue,
-                                  self.config.measure.stats)  # fmt: skip
+        self.state = MonitorState(
+            self.config.every_n_steps, self.config.stats.queue, self.config.measure.stats
+        )
         self.budget = TimeBudget(self.config)  # time spent, cost estimate, the budget's rule
         self.alert = CollapseAlert(self.config.alert)  # the collapse state across records
 
@@ -141,8 +127,11 @@ class GeometryMonitor(Callback):
                 rank_zero_warn(f"GeometryMonitor: overwriting {self._run.geometry} (not resumed)")
             self._run.start_records(self.last_step if self._resumed else None)
         except OSError as err:  # an unwritable folder never stops training
-            self._warn_once("write", f"GeometryMonitor: cannot write {self._run.geometry}: "
-                            f"{err!r}; measurements continue, unrecorded")  # fmt: skip
+            self._warn_once(
+                "write",
+                f"GeometryMonitor: cannot write {self._run.geometry}: "
+                f"{err!r}; measurements continue, unrecorded",
+            )
 
     @override
     def on_train_batch_start(
@@ -189,31 +178,35 @@ class GeometryMonitor(Callback):
         if pending is None:
             return
         try:
-            self._record(trainer, pl_module, pending.batch, step=pending.step, final=False,
-                         full=pending.full)  # fmt: skip
+            self._record(
+                trainer, pl_module, pending.batch, step=pending.step, final=False, full=pending.full
+            )
         finally:
             self._set_capture(pl_module, False)
 
     @override
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._enqueue(pl_module)
         pending = self.state.take_pending()
         if pending is None:
             return
         self._set_capture(pl_module, False)  # no backward came: measure from a fresh forward
-        self._record(trainer, pl_module, pending.batch, step=pending.step, final=False,
-                     full=pending.full)  # fmt: skip
+        self._record(
+            trainer, pl_module, pending.batch, step=pending.step, final=False, full=pending.full
+        )
 
     def _due(self, trainer: pl.Trainer, step: int) -> bool:
         """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
 
-        A measurement due on the cadence is owed until it runs; it runs at the first step where
-        the time measurements took, plus the expected cost of this one and of the final one's
-        spectra (not its density: :mod:`solo_geometry.runtime.budget`), is within ``budget`` of the
-        training time so far. The first measurement always runs: it gives the cost estimate.
+        A due measurement is owed until it runs, at the first step the budget's rule holds it
+        for (:mod:`solo_geometry.runtime.budget`); the first always runs (it gives the cost).
         """
         if not self.state.due(step, self.last_step):  # a cadence step becomes owed
             return False
@@ -229,22 +222,6 @@ class GeometryMonitor(Callback):
         if trainer.world_size > 1:
             fits = bool(trainer.strategy.broadcast(fits, src=0))
         return fits
-
-    def _wants_density(self, trainer: pl.Trainer, final: bool) -> bool:
-        """Whether this measurement also computes H_eff's SLQ density.
-
-        Without a budget: the first and the final record. With one, a density costs
-        ``density_probes`` more Lanczos runs, so it is taken only where the budget holds it:
-        the first measurement carries none (its cost is unknown until it ran); the first later
-        one that fits a density and the final one's does; the final one does if it fits.
-        """
-        if self.config.budget is None:
-            return final or not self.n_records
-        if final:
-            return self._fits(trainer, self.budget.density_runs)
-        if not self.n_records or self.budget.densities:
-            return False
-        return self._fits(trainer, 2 * self.budget.density_runs)
 
     def _set_capture(self, pl_module: pl.LightningModule, enabled: bool) -> bool:
         """Switch the module's feature capture; False (warned once) if that raised."""
@@ -288,22 +265,31 @@ class GeometryMonitor(Callback):
         self.n_skipped += 1
         reason = self.budget.deferral("the final measurement", self.state.owed)
         fields = {**self._fields(trainer, step, final=True), "status": "skipped", "reason": reason}
-        self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0,
-                                                       **fields))  # fmt: skip
+        self._write(
+            trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=0.0, **fields)
+        )
 
     @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         summary = {k: v for k, v in self.state_dict().items() if k not in ("last", "alert")}
-        checkpoint["geometry"] = {"config": asdict(self.config), "meta": self.meta,
-                                  "last": dict(self.last), "summary": summary}  # fmt: skip
+        checkpoint["geometry"] = {
+            "config": asdict(self.config),
+            "meta": self.meta,
+            "last": dict(self.last),
+            "summary": summary,
+        }
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"n_records": self.n_records, "n_skipped": self.n_skipped, "last_step":
-                self.last_step, "last": dict(self.last),
-                "alert": self.alert.state_dict()}  # fmt: skip
+        return {
+            "n_records": self.n_records,
+            "n_skipped": self.n_skipped,
+            "last_step": self.last_step,
+            "last": dict(self.last),
+            "alert": self.alert.state_dict(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -316,55 +302,89 @@ class GeometryMonitor(Callback):
 
     def _fields(self, trainer: pl.Trainer, step: int, *, final: bool) -> dict[str, Any]:
         """What every record of step ``step`` says of itself, whatever its status."""
-        return {"step": step, "epoch": trainer.current_epoch, "final": final,
-                "head": self.config.head.name}  # fmt: skip
+        return {
+            "step": step,
+            "epoch": trainer.current_epoch,
+            "final": final,
+            "head": self.config.head.name,
+        }
 
     def _record(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, *, step: int,
-        final: bool, full: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        batch: Any,
+        *,
+        step: int,
+        final: bool,
+        full: bool = True,
+    ) -> None:
         """Measure, write and log one record (parameters before step ``step``); never raises.
 
         ``full``: every configured part; else the statistics alone, the rest deferred by the
         budget (still owed, unless this is the final record).
         """
-        density = full and self._wants_density(trainer, final)
+        density = full and self.budget.wants_density(
+            final, not self.n_records, lambda runs: self._fits(trainer, runs)
+        )
         fields = self._fields(trainer, step, final=final)
-        fields["deferred_parts"] = self.budget.deferred_parts(full, final, density,
-                                                              self.state.owed)  # fmt: skip
+        fields["deferred_parts"] = self.budget.deferred_parts(full, final, density, self.state.owed)
         start = self.budget.clock()
         try:
             with preserved_state(pl_module), exact_matmul() as user:
                 deferred = self.state.deferred(step, full=full, final=final)
-                run = RunContext(precision=str(trainer.precision), user_matmul=user,
-                                 budget=self.config.budget, deferred=deferred)  # fmt: skip
+                run = RunContext(
+                    precision=str(trainer.precision),
+                    user_matmul=user,
+                    budget=self.config.budget,
+                    deferred=deferred,
+                )
                 history = self.state.history()
                 # under DDP: the global batch, measured on rank zero, skips agreed (distributed.py)
                 result = measure_across_ranks(
-                    pl_module, batch, lambda view: measure(view, self.config, density=density,
-                                                           history=history, stats_only=not full,
-                                                           run=run),
+                    pl_module,
+                    batch,
+                    lambda view: measure(
+                        view,
+                        self.config,
+                        density=density,
+                        history=history,
+                        stats_only=not full,
+                        run=run,
+                    ),
                     pl_module.device,
-                )  # fmt: skip
-            fields.update(status="ok", metrics=checked(result.metrics), settings=result.settings,
-                          density=result.density, parts=result.parts,
-                          failed_parts=result.failed)  # fmt: skip
+                )
+            fields.update(
+                status="ok",
+                metrics=checked(result.metrics),
+                settings=result.settings,
+                density=result.density,
+                parts=result.parts,
+                failed_parts=result.failed,
+            )
             if result.failed:
-                self._warn_once("part", f"GeometryMonitor: part(s) of the record at step {step} "
-                                f"failed, the others kept: {result.failed}")  # fmt: skip
+                self._warn_once(
+                    "part",
+                    f"GeometryMonitor: part(s) of the record at step {step} "
+                    f"failed, the others kept: {result.failed}",
+                )
         except Exception as err:  # noqa: BLE001 - a measurement must never stop training
             self.n_skipped += 1
             fields.update(status="skipped", reason=f"{type(err).__name__}: {err}")
-            self._warn_once("skip", f"GeometryMonitor: measurement skipped at step {step} "
-                            f"({fields['reason']}); further skips are only counted")  # fmt: skip
+            self._warn_once(
+                "skip",
+                f"GeometryMonitor: measurement skipped at step {step} "
+                f"({fields['reason']}); further skips are only counted",
+            )
         if not self.n_records:
             fields["meta"] = {**self.meta, "geometry": asdict(self.config)}
         self.state.taken(full=full, final=final)
         self.alert.attach(trainer, fields)
         seconds = self.budget.clock() - start
         self.budget.add(seconds, full=full, density=fields.get("density") is not None)
-        self._write(trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped,
-                                                       seconds=seconds, **fields))  # fmt: skip
+        self._write(
+            trainer, pl_module, GeometryRecord(n_skipped=self.n_skipped, seconds=seconds, **fields)
+        )
 
     def _write(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, record: GeometryRecord
@@ -373,22 +393,6 @@ class GeometryMonitor(Callback):
         self.n_records += 1
         if record.ok:
             self.last = {"step": record.step, **record.metrics}
-        if trainer.is_global_zero and self._run is not None:
-            try:
-                self._run.append_record(record)
-            except (OSError, ValueError) as err:  # an unwritable folder never stops training
-                self._warn_once("write", f"GeometryMonitor: cannot write {self._run.geometry}: "
-                                f"{err!r}; measurements continue, unrecorded")  # fmt: skip
-        scalars = {f"geometry/{k}": float(v) for k, v in record.metrics.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
-        scalars.update({"geometry/n_skipped": float(record.n_skipped), **self.alert.scalars(record),
-                        "geometry/seconds": record.seconds})  # fmt: skip
-        try:
-            if record.final:
-                for logger in trainer.loggers:
-                    logger.log_metrics(scalars, step=record.step)
-            else:
-                for key, value in scalars.items():
-                    pl_module.log(key, value, on_step=True, on_epoch=False, rank_zero_only=True)
-        except Exception as err:  # noqa: BLE001 - logging must not stop training either
-            self._warn_once("log", f"GeometryMonitor: could not log metrics: {err!r}")
+        if trainer.is_global_zero:
+            write_record(self._run, record, self._warn_once)
+        log_record(trainer, pl_module, record, self.alert.scalars(record), self._warn_once)

@@ -41,9 +41,11 @@ HALF = (torch.float16, torch.bfloat16)  # the dtypes a measurement never compute
 
 def matmul_settings() -> dict[str, Any]:
     """The float32 matmul and convolution settings in force: TF32 flags, matmul precision."""
-    return {"cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "float32_matmul_precision": torch.get_float32_matmul_precision()}  # fmt: skip
+    return {
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
 
 
 @contextmanager
@@ -96,7 +98,7 @@ def full_precision(view: Any) -> Any:
     raised to float32.
 
     Args:
-        view: a :class:`~solo_geometry.runtime.measure.GeometryView`.
+        view: a :class:`~solo_geometry.runtime.view.GeometryView`.
     """
     changes: dict[str, Any] = {"features": _raised(view.features), "images": _raised(view.images)}
     if holds_dtype(view.backbone):

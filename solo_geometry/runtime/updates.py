@@ -50,7 +50,7 @@ from typing_extensions import override
 
 from solo_geometry.run.atomic import append_line
 from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.runtime.measure import backbone_and_head
+from solo_geometry.runtime.view import backbone_and_head
 
 __all__ = [
     "PARTS",
@@ -64,7 +64,7 @@ __all__ = [
 
 UPDATES_SCHEMA = 1
 # The parts tracked: the head is the host's ``geometry_head()`` (DINO's ``head``), the backbone
-# its ``backbone`` (``measure.backbone_and_head``).
+# its ``backbone`` (``view.backbone_and_head``).
 PARTS = ("head", "backbone")
 _EPS = 1e-7  # the paper's guard in lr ||g|| / (||w|| + 1e-7)
 
@@ -97,8 +97,13 @@ class UpdateRecord:
                 f"updates.jsonl: unknown schema {raw.get('schema')!r}; this reader knows "
                 f"{UPDATES_SCHEMA}"
             )
-        return cls(int(raw["schema"]), int(raw["epoch"]), int(raw["steps"]), dict(raw["metrics"]),
-                   int(raw.get("nonfinite_steps", 0)))  # fmt: skip
+        return cls(
+            int(raw["schema"]),
+            int(raw["epoch"]),
+            int(raw["steps"]),
+            dict(raw["metrics"]),
+            int(raw.get("nonfinite_steps", 0)),
+        )
 
 
 def read_update_records(run: str | Path) -> list[UpdateRecord]:
@@ -233,8 +238,11 @@ class UpdateSizeMonitor(Callback):
         outputs, self._outputs = self._outputs, None  # disarmed: later forwards are not the step's
         if outputs:
             std, rows, dim = normalized_std(outputs)
-            self._pending = {"head/output_std": std, "head/output_rows": float(rows),
-                             "head/output_dim": float(dim)}  # fmt: skip
+            self._pending = {
+                "head/output_std": std,
+                "head/output_rows": float(rows),
+                "head/output_dim": float(dim),
+            }
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -275,9 +283,13 @@ class UpdateSizeMonitor(Callback):
     @override
     @torch.no_grad()
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not self._before:
             return  # no optimiser step in this batch
         for part, params in self._parts(pl_module).items():
@@ -298,8 +310,9 @@ class UpdateSizeMonitor(Callback):
         if self._steps:
             bb = metrics.get("backbone/rel_update", 0.0)
             metrics["timescale_ratio"] = metrics.get("head/rel_update", 0.0) / (bb + 1e-8)
-        record = UpdateRecord(UPDATES_SCHEMA, int(trainer.current_epoch), self._steps, metrics,
-                              self._nonfinite)  # fmt: skip
+        record = UpdateRecord(
+            UPDATES_SCHEMA, int(trainer.current_epoch), self._steps, metrics, self._nonfinite
+        )
         path = RunFolder(self.run_dir or Path(trainer.default_root_dir)).updates
         path.parent.mkdir(parents=True, exist_ok=True)
         append_line(path, json.dumps(asdict(record)))

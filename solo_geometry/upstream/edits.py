@@ -72,8 +72,10 @@ def _layout(call: ast.AST) -> tuple[int, str] | None:
     blocks, norms, i = 0, set(), 0
     while i < len(layers) - 1:
         name, args = layers[i]
-        if name != "Linear" or args != ["self.features_dim" if i == 0 else "proj_hidden_dim",
-                                        "proj_hidden_dim"]:  # fmt: skip
+        if name != "Linear" or args != [
+            "self.features_dim" if i == 0 else "proj_hidden_dim",
+            "proj_hidden_dim",
+        ]:
             return None
         has_bn = layers[i + 1] == ("BatchNorm1d", ["proj_hidden_dim"])
         norms.add("bn" if has_bn else "none")
@@ -121,8 +123,11 @@ def _builder_call(attr: str, indent: str, depth: int, norm: str) -> list[str]:
 def _add_import(lines: list[str]) -> list[str]:
     """Insert ``IMPORT_LINE`` among the top-level ``from solo...`` imports, in sorted order."""
     tree = ast.parse("".join(lines))
-    solo = [n for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "")
-            .startswith("solo.")]  # fmt: skip
+    solo = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("solo.")
+    ]
     if not solo:
         raise SeriesError("no top-level 'from solo... import' line to place the import next to")
     before = [n for n in solo if (n.module or "") < IMPORT_MODULE]

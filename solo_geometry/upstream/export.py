@@ -98,21 +98,36 @@ def _tests_text(tests: dict[str, PytestRun]) -> str:
     return "\n".join(lines)
 
 
-def _description(base: str, subject: str, n: int, edits: list[MethodEdit], compat: list[CompatRow],
-                 tests: dict[str, PytestRun]) -> str:  # fmt: skip
+def _description(
+    base: str,
+    subject: str,
+    n: int,
+    edits: list[MethodEdit],
+    compat: list[CompatRow],
+    tests: dict[str, PytestRun],
+) -> str:
     table = "\n".join(
         f"| {e.method} | {e.depth} | {e.norm} | {', '.join(e.attrs)} |" for e in edits
     )
     return Template(template("pull_request.md.tmpl")).substitute(
-        base=base[:12], base_subject=subject, n_patches=str(n), methods_table=table,
-        recipe=RECIPE, compat=_compat_text(compat), tests=_tests_text(tests),
-    )  # fmt: skip
+        base=base[:12],
+        base_subject=subject,
+        n_patches=str(n),
+        methods_table=table,
+        recipe=RECIPE,
+        compat=_compat_text(compat),
+        tests=_tests_text(tests),
+    )
 
 
 def _verify(
-    root: Path, work: Path, methods: list[str], pytest_paths: tuple[str, ...], baseline: bool,
+    root: Path,
+    work: Path,
+    methods: list[str],
+    pytest_paths: tuple[str, ...],
+    baseline: bool,
     python: str,
-) -> tuple[list[CompatRow], dict[str, PytestRun]]:  # fmt: skip
+) -> tuple[list[CompatRow], dict[str, PytestRun]]:
     script = work / "compat_check.py"
     script.write_text(template("compat_check.py.tmpl"), encoding="utf-8")
     unpatched = work / "unpatched"
@@ -180,10 +195,13 @@ def export_series(
 
 def _cmd_export(args: argparse.Namespace) -> int:
     result = export_series(
-        Path(args.solo_root), Path(args.out), verify=args.verify,
-        pytest_paths=tuple(args.pytest or NEW_TESTS), baseline=args.baseline,
+        Path(args.solo_root),
+        Path(args.out),
+        verify=args.verify,
+        pytest_paths=tuple(args.pytest or NEW_TESTS),
+        baseline=args.baseline,
         python=args.python,
-    )  # fmt: skip
+    )
     for path in result.patches:
         print(path)
     print(result.description)
@@ -209,10 +227,11 @@ def add_upstream_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("upstream", help="contribute the heads to solo-learn")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     export = actions.add_parser(
-        "export", help="write the patch series for a solo-learn checkout",
+        "export",
+        help="write the patch series for a solo-learn checkout",
         description="Generate the projector-builder patch series against a clean solo-learn "
         "checkout: git format-patch files and PULL_REQUEST.md into --out.",
-    )  # fmt: skip
+    )
     export.add_argument("--solo-root", required=True, help="clean solo-learn git checkout")
     export.add_argument("--out", required=True, help="destination (absent or empty folder)")
     export.add_argument(

@@ -56,8 +56,13 @@ def git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
     Raises:
         SeriesError: when git fails (its stderr in the message).
     """
-    full = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-            "LC_ALL": "C", **(env or {})}  # fmt: skip
+    full = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "LC_ALL": "C",
+        **(env or {}),
+    }
     proc = subprocess.run(["git", *args], cwd=cwd, env=full, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SeriesError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
@@ -155,8 +160,9 @@ def build_commits(root: Path) -> tuple[list[Commit], list[MethodEdit]]:
     recipe_path = f"scripts/pretrain/cifar/{RECIPE}"
     if (root / recipe_path).exists():
         raise SeriesError(f"{recipe_path} already exists in the checkout: the series is applied")
-    module = dict([_new_file(root, "projectors.py.tmpl"),
-                   _new_file(root, "test_utils_projectors.py.tmpl")])  # fmt: skip
+    module = dict(
+        [_new_file(root, "projectors.py.tmpl"), _new_file(root, "test_utils_projectors.py.tmpl")]
+    )
     methods = {e.path: e.text for e in edits}
     methods.update([_new_file(root, "test_methods_projectors.py.tmpl")])
     docs = dict([_new_file(root, "projectors.rst.tmpl", methods=names, recipe=RECIPE)])
@@ -202,9 +208,14 @@ def write_series(root: Path, base: str, commits: list[Commit], work: Path) -> li
     clone = work / "clone"
     git("clone", "--quiet", "--no-hardlinks", str(root), str(clone), cwd=work)
     git("checkout", "--quiet", "--detach", base, cwd=clone)
-    stamp = {"GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1], "GIT_AUTHOR_DATE": DATE,
-             "GIT_COMMITTER_NAME": AUTHOR[0], "GIT_COMMITTER_EMAIL": AUTHOR[1],
-             "GIT_COMMITTER_DATE": DATE}  # fmt: skip
+    stamp = {
+        "GIT_AUTHOR_NAME": AUTHOR[0],
+        "GIT_AUTHOR_EMAIL": AUTHOR[1],
+        "GIT_AUTHOR_DATE": DATE,
+        "GIT_COMMITTER_NAME": AUTHOR[0],
+        "GIT_COMMITTER_EMAIL": AUTHOR[1],
+        "GIT_COMMITTER_DATE": DATE,
+    }
     for commit in commits:
         for rel, text in commit.files.items():
             path = clone / rel
@@ -214,8 +225,17 @@ def write_series(root: Path, base: str, commits: list[Commit], work: Path) -> li
         message = f"{commit.subject}\n\n{commit.body}\n"
         git("commit", "--quiet", "--no-verify", "-m", message, cwd=clone, env=stamp)
     out = work / "patches"
-    git("format-patch", "--quiet", "--no-signature", "--full-index", f"--base={base}",
-        "-o", str(out), f"{base}..HEAD", cwd=clone)  # fmt: skip
+    git(
+        "format-patch",
+        "--quiet",
+        "--no-signature",
+        "--full-index",
+        f"--base={base}",
+        "-o",
+        str(out),
+        f"{base}..HEAD",
+        cwd=clone,
+    )
     return sorted(out.glob("*.patch"))
 
 

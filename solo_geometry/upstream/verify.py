@@ -66,8 +66,13 @@ def save_projectors(
     Raises:
         RuntimeError: when the script itself fails (its stderr tail in the message).
     """
-    proc = subprocess.run([python, str(script), str(out), *methods], cwd=checkout,
-                          env=_env(checkout), capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [python, str(script), str(out), *methods],
+        cwd=checkout,
+        env=_env(checkout),
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"projector check failed in {checkout}: {proc.stderr[-2000:]}")
 
@@ -107,10 +112,21 @@ def run_pytest(
     checkout: Path, paths: tuple[str, ...], python: str = sys.executable, timeout: float = 3600
 ) -> PytestRun:
     """Run solo-learn's pytest on ``paths`` inside ``checkout``; returns the counts."""
-    cmd = [python, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider",
-           "--continue-on-collection-errors", "-W", "ignore"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=checkout, env=_env(checkout), capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        *paths,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        "-W",
+        "ignore",
+    ]
+    proc = subprocess.run(
+        cmd, cwd=checkout, env=_env(checkout), capture_output=True, text=True, timeout=timeout
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
     counts: dict[str, int] = {}

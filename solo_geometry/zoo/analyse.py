@@ -55,15 +55,28 @@ def analyse(
     data = Path(data)
     settings = settings or MeasureSettings()
     check_data(data, settings)  # before the checkpoint is read
-    model, found = load_checkpoint(checkpoint, layout=layout, branch=branch,
-                                   trust_pickle=trust_pickle)  # fmt: skip
+    model, found = load_checkpoint(
+        checkpoint, layout=layout, branch=branch, trust_pickle=trust_pickle
+    )
     for note in model.notes:
         print(f"solo-geometry analyse: {note}", file=sys.stderr)
     out = Path(out)
-    results = measure_model(model.backbone, model.head, data, settings, mean_std=model.mean_std,
-                      out_dir=out, progress=progress)  # fmt: skip
-    result = {"checkpoint": str(checkpoint), "layout": found, "notes": model.notes,
-              "settings": settings.to_dict(), "measurements": results}  # fmt: skip
+    results = measure_model(
+        model.backbone,
+        model.head,
+        data,
+        settings,
+        mean_std=model.mean_std,
+        out_dir=out,
+        progress=progress,
+    )
+    result = {
+        "checkpoint": str(checkpoint),
+        "layout": found,
+        "notes": model.notes,
+        "settings": settings.to_dict(),
+        "measurements": results,
+    }
     write_text(out / ANALYSIS_FILE, json.dumps(result, indent=2, allow_nan=True) + "\n")
     return result
 
@@ -75,8 +88,11 @@ def _g(value: Any, width: int = 10) -> str:
 def format_analysis(result: dict[str, Any]) -> str:
     """Probe table, statistics, rho_aug and orbit compression as plain text."""
     m = result["measurements"]
-    lines = [f"layout {result['layout']}: {result['checkpoint']}", "",
-             f"{'target':<10} {'probe':<7} {'Z':>7} {'H':>7}"]  # fmt: skip
+    lines = [
+        f"layout {result['layout']}: {result['checkpoint']}",
+        "",
+        f"{'target':<10} {'probe':<7} {'Z':>7} {'H':>7}",
+    ]
     rows = {(r["features"], r["probe"], r["target"]): r["accuracy"] for r in m["probes"]["rows"]}
     for _, probe, target in sorted(k for k in rows if k[0] == "z"):
         h = rows.get(("h", probe, target))
@@ -88,6 +104,7 @@ def format_analysis(result: dict[str, Any]) -> str:
         lines.append(f"{key:<16} {_g(st.get(f'z/{key}'))} {_g(st.get(f'h/{key}'))}")
     lines.append(f"whitening score {_g(st.get('whitening/score'), 0)}")
     lines += [f"rho_aug {fam}: {_g(v, 0)}" for fam, v in m["rho"].items()]
-    lines += [f"orbit {r['family']}: compression {_g(r['compression'], 0)}"
-              for r in m["probes"]["orbits"]]  # fmt: skip
+    lines += [
+        f"orbit {r['family']}: compression {_g(r['compression'], 0)}" for r in m["probes"]["orbits"]
+    ]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.zoo.card import CARD_FILES, ZooCard
 from solo_geometry.zoo.folder import write_card
 from solo_geometry.zoo.measurements import MeasureSettings
@@ -58,19 +58,42 @@ class BuildSize:
     settings: MeasureSettings
 
 
-_FULL_PROBES = ProbesConfig(targets=["class", "rotation"], mlp=MlpProbeConfig(max_epochs=30),
-                            orbits=OrbitsConfig(families=["rotation", "brightness"], images=16,
-                                                k=6))  # fmt: skip
-_QUICK_PROBES = ProbesConfig(targets=["class"], mlp=MlpProbeConfig(max_epochs=10),
-                             orbits=OrbitsConfig(families=["rotation"], images=8, k=4))  # fmt: skip
+_FULL_PROBES = ProbesConfig(
+    targets=["class", "rotation"],
+    mlp=MlpProbeConfig(max_epochs=30),
+    orbits=OrbitsConfig(families=["rotation", "brightness"], images=16, k=6),
+)
+_QUICK_PROBES = ProbesConfig(
+    targets=["class"],
+    mlp=MlpProbeConfig(max_epochs=10),
+    orbits=OrbitsConfig(families=["rotation"], images=8, k=4),
+)
 # 1 epoch of 12 steps of 32 images per entry; geometry measured before the first step and at
 # the end of fit (every_n_steps beyond the run), validation off: sized for 2 shared cores (about
 # 10 minutes an entry there, training, measurements, card and verification).
-FULL = BuildSize(1, 12, 32, 4, 30, 4, MeasureSettings(
-    probes=dataclasses.asdict(_FULL_PROBES), stats_images=256, rho_images=16))  # fmt: skip
-QUICK = BuildSize(1, 2, 16, 4, 20, 2, MeasureSettings(
-    probes=dataclasses.asdict(_QUICK_PROBES), stats_images=64, rho_images=8,
-    rho_families=("brightness",)))  # fmt: skip
+FULL = BuildSize(
+    1,
+    12,
+    32,
+    4,
+    30,
+    4,
+    MeasureSettings(probes=dataclasses.asdict(_FULL_PROBES), stats_images=256, rho_images=16),
+)
+QUICK = BuildSize(
+    1,
+    2,
+    16,
+    4,
+    20,
+    2,
+    MeasureSettings(
+        probes=dataclasses.asdict(_QUICK_PROBES),
+        stats_images=64,
+        rho_images=8,
+        rho_families=("brightness",),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -159,8 +182,9 @@ def build_zoo(
     cards = []
     for i, entry in enumerate(todo, 1):
         print(f"[zoo {i}/{len(todo)}] {entry.name}: pretraining", flush=True)
-        _, run = pretrain(entry.recipe, entry.overrides(data, size, seed), host=host,
-                          runs_root=out / "runs")  # fmt: skip
+        _, run = pretrain(
+            entry.recipe, entry.overrides(data, size, seed), host=host, runs_root=out / "runs"
+        )
         print(f"[zoo {i}/{len(todo)}] {entry.name}: card and verification", flush=True)
         folder = out / "cards" / entry.name
         cards.append(write_card(run, folder, data=data, settings=size.settings, name=entry.name))
@@ -196,8 +220,10 @@ def _num(value: float | None, form: str) -> str:
 
 def format_cards(cards: list[ZooCard]) -> str:
     """The cards as a Markdown table (README's model zoo table is this output)."""
-    head = ("| entry | method | head | epochs | linear Z | linear H | rotation Z | rotation H "
-            "| eff. rank Z | eff. rank H | rho brightness |")  # fmt: skip
+    head = (
+        "| entry | method | head | epochs | linear Z | linear H | rotation Z | rotation H "
+        "| eff. rank Z | eff. rank H | rho brightness |"
+    )
     lines = [head, "|" + "---|" * 11]
     for c in cards:
         st, rho = c.measurements["stats"], c.measurements["rho"].get("brightness")

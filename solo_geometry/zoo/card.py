@@ -46,8 +46,12 @@ __all__ = [
 ]
 
 CARD_SCHEMA = 1
-CARD_FILES = {"readme": "README.md", "weights": "model.safetensors", "recipe": "recipe.yaml",
-              "geometry": "geometry.json"}  # fmt: skip
+CARD_FILES = {
+    "readme": "README.md",
+    "weights": "model.safetensors",
+    "recipe": "recipe.yaml",
+    "geometry": "geometry.json",
+}
 # Field-name prefix -> (absolute, relative) tolerance of a recomputed value: |a - b| <= abs +
 # rel * |b|. Probe accuracies: 1% of the held-out split (L-BFGS and Adam differ across BLAS
 # builds by a sample or two); statistics, orbits and rho: float32 round-off across machines.
@@ -58,8 +62,12 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "rho/": (1e-6, 1e-2),
 }
 # arXiv ids of the methods (the card's ``papers``).
-METHOD_PAPERS = {"simclr": "2002.05709", "byol": "2006.07733", "vicreg": "2105.04906",
-                 "barlow_twins": "2103.03230"}  # fmt: skip
+METHOD_PAPERS = {
+    "simclr": "2002.05709",
+    "byol": "2006.07733",
+    "vicreg": "2105.04906",
+    "barlow_twins": "2103.03230",
+}
 
 
 def file_sha256(path: Path) -> str:
@@ -91,8 +99,13 @@ def _commit() -> str | None:
     """The git commit of this package's source tree, None when it is not a checkout."""
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=False)  # fmt: skip
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -208,23 +221,39 @@ def _probe_rows(card: ZooCard) -> list[dict[str, Any]]:
 def _front_matter(card: ZooCard) -> str:
     results = []
     for row in _probe_rows(card):
-        results.append({
-            "task": {"type": "image-classification",
-                     "name": f"{row['probe']} probe on {row['features'].upper()}, "
-                             f"target {row['target']}"},
-            "dataset": {"type": card.dataset, "name": f"{card.dataset} (held-out split)"},
-            "metrics": [{"type": "accuracy", "value": round(float(row["accuracy"]), 4),
-                         "name": f"{row['features']}/{row['probe']}/{row['target']}"}],
-        })  # fmt: skip
+        results.append(
+            {
+                "task": {
+                    "type": "image-classification",
+                    "name": f"{row['probe']} probe on {row['features'].upper()}, "
+                    f"target {row['target']}",
+                },
+                "dataset": {"type": card.dataset, "name": f"{card.dataset} (held-out split)"},
+                "metrics": [
+                    {
+                        "type": "accuracy",
+                        "value": round(float(row["accuracy"]), 4),
+                        "name": f"{row['features']}/{row['probe']}/{row['target']}",
+                    }
+                ],
+            }
+        )
     front = {
         "license": card.license,
         "library_name": "solo-geometry",
-        "tags": ["self-supervised-learning", "solo-learn", "projection-head", "geometry",
-                 card.method, card.backbone, f"head-{card.head}"],
+        "tags": [
+            "self-supervised-learning",
+            "solo-learn",
+            "projection-head",
+            "geometry",
+            card.method,
+            card.backbone,
+            f"head-{card.head}",
+        ],
         "datasets": [card.dataset],
         "metrics": ["accuracy"],
         "model-index": [{"name": card.name, "results": results}],
-    }  # fmt: skip
+    }
     return "---\n" + yaml.safe_dump(front, sort_keys=False, width=100) + "---\n"
 
 
@@ -233,8 +262,10 @@ def _evaluation(card: ZooCard) -> list[str]:
     rows = {(r["features"], r["probe"], r["target"]): r for r in _probe_rows(card)}
     for _, probe, target in sorted(k for k in rows if k[0] == "z"):
         z, h = rows[("z", probe, target)], rows.get(("h", probe, target))
-        lines.append(f"| {target} | {probe} | {_fmt(z['accuracy'])} | "
-                     f"{_fmt(h['accuracy'] if h else None)} | {_fmt(z['chance'])} |")  # fmt: skip
+        lines.append(
+            f"| {target} | {probe} | {_fmt(z['accuracy'])} | "
+            f"{_fmt(h['accuracy'] if h else None)} | {_fmt(z['chance'])} |"
+        )
     return lines
 
 
@@ -242,31 +273,45 @@ def _geometry(card: ZooCard) -> list[str]:
     st = card.measurements["stats"]
     lines = ["| statistic | backbone Z | head H |", "|---|---|---|"]
     for key in ("normalized_std", "effective_rank", "rank", "cond"):
-        lines.append(f"| {key} | {_fmt(st.get(f'z/{key}'), '{:.4g}')} | "
-                     f"{_fmt(st.get(f'h/{key}'), '{:.4g}')} |")  # fmt: skip
+        lines.append(
+            f"| {key} | {_fmt(st.get(f'z/{key}'), '{:.4g}')} | "
+            f"{_fmt(st.get(f'h/{key}'), '{:.4g}')} |"
+        )
     score = _fmt(st.get("whitening/score"), "{:.4g}")
-    lines += ["", f"Whitening score cond_k(H)/cond_k(Z): {score}"
-              f" (k = {_fmt(st.get('whitening/rank'), '{:.0f}')}).", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Whitening score cond_k(H)/cond_k(Z): {score}"
+        f" (k = {_fmt(st.get('whitening/rank'), '{:.0f}')}).",
+        "",
+    ]
     rho = card.measurements["rho"]
     lines += ["| family | rho_aug (head metric along the tangent / random) |", "|---|---|"]
     lines += [f"| {fam} | {_fmt(v, '{:.4g}')} |" for fam, v in rho.items()]
-    lines += ["", "| orbit family | spread Z | spread H | separation Z | separation H | "
-              "compression |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| orbit family | spread Z | spread H | separation Z | separation H | compression |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in card.measurements["probes"]["orbits"]:
         z, h = row["z"], row["h"]
-        lines.append(f"| {row['family']} | {_fmt(z['spread'][0], '{:.3e}')} | "
-                     f"{_fmt(h['spread'][0], '{:.3e}')} | {_fmt(z['separation'][0], '{:.3f}')} | "
-                     f"{_fmt(h['separation'][0], '{:.3f}')} | "
-                     f"{_fmt(row['compression'], '{:.3f}')} |")  # fmt: skip
+        lines.append(
+            f"| {row['family']} | {_fmt(z['spread'][0], '{:.3e}')} | "
+            f"{_fmt(h['spread'][0], '{:.3e}')} | {_fmt(z['separation'][0], '{:.3f}')} | "
+            f"{_fmt(h['separation'][0], '{:.3f}')} | "
+            f"{_fmt(row['compression'], '{:.3f}')} |"
+        )
     rec = card.training_record
     if rec:
         m = rec.get("metrics", {})
-        lines += ["", f"Final training-time record (step {rec.get('step')}, whole batch of "
-                  f"{(rec.get('settings') or {}).get('n_batch')}): lambda_min(H_eff) "
-                  f"{_fmt(m.get('heff/lambda_min'), '{:+.3e}')}, lambda_min(M) "
-                  f"{_fmt(m.get('m/lambda_min'), '{:+.3e}')}, ||M||/||H_eff|| "
-                  f"{_fmt(m.get('interaction_ratio'), '{:.3e}')} (as the run wrote it; a "
-                  "training batch, not recomputed by `zoo verify`)."]  # fmt: skip
+        lines += [
+            "",
+            f"Final training-time record (step {rec.get('step')}, whole batch of "
+            f"{(rec.get('settings') or {}).get('n_batch')}): lambda_min(H_eff) "
+            f"{_fmt(m.get('heff/lambda_min'), '{:+.3e}')}, lambda_min(M) "
+            f"{_fmt(m.get('m/lambda_min'), '{:+.3e}')}, ||M||/||H_eff|| "
+            f"{_fmt(m.get('interaction_ratio'), '{:.3e}')} (as the run wrote it; a "
+            "training batch, not recomputed by `zoo verify`).",
+        ]
     return lines
 
 
@@ -275,39 +320,53 @@ def render_readme(card: ZooCard) -> str:
     p = card.provenance
     s = card.settings
     body = [
-        f"# {card.name}", "",
-        "## Model", "",
+        f"# {card.name}",
+        "",
+        "## Model",
+        "",
         f"A {card.backbone} backbone and its projection head ({card.head}) pretrained with "
         f"{card.method} on {card.dataset} for {card.epochs} epoch(s), with solo-geometry's "
         f"monitor on. `model.safetensors` holds both: `backbone.*` and `projector.*` (the head), "
-        "as solo-learn names them.", "",
+        "as solo-learn names them.",
+        "",
         "```python",
         "from solo_geometry.zoo import load_card_model",
         "model = load_card_model('.')   # backbone, head, normalisation; verified: "
         "solo-geometry zoo verify .",
-        "```", "",
-        "## Intended use and limitations", "",
+        "```",
+        "",
+        "## Intended use and limitations",
+        "",
         "A reference point for measuring projection-head geometry (probes on Z vs H, orbits, "
         "curvature, representation statistics) and for checking that a measurement pipeline "
         f"reproduces. Trained at CPU scale on {card.dataset} (32x32 renders of scikit-learn's "
         "8x8 digits): not a general-purpose feature extractor, not for deployment. Numbers are "
-        "for this data and these settings only.", "",
-        "## Training recipe", "",
+        "for this data and these settings only.",
+        "",
+        "## Training recipe",
+        "",
         f"`recipe.yaml` (sha256 `{card.files['recipe']}`), seed {p.get('seed')}, host "
         f"{p.get('host')}; solo-geometry {p.get('solo_geometry')} (commit {p.get('commit')}), "
         f"torch {p.get('torch')}, lightning {p.get('lightning')}, solo-learn "
-        f"{p.get('solo_learn')}, lightly {p.get('lightly')}.", "",
-        "## Evaluation", "",
+        f"{p.get('solo_learn')}, lightly {p.get('lightly')}.",
+        "",
+        "## Evaluation",
+        "",
         f"Probes fitted on the train split and scored on the held-out split of {card.dataset} "
         f"(data sha256 `{card.data.get('sha256')}`), seed "
         f"{(s.get('probes') or {}).get('seed')}; linear: multinomial logistic regression "
-        "(standardised, L2, L-BFGS), mlp: one hidden layer.", "",
-        *_evaluation(card), "",
-        "## Geometry", "",
+        "(standardised, L2, L-BFGS), mlp: one hidden layer.",
+        "",
+        *_evaluation(card),
+        "",
+        "## Geometry",
+        "",
         f"Representation statistics over {s.get('stats_images')} held-out images (rows "
         f"L2-normalised), rho_aug over {s.get('rho_images')} images, orbit table as docs/design.md "
         "section 3 defines it. `zoo verify` recomputes every number below within the "
-        "tolerances of `geometry.json`.", "",
-        *_geometry(card), "",
-    ]  # fmt: skip
+        "tolerances of `geometry.json`.",
+        "",
+        *_geometry(card),
+        "",
+    ]
     return _front_matter(card) + "\n" + "\n".join(body)

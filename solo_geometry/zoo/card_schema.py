@@ -17,13 +17,31 @@ __all__ = ["FIELD_TYPES", "check_card"]
 
 # Top-level fields of a card and the JSON type each holds.
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "method": (str,), "backbone": (str,), "head": (str,), "dataset": (str,),
-    "epochs": (int,), "license": (str,), "papers": (list,), "files": (dict,), "data": (dict,),
-    "mean_std": (list,), "provenance": (dict,), "training_record": (dict, type(None)),
-    "settings": (dict,), "measurements": (dict,), "tolerances": (dict,),
-}  # fmt: skip
-_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
-          float: "a number", type(None): "null"}  # fmt: skip
+    "name": (str,),
+    "method": (str,),
+    "backbone": (str,),
+    "head": (str,),
+    "dataset": (str,),
+    "epochs": (int,),
+    "license": (str,),
+    "papers": (list,),
+    "files": (dict,),
+    "data": (dict,),
+    "mean_std": (list,),
+    "provenance": (dict,),
+    "training_record": (dict, type(None)),
+    "settings": (dict,),
+    "measurements": (dict,),
+    "tolerances": (dict,),
+}
+_NAMES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    type(None): "null",
+}
 _NUMBER = (int, float, type(None))  # a measured value: a number, or null where undefined
 # The keys each part of ``measurements`` must hold (what ``zoo card`` writes).
 _ROW_KEYS = ("features", "probe", "target", "accuracy", "chance")

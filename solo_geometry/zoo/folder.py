@@ -19,7 +19,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from solo_geometry.inputs.datasets import DIGITS_MARKER, make_digits
+from solo_geometry.inputs.digits import DIGITS_MARKER, make_digits
 from solo_geometry.models.checkpoint import (
     LoadedModel,
     build_from_config,
@@ -82,8 +82,11 @@ def _host(run: RunFolder) -> str:
 def _write_folder(tmp: Path, model: LoadedModel, cfg: dict[str, Any], run: RunFolder) -> None:
     state = {f"backbone.{k}": v for k, v in model.backbone.state_dict().items()}
     state |= {f"projector.{k}": v for k, v in model.head.state_dict().items()}
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / CARD_FILES["weights"]),
-              metadata={"format": "pt", "layout": "solo-learn"})  # fmt: skip
+    save_file(
+        {k: v.contiguous() for k, v in state.items()},
+        str(tmp / CARD_FILES["weights"]),
+        metadata={"format": "pt", "layout": "solo-learn"},
+    )
     recipe = run.config if run.config.is_file() else None
     text = recipe.read_text() if recipe else yaml.safe_dump(cfg, sort_keys=False)
     (tmp / CARD_FILES["recipe"]).write_text(text)
@@ -130,8 +133,14 @@ def write_card(
     try:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(data) if data is not None else digits_data(Path(scratch), 32)
-            results = measure_model(model.backbone, model.head, folder, settings,
-                              mean_std=model.mean_std, progress=progress)  # fmt: skip
+            results = measure_model(
+                model.backbone,
+                model.head,
+                folder,
+                settings,
+                mean_std=model.mean_std,
+                progress=progress,
+            )
             data_record = _data_record(folder)
         _write_folder(tmp, model, cfg, run)
         card = _card(cfg, model, run, tmp, (data_record, record), settings, results, name)
@@ -147,10 +156,15 @@ def write_card(
 
 
 def _card(
-    cfg: dict[str, Any], model: LoadedModel, run: RunFolder, tmp: Path,
-    records: tuple[dict[str, Any], dict[str, Any] | None], settings: MeasureSettings,
-    results: dict[str, Any], name: str | None,
-) -> ZooCard:  # fmt: skip
+    cfg: dict[str, Any],
+    model: LoadedModel,
+    run: RunFolder,
+    tmp: Path,
+    records: tuple[dict[str, Any], dict[str, Any] | None],
+    settings: MeasureSettings,
+    results: dict[str, Any],
+    name: str | None,
+) -> ZooCard:
     data, training_record = records
     method = str(cfg.get("method"))
     dataset = "digits" if data["kind"] == "digits" else str((cfg.get("data") or {}).get("dataset"))

@@ -119,8 +119,11 @@ def _load_strict(module: nn.Module, state: Mapping[str, Tensor], what: str) -> N
 
 def _linear_indices(state: State) -> list[int]:
     """Indices of the Linear layers of a Sequential state (2-D ``<i>.weight``)."""
-    idx = [int(k.split(".")[0]) for k, v in state.items()
-           if k.endswith(".weight") and k.split(".")[0].isdigit() and v.ndim == 2]  # fmt: skip
+    idx = [
+        int(k.split(".")[0])
+        for k, v in state.items()
+        if k.endswith(".weight") and k.split(".")[0].isdigit() and v.ndim == 2
+    ]
     return sorted(idx)
 
 
@@ -161,10 +164,19 @@ def _vit_small16(state: State, what: str) -> nn.Module:
         raise ModuleNotFoundError(
             "the dino-vit_small16 layout needs timm (pip install timm, or the 'solo' extra)"
         ) from err
+    # DINO's vit_small: LayerNorm eps 1e-6 as timm's default
     model = timm.models.vision_transformer.VisionTransformer(
-        img_size=224, patch_size=16, embed_dim=384, depth=12, num_heads=6, mlp_ratio=4.0,
-        qkv_bias=True, num_classes=0, global_pool="token", dynamic_img_size=True,
-    )  # fmt: skip  # DINO's vit_small: LayerNorm eps 1e-6 as timm's default
+        img_size=224,
+        patch_size=16,
+        embed_dim=384,
+        depth=12,
+        num_heads=6,
+        mlp_ratio=4.0,
+        qkv_bias=True,
+        num_classes=0,
+        global_pool="token",
+        dynamic_img_size=True,
+    )
     for module in model.modules():  # DINO's explicit softmax attention: forward-mode AD works
         if hasattr(module, "fused_attn"):
             module.fused_attn = False
@@ -229,12 +241,12 @@ LAYOUTS: dict[str, Layout] = {
             "vicreg-resnet50",
             "facebookresearch/vicreg main_vicreg.py (resnet50_fullckpt.pth)",
             _is_vicreg,
-        ),  # fmt: skip
+        ),
         Layout(
             "barlowtwins-resnet50",
             "facebookresearch/barlowtwins main.py (checkpoint.pth)",
             _is_barlow,
-        ),  # fmt: skip
+        ),
         Layout(
             "dino-resnet50",
             "facebookresearch/dino main_dino.py (dino_resnet50_pretrain_full_checkpoint.pth)",

@@ -111,9 +111,13 @@ def _held_out(data: Path, seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _stats(
-    backbone: nn.Module, head: nn.Module, data: Path, s: MeasureSettings, mean_std: MeanStd,
+    backbone: nn.Module,
+    head: nn.Module,
+    data: Path,
+    s: MeasureSettings,
+    mean_std: MeanStd,
     seed: int,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     x, y = _held_out(data, seed, s.stats_images)
     feats = extract_features(backbone, head, (x, y), mean_std=mean_std, progress=False)
     out = stats_record("z", feats.z) | stats_record("h", feats.h)
@@ -121,9 +125,13 @@ def _stats(
 
 
 def _rho(
-    backbone: nn.Module, head: nn.Module, data: Path, s: MeasureSettings, mean_std: MeanStd,
+    backbone: nn.Module,
+    head: nn.Module,
+    data: Path,
+    s: MeasureSettings,
+    mean_std: MeanStd,
     seed: int,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     x, _ = _held_out(data, seed, s.rho_images)
     out = {}
     with preserved_state(backbone, head):
@@ -131,8 +139,9 @@ def _rho(
         head.eval()
         z = backbone((x - _t(mean_std[0])) / _t(mean_std[1])).flatten(1).detach()  # (n, d)
         for family in s.rho_families:
-            v = augmentation_tangents(backbone, x, family, normalize=mean_std,
-                                      images_normalized=False, bn_training=False)  # fmt: skip
+            v = augmentation_tangents(
+                backbone, x, family, normalize=mean_std, images_normalized=False, bn_training=False
+            )
             gen = torch.Generator().manual_seed(seed)
             out[family] = metric_singularity(head, z, v, generator=gen, probes=s.rho_probes)
     return out
@@ -196,14 +205,29 @@ def measure_model(
 
 
 def _measure(
-    backbone: nn.Module, head: nn.Module, data: Path, settings: MeasureSettings,
-    cfg: ProbesConfig, mean_std: MeanStd, out_dir: str | Path | None, progress: bool,
-) -> dict[str, Any]:  # fmt: skip
+    backbone: nn.Module,
+    head: nn.Module,
+    data: Path,
+    settings: MeasureSettings,
+    cfg: ProbesConfig,
+    mean_std: MeanStd,
+    out_dir: str | Path | None,
+    progress: bool,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         run = RunFolder(Path(out_dir) if out_dir is not None else Path(tmp))
         run.path.mkdir(parents=True, exist_ok=True)
-        table = evaluate(backbone, head, data, run, cfg, mean_std=mean_std, device="cpu",
-                         tag=None, progress=progress)  # fmt: skip
+        table = evaluate(
+            backbone,
+            head,
+            data,
+            run,
+            cfg,
+            mean_std=mean_std,
+            device="cpu",
+            tag=None,
+            progress=progress,
+        )
     return {
         "probes": table.to_dict(),
         "stats": _stats(backbone, head, data, settings, mean_std, cfg.seed),

@@ -44,8 +44,11 @@ class Mismatch:
     tolerance: tuple[float, float] | None = None
 
     def __str__(self) -> str:
-        tol = "" if self.tolerance is None else f" (tolerance abs {self.tolerance[0]:g}, rel " \
-            f"{self.tolerance[1]:g})"  # fmt: skip
+        tol = (
+            ""
+            if self.tolerance is None
+            else f" (tolerance abs {self.tolerance[0]:g}, rel {self.tolerance[1]:g})"
+        )
         return f"{self.field}: recorded {self.recorded!r}, recomputed {self.recomputed!r}{tol}"
 
 
@@ -113,6 +116,11 @@ def verify_card(folder: str | Path, *, data: str | Path | None = None) -> list[M
         digest = tree_sha256(Path(data))
         if digest != card.data.get("sha256"):
             found.append(Mismatch("data/sha256", card.data.get("sha256"), digest))
-        results = measure_model(model.backbone, model.head, data, settings,
-                          mean_std=tuple(card.mean_std))  # type: ignore[arg-type]  # fmt: skip
+        results = measure_model(
+            model.backbone,
+            model.head,
+            data,
+            settings,
+            mean_std=tuple(card.mean_std),  # type: ignore[arg-type]
+        )
     return found + compare(flatten(card.measurements), flatten(results), card.tolerances)

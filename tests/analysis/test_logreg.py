@@ -91,9 +91,10 @@ class TestEigenbasis:
 
 class TestFitLogistic:
     @pytest.mark.parametrize(
-        ("n", "d", "max_rows"), [(80, 150, 4096), (400, 30, 4096), (400, 30, 100)],
+        ("n", "d", "max_rows"),
+        [(80, 150, 4096), (400, 30, 4096), (400, 30, 100)],
         ids=["gram", "covariance", "estimated"],
-    )  # fmt: skip
+    )
     @pytest.mark.parametrize("lam", [1e-1, 1e-3])
     def test_matches_sklearn_minimiser(self, n: int, d: int, max_rows: int, lam: float) -> None:
         x, y = _problem(n, d)

@@ -23,9 +23,10 @@ from torch import Tensor, nn
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.paper_probes import paper_rotation_probes
 from solo_geometry.config import OrbitsConfig, ProbesConfig
-from solo_geometry.inputs.datasets import make_digits, probe_splits
+from solo_geometry.inputs.datasets import probe_splits
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import LoadedModel, load_model
-from solo_geometry.run.records import ProbeTable
+from solo_geometry.run.probe_table import ProbeTable
 from solo_geometry.run.run_folder import RunFolder
 
 
@@ -51,10 +52,16 @@ def run_both(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ProbeTable
     data = make_digits(tmp / "digits", size=32)
     checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
     recipe = _support().write_recipe(tmp / "recipes", "simclr", data, checkpoint=checkpoint)
-    overrides = ["+geometry=on", "geometry.probes.protocol=both",
-                 "geometry.probes.targets=[rotation]", "geometry.probes.probes=[linear]",
-                 "geometry.probes.orbits.families=[]", "geometry.measure.hessian=false",
-                 "geometry.measure.augment=false", "geometry.report=false"]  # fmt: skip
+    overrides = [
+        "+geometry=on",
+        "geometry.probes.protocol=both",
+        "geometry.probes.targets=[rotation]",
+        "geometry.probes.probes=[linear]",
+        "geometry.probes.orbits.families=[]",
+        "geometry.measure.hessian=false",
+        "geometry.measure.augment=false",
+        "geometry.report=false",
+    ]
     run = launch(recipe, overrides, runs_root=tmp / "runs")
     table = RunFolder(run).read_probes()
     assert table is not None
@@ -106,8 +113,13 @@ class TestProtocolBoth:
     ) -> None:
         data, table, model = run_both
         splits = probe_splits((data / "train", data / "val"), 0)
-        direct = paper_rotation_probes(model.backbone, model.head, splits["train"][0],
-                                       splits["test"][0], normalize=model.mean_std)  # fmt: skip
+        direct = paper_rotation_probes(
+            model.backbone,
+            model.head,
+            splits["train"][0],
+            splits["test"][0],
+            normalize=model.mean_std,
+        )
         assert table.paper is not None
         for key in ("linear", "mlp", "n", "settings"):
             assert table.paper[key] == direct[key], key
@@ -128,10 +140,20 @@ class TestProtocolChoices:
         data = make_digits(tmp_path / "digits", size=16)
         torch.manual_seed(0)
         backbone = nn.Sequential(nn.Conv2d(3, 4, 3, stride=4), nn.Flatten())  # 4 x 4 x 4 = 64
-        cfg = ProbesConfig(protocol=protocol, targets=["rotation"], probes=["linear"],
-                           orbits=OrbitsConfig(families=[]))  # fmt: skip
-        return evaluate(backbone, nn.Linear(64, 8), data / "val", RunFolder(tmp_path / "run"),
-                        cfg, progress=False)  # fmt: skip
+        cfg = ProbesConfig(
+            protocol=protocol,
+            targets=["rotation"],
+            probes=["linear"],
+            orbits=OrbitsConfig(families=[]),
+        )
+        return evaluate(
+            backbone,
+            nn.Linear(64, 8),
+            data / "val",
+            RunFolder(tmp_path / "run"),
+            cfg,
+            progress=False,
+        )
 
     def test_package_is_the_default_and_writes_no_paper_probes(self, tmp_path: Path) -> None:
         assert ProbesConfig().protocol == "package"
@@ -146,6 +168,9 @@ class TestProtocolChoices:
         assert read is not None and read.paper == table.paper  # probes.json round trip
 
     def test_unknown_protocol_names_value_and_choices(self) -> None:
-        with pytest.raises(ValueError, match=r"geometry.probes.protocol: unknown value 'x'; "
-                           r"choose from \['both', 'package', 'paper'\]"):  # fmt: skip
+        with pytest.raises(
+            ValueError,
+            match=r"geometry.probes.protocol: unknown value 'x'; "
+            r"choose from \['both', 'package', 'paper'\]",
+        ):
             ProbesConfig(protocol="x")

@@ -182,8 +182,9 @@ class TestHelpers:
 class _Counting(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(3, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                                 nn.Flatten())  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        )
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -197,8 +198,9 @@ class TestExtractFeatures:
         bb, head = _Counting(), nn.Linear(6, 4)
         bb.train()
         cache = tmp_path / "run" / "features.pt"
-        f1 = extract_features(bb, head, data / "val", batch_size=10, cache=cache, name="v",
-                              progress=False)  # fmt: skip
+        f1 = extract_features(
+            bb, head, data / "val", batch_size=10, cache=cache, name="v", progress=False
+        )
         assert bb.training and head.training  # modes restored
         calls = bb.calls
         f2 = extract_features(bb, head, data / "val", batch_size=10, cache=cache, name="v")
@@ -241,8 +243,9 @@ class TestEvaluate:
         run = RunFolder(tmp_path / "run")
         torch.manual_seed(0)
         backbone, head = _Counting(), nn.Linear(6, 4)  # a bias: head(z) and head(z/|z|) differ
-        cfg = ProbesConfig(targets=["class"], probes=["linear"],
-                           orbits=OrbitsConfig(protocol="paper"))  # fmt: skip
+        cfg = ProbesConfig(
+            targets=["class"], probes=["linear"], orbits=OrbitsConfig(protocol="paper")
+        )
         (row,) = evaluate(backbone, head, data, run, cfg, progress=False).orbits
         test_x, test_y = probe_splits(data, 0)["test"]
         orbit = orbit_images(test_x, test_y, protocol="paper")
@@ -272,8 +275,12 @@ def _fake_run(root: Path, method: str = "byol") -> Path:
     state["classifier.weight"] = torch.zeros(3, d)
     (root / "checkpoints").mkdir(parents=True)
     torch.save({"state_dict": state}, root / "checkpoints" / "last.ckpt")
-    cfg = {"method": method, "backbone": {"name": "resnet18"}, "data": {"dataset": "cifar10"},
-           "method_kwargs": {"proj_hidden_dim": 16, "proj_output_dim": 8}}  # fmt: skip
+    cfg = {
+        "method": method,
+        "backbone": {"name": "resnet18"},
+        "data": {"dataset": "cifar10"},
+        "method_kwargs": {"proj_hidden_dim": 16, "proj_output_dim": 8},
+    }
     (root / "config.yaml").write_text(yaml.safe_dump(cfg))
     return root
 
@@ -289,11 +296,13 @@ class TestProbeCommand:
         assert model.head(torch.zeros(4, 512)).shape == (4, 8)
         assert any("classifier" in note for note in model.notes)
 
-    @pytest.mark.parametrize(
+    @pytest.mark.parametrize(  # the values of solo-learn's solo/data/pretrain_dataloader.py
         ("dataset", "mean", "std"),
-        [("cifar10", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-         ("cifar100", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))],
-    )  # fmt: skip  # the values of solo-learn's solo/data/pretrain_dataloader.py
+        [
+            ("cifar10", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+            ("cifar100", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+        ],
+    )
     def test_normalises_as_the_recipe_dataset(
         self, tmp_path: Path, dataset: str, mean: tuple, std: tuple
     ) -> None:
@@ -305,8 +314,9 @@ class TestProbeCommand:
 
     def test_probe_from_run_folder(self, tmp_path: Path) -> None:
         run, data = _fake_run(tmp_path / "run"), image_folder(tmp_path / "data", 4)
-        assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",
-                    "--targets", "class") == 0  # fmt: skip
+        assert (
+            _cli(str(run), "--data", str(data), "--no-orbits", "--quiet", "--targets", "class") == 0
+        )
         probes = RunFolder(run).read_probes().rows
         assert {(p.features, p.probe) for p in probes} == {
             ("z", "linear"),
@@ -371,8 +381,9 @@ class TestProbeSplits:
         for f in (data / "val" / "0").iterdir():  # by index, val's "1" and "2" would read 0, 1
             f.unlink()
         (data / "val" / "0").rmdir()
-        assert _cli(str(run), "--data", str(data), "--no-orbits", "--quiet",
-                    "--targets", "class") == 0  # fmt: skip
+        assert (
+            _cli(str(run), "--data", str(data), "--no-orbits", "--quiet", "--targets", "class") == 0
+        )
         rows = RunFolder(run).read_probes().rows
         assert min(r.accuracy for r in rows if r.probe == "linear") >= 0.9, rows
 
@@ -407,7 +418,7 @@ class TestMlpProbeConverges:
         from sklearn.preprocessing import StandardScaler
 
         from solo_geometry.hosts.lightly import launch
-        from solo_geometry.inputs.datasets import make_digits
+        from solo_geometry.inputs.digits import make_digits
 
         path = Path(__file__).parent.parent / "hosts" / "test_lightly_support.py"
         spec = importlib.util.spec_from_file_location("test_lightly_support", path)
@@ -416,9 +427,14 @@ class TestMlpProbeConverges:
         spec.loader.exec_module(support)
         data = make_digits(tmp_path / "digits", size=32)
         recipe = support.write_recipe(tmp_path / "recipes", "byol", data)
-        probes = ["geometry.probes.targets=[class]", "geometry.probes.probes=[mlp]",
-                  "geometry.probes.orbits.families=[]", "geometry.measure.hessian=false",
-                  "geometry.measure.augment=false", "geometry.report=false"]  # fmt: skip
+        probes = [
+            "geometry.probes.targets=[class]",
+            "geometry.probes.probes=[mlp]",
+            "geometry.probes.orbits.families=[]",
+            "geometry.measure.hessian=false",
+            "geometry.measure.augment=false",
+            "geometry.report=false",
+        ]
         run = launch(recipe, ["+geometry=on", *probes], runs_root=tmp_path / "runs")
         table = RunFolder(run).read_probes()
         assert table is not None

@@ -20,7 +20,8 @@ from PIL import Image
 from solo_geometry.analysis import plots
 from solo_geometry.analysis.report import write_report
 from solo_geometry.cli import main as cli_main
-from solo_geometry.run.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable, Settings
+from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run.records import GeometryRecord, Settings
 from solo_geometry.run.run_folder import RunFolder
 from tests.shared import digits_subset
 
@@ -33,10 +34,13 @@ def _record(
     lmax = 2.0 * head_scale * (1 + 0.1 * step / 50)
     rec: dict = {}
     for op, lo in (("heff", -0.3), ("gn", 1e-12), ("m", -0.4)):
-        rec |= {f"{op}/lambda_min": lo * head_scale,
-                f"{op}/lambda_max": lmax * (0.5 + (op == "heff")),
-                f"{op}/neg_fraction": 0.1 * (lo < 0), f"{op}/neg_fraction_std": 0.01,
-                f"{op}/cond": float(10 ** rng.uniform(2, 5))}  # fmt: skip
+        rec |= {
+            f"{op}/lambda_min": lo * head_scale,
+            f"{op}/lambda_max": lmax * (0.5 + (op == "heff")),
+            f"{op}/neg_fraction": 0.1 * (lo < 0),
+            f"{op}/neg_fraction_std": 0.01,
+            f"{op}/cond": float(10 ** rng.uniform(2, 5)),
+        }
     rec["interaction_ratio"] = 0.2 + 0.01 * step / 50
     for x, dim in (("z", 512), ("h", 128)):
         rec |= {
@@ -53,17 +57,30 @@ def _record(
     floor = tau * max(abs(rec["heff/lambda_min"]), abs(rec["heff/lambda_max"]))
     settings = Settings(dtype="float64" if tau == 1e-10 else "float32", tau=tau, floor=floor)
     parts = ["stats", "hessian", "augment"] + ["density"] * density
-    return GeometryRecord(step, step // 100, "ok", settings=settings, metrics=rec, density=dens,
-                          head="smooth_mlp", parts=parts)  # fmt: skip
+    return GeometryRecord(
+        step,
+        step // 100,
+        "ok",
+        settings=settings,
+        metrics=rec,
+        density=dens,
+        head="smooth_mlp",
+        parts=parts,
+    )
 
 
 def _statistics_only(record: GeometryRecord) -> GeometryRecord:
     """``record`` as the monitor writes it when the budget defers its spectra and rho."""
     kept = {k: v for k, v in record.metrics.items() if k.startswith(("z/", "h/"))}
     why = "budget: the measurement would take the measurements over 0.02"
-    return dataclasses.replace(record, metrics=kept, density=None, parts=["stats"],
-                               settings=Settings(dtype=record.settings.dtype),
-                               deferred_parts={"hessian": why, "augment": why})  # fmt: skip
+    return dataclasses.replace(
+        record,
+        metrics=kept,
+        density=None,
+        parts=["stats"],
+        settings=Settings(dtype=record.settings.dtype),
+        deferred_parts={"hessian": why, "augment": why},
+    )
 
 
 def _probe_table() -> ProbeTable:
@@ -73,10 +90,14 @@ def _probe_table() -> ProbeTable:
         for p in ("linear", "mlp")
         for t, acc in (("class", base), ("rotation", base - 0.3), ("jitter", base - 0.4))
     ]
-    metrics = {k: [0.5, 0.1] for k in ("spread", "d_intra", "d_inter", "separation",
-                                       "separation_per_orbit")}  # fmt: skip
-    orbits = [OrbitRow(f, 0.4, 8, metrics, metrics, 2.0 + i, [2.1 + i, 0.3])
-              for i, f in enumerate(FAMILIES)]  # fmt: skip
+    metrics = {
+        k: [0.5, 0.1]
+        for k in ("spread", "d_intra", "d_inter", "separation", "separation_per_orbit")
+    }
+    orbits = [
+        OrbitRow(f, 0.4, 8, metrics, metrics, 2.0 + i, [2.1 + i, 0.3])
+        for i, f in enumerate(FAMILIES)
+    ]
     return ProbeTable(rows, orbits)
 
 
@@ -148,9 +169,17 @@ class TestWriteReport:
         index = write_report([run])
         assert index == run / "report" / "index.html"
         sources = _check_pngs(index)
-        assert set(sources) == {"spectra.png", "interaction.png", "cond.png", "stats.png",
-                                "density.png", "rho.png", "orbits.png", "umap_class.png",
-                                "umap_orbit.png"}  # fmt: skip
+        assert set(sources) == {
+            "spectra.png",
+            "interaction.png",
+            "cond.png",
+            "stats.png",
+            "density.png",
+            "rho.png",
+            "orbits.png",
+            "umap_class.png",
+            "umap_orbit.png",
+        }
         page = index.read_text()
         assert "Z - H" in page and "compression" in page and "method: simclr" in page
         assert "step 125: non-finite Lanczos" in page
@@ -159,14 +188,19 @@ class TestWriteReport:
         # the budget deferred the spectra of steps 30, 60, 90 and the final 130 (taken at 95)
         rng = np.random.default_rng(0)
         full = {0: _record(0, 1.0, rng, False), 95: _record(95, 1.0, rng, True)}
-        records = [full.get(s) or _statistics_only(_record(s, 1.0, rng, False))
-                   for s in (0, 30, 60, 90, 95, 120, 130)]  # fmt: skip
+        records = [
+            full.get(s) or _statistics_only(_record(s, 1.0, rng, False))
+            for s in (0, 30, 60, 90, 95, 120, 130)
+        ]
         run = tmp_path / "run"
         run.mkdir()
         (run / "geometry.jsonl").write_text("".join(r.to_json() + "\n" for r in records))
         read = RunFolder(run).records(ok_only=True)
-        assert [r.parts for r in read][:3] == [["stats", "hessian", "augment"], ["stats"],
-                                               ["stats"]]  # fmt: skip
+        assert [r.parts for r in read][:3] == [
+            ["stats", "hessian", "augment"],
+            ["stats"],
+            ["stats"],
+        ]
         drawn: list[tuple[str, list[float]]] = []
         real = plots.plt.Axes.plot
 
@@ -205,8 +239,10 @@ class TestWriteReport:
             assert missing in page
 
     def test_overlay_of_runs_and_pca_fallback(self, tmp_path: Path) -> None:
-        runs = [make_run(tmp_path, n, scale=s, n_features=12)
-                for n, s in (("swish", 1.0), ("relu", 2.0), ("linear", 0.5))]  # fmt: skip
+        runs = [
+            make_run(tmp_path, n, scale=s, n_features=12)
+            for n, s in (("swish", 1.0), ("relu", 2.0), ("linear", 0.5))
+        ]
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             index = write_report(runs)
@@ -243,8 +279,10 @@ class TestFloor:
     def test_each_records_floor(self, tmp_path: Path, tau: float) -> None:
         run = make_run(tmp_path, "swish", probes=False, n_features=None, tau=tau)
         records = RunFolder(run).records(ok_only=True)
-        expected = [-tau * max(abs(r.metrics["heff/lambda_min"]), abs(r.metrics["heff/lambda_max"]))
-                    for r in records]  # fmt: skip
+        expected = [
+            -tau * max(abs(r.metrics["heff/lambda_min"]), abs(r.metrics["heff/lambda_max"]))
+            for r in records
+        ]
         np.testing.assert_allclose(self._floor_curve(run, tmp_path), expected, rtol=1e-12)
 
 
@@ -263,15 +301,18 @@ class TestReportCommand:
         """A run folder: two records written as the monitor writes them, then ``tail``."""
         run = tmp_path / "run"
         run.mkdir()
-        lines = [GeometryRecord(step=s, epoch=0, status="ok", parts=["stats"],
-                                metrics={"z/effective_rank": 1.0 + s}).to_json()
-                 for s in (0, 1)]  # fmt: skip
+        lines = [
+            GeometryRecord(
+                step=s, epoch=0, status="ok", parts=["stats"], metrics={"z/effective_rank": 1.0 + s}
+            ).to_json()
+            for s in (0, 1)
+        ]
         (run / "geometry.jsonl").write_text("\n".join(lines) + "\n" + tail)
         return run
 
     def test_torn_last_line_one_warning_and_noted(
         self, tmp_path: Path, capsys: pytest.CaptureFixture
-    ) -> None:  # fmt: skip
+    ) -> None:
         run = self._records_run(tmp_path, '{"schema": 2, "step": 2, "ep')  # a killed writer
         assert self._run(str(run)) == 0
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
@@ -284,16 +325,25 @@ class TestReportCommand:
         page = (run / "report" / "index.html").read_text()
         assert "2 measurements" in page and f"{where}: torn last record dropped" in page
 
-    @pytest.mark.parametrize(("tail", "reason"), [
-        ('{"schema": 2, "step": 2, "epoch": 0, "status": "ok", "metrics": {"m": NaN}}\n',
-         "non-finite number NaN"),
-        ('{"schema": 2, "step": 2, "epoch": 0, "status": "ok", "metrics": {"m": Infinity}}\n',
-         "non-finite number Infinity"),
-        ("{garbage\n", "not JSON (Expecting property name enclosed in double quotes)"),
-    ], ids=["NaN", "Infinity", "not JSON"])  # fmt: skip
+    @pytest.mark.parametrize(
+        ("tail", "reason"),
+        [
+            (
+                '{"schema": 2, "step": 2, "epoch": 0, "status": "ok", "metrics": {"m": NaN}}\n',
+                "non-finite number NaN",
+            ),
+            (
+                '{"schema": 2, "step": 2, "epoch": 0, "status": "ok", '
+                '"metrics": {"m": Infinity}}\n',
+                "non-finite number Infinity",
+            ),
+            ("{garbage\n", "not JSON (Expecting property name enclosed in double quotes)"),
+        ],
+        ids=["NaN", "Infinity", "not JSON"],
+    )
     def test_unusable_line_reported_as_skipped(
         self, tmp_path: Path, capsys: pytest.CaptureFixture, tail: str, reason: str
-    ) -> None:  # fmt: skip
+    ) -> None:
         after = GeometryRecord(step=3, epoch=0, status="ok").to_json()
         run = self._records_run(tmp_path, tail + after + "\n")
         assert self._run(str(run)) == 0
@@ -319,11 +369,12 @@ class TestRealRun:
 
     def test_report_and_probe_of_a_real_run(self, tmp_path: Path) -> None:
         pytest.importorskip("lightly", reason="the lightly host needs lightly")
-        support = pytest.importorskip("tests.hosts.test_lightly_support",
-                                      reason="tests/hosts helpers not importable")  # fmt: skip
+        support = pytest.importorskip(
+            "tests.hosts.test_lightly_support", reason="tests/hosts helpers not importable"
+        )
         from solo_geometry.cli import main as cli_main
         from solo_geometry.hosts.lightly import launch
-        from solo_geometry.inputs.datasets import make_digits
+        from solo_geometry.inputs.digits import make_digits
 
         data = make_digits(tmp_path / "digits", size=32)
         recipe = support.write_recipe(tmp_path / "recipes", "byol", data)
@@ -343,8 +394,12 @@ class TestRealRun:
             runs_root=tmp_path / "runs",
         )
         few = digits_subset(data, tmp_path / "few", {"train": 12, "val": 6})  # 180 images
-        assert cli_main(["probe", str(run), "--data", str(few), "--quiet",
-                         "--targets", "class", "rotation"]) == 0  # fmt: skip
+        assert (
+            cli_main(
+                ["probe", str(run), "--data", str(few), "--quiet", "--targets", "class", "rotation"]
+            )
+            == 0
+        )
         assert (run / "features.pt").is_file() and (run / "probes.json").is_file()
         index = write_report([run])
         sources = _check_pngs(index)
@@ -371,8 +426,14 @@ class TestUmapCache:
         env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
         out = []
         for _ in range(2):
-            proc = subprocess.run([sys.executable, "-c", _EMBED], env=env, capture_output=True,
-                                  text=True, timeout=300, check=False)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, "-c", _EMBED],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
             assert proc.returncode == 0, proc.stderr[-2000:]
             out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         first, second = out
@@ -404,8 +465,11 @@ class TestQualityAndAlerts:
         records = []
         for i, state in enumerate(states):
             rec = _record(50 * i, 1.0, rng, False)
-            quality = {f"{x}/{k}": 1.0 + i for x in ("z", "h")
-                       for k in ("rankme", "lidar", "alpha_req", "collapse_level")}  # fmt: skip
+            quality = {
+                f"{x}/{k}": 1.0 + i
+                for x in ("z", "h")
+                for k in ("rankme", "lidar", "alpha_req", "collapse_level")
+            }
             why = "strict saddle: (numbers)" if state != "healthy" else None
             alert = {"state": state, "level": i, "since": 0, "features": "h", "diagnosis": why}
             metrics = {**rec.metrics, **quality, "cka/z_h": 0.5}
@@ -425,8 +489,11 @@ class TestQualityAndAlerts:
             index = write_report([run])
         assert "quality.png" in _check_pngs(index)
         # per shaded panel: dimensional over [100, 150], complete over [150, 200] and the last
-        assert set(spans) == {(100, 150, "tab:orange"), (150, 200, "tab:red"),
-                              (200, 200.5, "tab:red")}  # fmt: skip
+        assert set(spans) == {
+            (100, 150, "tab:orange"),
+            (150, 200, "tab:red"),
+            (200, 200.5, "tab:red"),
+        }
         page = index.read_text()
         assert "collapse alert dimensional first at step 100" in page
         assert "at the last record (step 200) complete; strict saddle" in page

@@ -20,7 +20,8 @@ from solo_geometry.commands.demo import (
     format_findings,
     run_demo,
 )
-from solo_geometry.run.records import GeometryRecord, OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,19 +31,40 @@ def _fake_run(run: Path) -> Path:
     run.mkdir(parents=True)
     folder = RunFolder(run)
     for record in (
-        GeometryRecord(0, 0, "ok", metrics={"m/lambda_min": -0.25, "interaction_ratio": 0.5},
-                       parts=["stats", "hessian"]),
+        GeometryRecord(
+            0,
+            0,
+            "ok",
+            metrics={"m/lambda_min": -0.25, "interaction_ratio": 0.5},
+            parts=["stats", "hessian"],
+        ),
         GeometryRecord(5, 0, "skipped", reason="x"),
-        GeometryRecord(10, 1, "ok", metrics={"m/lambda_min": -0.125, "interaction_ratio": 0.75},
-                       parts=["stats", "hessian"], alert={"state": "dimensional"}),
+        GeometryRecord(
+            10,
+            1,
+            "ok",
+            metrics={"m/lambda_min": -0.125, "interaction_ratio": 0.75},
+            parts=["stats", "hessian"],
+            alert={"state": "dimensional"},
+        ),
         # the budget deferred the final record's spectra: the findings skip it
-        GeometryRecord(12, 1, "ok", metrics={"z/cond": 3.0}, parts=["stats"], final=True,
-                       deferred_parts={"hessian": "budget: ..."},
-                       alert={"state": "healthy", "diagnosis": None}),
-    ):  # fmt: skip
+        GeometryRecord(
+            12,
+            1,
+            "ok",
+            metrics={"z/cond": 3.0},
+            parts=["stats"],
+            final=True,
+            deferred_parts={"hessian": "budget: ..."},
+            alert={"state": "healthy", "diagnosis": None},
+        ),
+    ):
         folder.append_record(record)
-    rows = [ProbeRow("z", "linear", "class", 0.9, 0.1), ProbeRow("h", "linear", "class", 0.8, 0.1),
-            ProbeRow("z", "linear", "rotation", 0.7, 0.25)]  # fmt: skip
+    rows = [
+        ProbeRow("z", "linear", "class", 0.9, 0.1),
+        ProbeRow("h", "linear", "class", 0.8, 0.1),
+        ProbeRow("z", "linear", "rotation", 0.7, 0.25),
+    ]
     orbit = OrbitRow("brightness", 0.4, 8, {}, {}, 2.5, [2.75, 0.5])
     folder.write_probes(ProbeTable(rows, [orbit]))
     return run
@@ -73,8 +95,9 @@ class TestFindings:
         run = tmp_path / "run"
         run.mkdir()
         folder = RunFolder(run)
-        folder.append_record(GeometryRecord(0, 0, "ok", parts=["stats", "hessian"],
-                                            metrics={"m/lambda_min": -0.25}))  # fmt: skip
+        folder.append_record(
+            GeometryRecord(0, 0, "ok", parts=["stats", "hessian"], metrics={"m/lambda_min": -0.25})
+        )
         folder.append_record(GeometryRecord(30, 0, "ok", metrics={"z/cond": 3.0}, parts=["stats"]))
         result = findings(run)
         assert [g["step"] for g in result["geometry"]] == [0]
@@ -139,8 +162,18 @@ class TestQuickDemo:
         cut down by the environment variable as ``make demo`` would be.
         """
         site = tmp_path / "site"
-        install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                   "--no-build-isolation", "--target", str(site), str(REPO)]  # fmt: skip
+        install = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(REPO),
+        ]
         assert subprocess.run(install, capture_output=True, timeout=600).returncode == 0
         env = {**os.environ, QUICK_ENV: "1", "PYTHONPATH": str(site)}
         where = subprocess.run(
@@ -149,8 +182,12 @@ class TestQuickDemo:
                 "-c",
                 "import solo_geometry.commands.demo as d; print(d.__file__, d.RECIPE)",
             ],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
         module, recipe = where.stdout.split()
         assert module.startswith(str(site)) and recipe.startswith(str(site)), where.stdout
         proc = subprocess.run(

@@ -178,20 +178,31 @@ class TestDegenerateArrays:
     @pytest.mark.parametrize(
         ("change", "message"),
         [
-            (lambda a: a.update(orbits_h=np.zeros_like(a["orbits_h"])),
-             "every orbits_h measure: 180 of 180 rows are all zero"),
-            (lambda a: a.update(orbits_h=a["orbits_h"][a["orbit_ids"] * 12]),
-             "compression: mean spread(H) is"),
-            (lambda a: a.update(orbit_labels=np.zeros(180, dtype=int)),
-             "D_inter and separation: they need 2 classes, orbit_labels has only [0]"),
-            (lambda a: a.update(orbit_ids=np.zeros(180, dtype=int),
-                                orbit_labels=np.zeros(180, dtype=int)),
-             "they need 2 classes"),
-            (lambda a: a.update(orbit_ids=np.arange(180)),
-             "D_intra and separation: they need an orbit of 2 rows, every orbit has 1"),
+            (
+                lambda a: a.update(orbits_h=np.zeros_like(a["orbits_h"])),
+                "every orbits_h measure: 180 of 180 rows are all zero",
+            ),
+            (
+                lambda a: a.update(orbits_h=a["orbits_h"][a["orbit_ids"] * 12]),
+                "compression: mean spread(H) is",
+            ),
+            (
+                lambda a: a.update(orbit_labels=np.zeros(180, dtype=int)),
+                "D_inter and separation: they need 2 classes, orbit_labels has only [0]",
+            ),
+            (
+                lambda a: a.update(
+                    orbit_ids=np.zeros(180, dtype=int), orbit_labels=np.zeros(180, dtype=int)
+                ),
+                "they need 2 classes",
+            ),
+            (
+                lambda a: a.update(orbit_ids=np.arange(180)),
+                "D_intra and separation: they need an orbit of 2 rows, every orbit has 1",
+            ),
         ],
         ids=["all-zero H", "H one point per orbit", "one class", "one orbit", "one-row orbits"],
-    )  # fmt: skip
+    )
     def test_undefined_is_an_error(
         self, tmp_path: Path, capsys: pytest.CaptureFixture, change, message: str
     ) -> None:

@@ -26,9 +26,19 @@ def _cfg(node: object) -> OmegaConf:
 class TestAsBool:
     @pytest.mark.parametrize(
         ("value", "expected"),
-        [(True, True), (False, False), ("on", True), ("off", False), ("ON", True),
-         ("no", False), ("yes", True), ("1", True), ("0", False), (0, False)],
-    )  # fmt: skip
+        [
+            (True, True),
+            (False, False),
+            ("on", True),
+            ("off", False),
+            ("ON", True),
+            ("no", False),
+            ("yes", True),
+            ("1", True),
+            ("0", False),
+            (0, False),
+        ],
+    )
     def test_words(self, value: object, expected: bool) -> None:
         assert as_bool(value, "k") is expected
 
@@ -42,8 +52,12 @@ class TestGeometryConfig:
     def test_defaults(self) -> None:
         g = GeometryConfig()
         assert (g.enabled, g.every_n_steps, g.max_samples, g.lanczos_max_steps, g.dtype) == (
-            True, 50, 16, 200, "float32",
-        )  # fmt: skip
+            True,
+            50,
+            16,
+            200,
+            "float32",
+        )
         assert g.head.name == "projector"  # geometry on never changes the experiment
         assert not g.init.pseudo_collapse and g.init.alpha == 0.1
         assert g.probes.enabled and g.probes.data is None
@@ -120,8 +134,11 @@ class TestGeometryConfig:
             build()  # type: ignore[operator]
 
     def test_nested_probe_options_reach_the_config(self) -> None:
-        probes = {"mlp": {"hidden": 32}, "linear": {"tol": 1e-6},
-                  "orbits": {"families": ["hue"], "k": 4}}  # fmt: skip
+        probes = {
+            "mlp": {"hidden": 32},
+            "linear": {"tol": 1e-6},
+            "orbits": {"families": ["hue"], "k": 4},
+        }
         g = geometry_config(_cfg({"probes": probes}))
         assert g is not None
         assert (g.probes.mlp.hidden, g.probes.linear.tol) == (32, 1e-6)
@@ -154,8 +171,12 @@ class TestBuildConfiguredHead:
 
     def test_roundtrip_plain_types(self) -> None:
         # what the monitor stores in checkpoints and records: plain values that rebuild the node
-        g = GeometryConfig(every_n_steps=7, dtype="float32", head=HeadConfig(name="smooth_mlp"),
-                           probes=ProbesConfig(targets=["class"]))  # fmt: skip
+        g = GeometryConfig(
+            every_n_steps=7,
+            dtype="float32",
+            head=HeadConfig(name="smooth_mlp"),
+            probes=ProbesConfig(targets=["class"]),
+        )
         plain = dataclasses.asdict(g)
         assert plain["measure"]["augment_families"] == ["brightness"]
         rebuilt = geometry_config(OmegaConf.create({"method": "byol", "geometry": plain}))

@@ -118,9 +118,13 @@ class TestLidar:
         x = np.random.default_rng(4).normal(size=(2, 30, 12)) + np.random.default_rng(5).normal(
             size=(1, 30, 12)
         )
-        monkeypatch.setattr(reptrix_lidar.utils, "get_eigenspectrum",
-                            lambda activations_np, max_eigenvals: np.linalg.eigvalsh(
-                                (activations_np + activations_np.T) / 2)[::-1])  # fmt: skip
+        monkeypatch.setattr(
+            reptrix_lidar.utils,
+            "get_eigenspectrum",
+            lambda activations_np, max_eigenvals: np.linalg.eigvalsh(
+                (activations_np + activations_np.T) / 2
+            )[::-1],
+        )
         acts = torch.from_numpy(np.ascontiguousarray(x.transpose(1, 0, 2)))  # (N, V, d)
         ref = reptrix_lidar.get_lidar(acts, 30, 2, del_sigma_augs=LIDAR_DELTA)
         assert lidar(torch.from_numpy(x)) == pytest.approx(ref, rel=1e-6)
@@ -204,7 +208,9 @@ class TestQualityRecord:
     def test_keys_and_views(self) -> None:
         z = torch.randn(2, 16, 8, dtype=torch.float64)
         rec = quality_record("z", z)
-        assert set(rec) == {f"z/{k}" for k in ("rankme", "lidar", "alpha_req", "alpha_req_r2",
-                                                 "collapse_level", "dim")}  # fmt: skip
+        assert set(rec) == {
+            f"z/{k}"
+            for k in ("rankme", "lidar", "alpha_req", "alpha_req_r2", "collapse_level", "dim")
+        }
         assert rec["z/lidar"] == pytest.approx(lidar(z)) and rec["z/dim"] == 8.0
         assert quality_record("h", z.reshape(32, 8))["h/lidar"] is None

@@ -248,19 +248,36 @@ class TestEffectiveHessianSpectrum:
     def test_record_keys(self) -> None:
         record = effective_hessian_spectrum(small_head(), _loss, features()).as_record()
         fields = (
-            "lambda_min", "lambda_max", "ritz_min", "ritz_max", "residual_min", "residual_max",
-            "converged_min", "converged_max", "steps", "cond", "neg_fraction",
-            "neg_fraction_std", "neg_fraction_quad", "seconds",
-        )  # fmt: skip
+            "lambda_min",
+            "lambda_max",
+            "ritz_min",
+            "ritz_max",
+            "residual_min",
+            "residual_max",
+            "converged_min",
+            "converged_max",
+            "steps",
+            "cond",
+            "neg_fraction",
+            "neg_fraction_std",
+            "neg_fraction_quad",
+            "seconds",
+        )
         expected = {f"{op}/{k}" for op in ("heff", "gn", "m") for k in fields}
         assert set(record) == expected | {"interaction_ratio", "gn_is_heff"}  # metrics alone
 
     def test_settings_apart_named_as_the_record_names_them(self) -> None:
         s = effective_hessian_spectrum(small_head(), _loss, features(), max_samples=3, tol=1e-4)
         assert s.settings == SpectrumSettings(
-            floor=s.floor, tau=1e-10, lanczos_tol=1e-4, lanczos_max_steps=200, slq_probes=1,
-            dim=V * 3 * D, n_batch=s.n_batch, n_block=3,
-        )  # fmt: skip
+            floor=s.floor,
+            tau=1e-10,
+            lanczos_tol=1e-4,
+            lanczos_max_steps=200,
+            slq_probes=1,
+            dim=V * 3 * D,
+            n_batch=s.n_batch,
+            n_block=3,
+        )
         record_fields = {f.name for f in dataclasses.fields(Settings)}
         assert {f.name for f in dataclasses.fields(SpectrumSettings)} <= record_fields
 

@@ -36,10 +36,15 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "zoo" / "recipes" / "digits"
 N = 4  # rows per rank
 GEOMETRY = [
-    "+geometry=on", "geometry.probes.enabled=false", "geometry.dtype=float64",
-    "geometry.lanczos_max_steps=300", "geometry.lanczos_tol=1e-10", "geometry.max_samples=8",
-    "geometry.measure.augment=false", "geometry.measure.density_probes=1",
-]  # fmt: skip
+    "+geometry=on",
+    "geometry.probes.enabled=false",
+    "geometry.dtype=float64",
+    "geometry.lanczos_max_steps=300",
+    "geometry.lanczos_tol=1e-10",
+    "geometry.max_samples=8",
+    "geometry.measure.augment=false",
+    "geometry.measure.density_probes=1",
+]
 VIT = ["backbone.name=vit_tiny", "++backbone.kwargs.img_size=32", "++backbone.kwargs.patch_size=8"]
 HEADS = {
     "simclr": ["geometry.head.name=smooth_mlp"],  # solo-learn's SimCLR projector has no BN
@@ -57,9 +62,18 @@ def build(method: str, tmp: Path) -> Any:
     from solo_geometry.recipe import load_recipe
 
     install()
-    cfg = load_recipe(RECIPES / f"{method}.yaml", [
-        f"data.train_path={tmp}", "data.val_path=null", "method_kwargs.proj_hidden_dim=64",
-        "method_kwargs.proj_output_dim=32", *VIT, *GEOMETRY, *HEADS[method]])  # fmt: skip
+    cfg = load_recipe(
+        RECIPES / f"{method}.yaml",
+        [
+            f"data.train_path={tmp}",
+            "data.val_path=null",
+            "method_kwargs.proj_hidden_dim=64",
+            "method_kwargs.proj_output_dim=32",
+            *VIT,
+            *GEOMETRY,
+            *HEADS[method],
+        ],
+    )
     torch.manual_seed(0)
     model = METHODS[method](parse_cfg(cfg))
     return model.train()
@@ -205,8 +219,13 @@ def scenario_faults(rank: int, tmp: Path) -> dict[str, Any]:
 
 def main(rank: int, world: int, store: str, scenario: str, out: str) -> None:
     """Join the group, run the scenario, save its outcome."""
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=120))  # fmt: skip
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
     try:
         tmp = Path(out).parent
         result = (scenario_bn if scenario == "bn" else scenario_faults)(rank, tmp)

@@ -28,10 +28,13 @@ SMALL: dict[str, list[str]] = {
     "ressl": ["+method_kwargs.queue_size=64"],
     "all4one": ["method_kwargs.queue_size=64", "method_kwargs.pred_hidden_dim=64"],
     "dino": ["method_kwargs.num_prototypes=48"],
-    "swav": ["method_kwargs.queue_size=16", "method_kwargs.num_prototypes=24",
-             "method_kwargs.epoch_queue_starts=0"],
+    "swav": [
+        "method_kwargs.queue_size=16",
+        "method_kwargs.num_prototypes=24",
+        "method_kwargs.epoch_queue_starts=0",
+    ],
     "deepclusterv2": ["method_kwargs.num_prototypes=[12,12]"],
-}  # fmt: skip
+}
 TINY_DIMS = ["method_kwargs.proj_hidden_dim=64", "method_kwargs.proj_output_dim=32"]
 
 
@@ -42,11 +45,20 @@ def recipe(method: str) -> Path:
 
 def cifar_overrides(method: str, train_dir: Path) -> list[str]:
     """The overrides that make ``method``'s cifar recipe a tiny CPU run on ``train_dir``."""
-    return [*CPU, "data.dataset=custom", f"data.train_path={train_dir}", "data.val_path=null",
-            "data.format=image_folder", "data.num_workers=0", "wandb.enabled=False",
-            "optimizer.batch_size=8",
-            "auto_resume.enabled=False", "checkpoint.enabled=False", *TINY_DIMS,
-            *SMALL.get(method, [])]  # fmt: skip
+    return [
+        *CPU,
+        "data.dataset=custom",
+        f"data.train_path={train_dir}",
+        "data.val_path=null",
+        "data.format=image_folder",
+        "data.num_workers=0",
+        "wandb.enabled=False",
+        "optimizer.batch_size=8",
+        "auto_resume.enabled=False",
+        "checkpoint.enabled=False",
+        *TINY_DIMS,
+        *SMALL.get(method, []),
+    ]
 
 
 def batch(n: int = 8, views: int = 2, seed: int = 0, size: int = 8) -> list[Any]:

@@ -26,42 +26,87 @@ ENTRY = Path(__file__).with_name("ddp_entry.py")
 FAULT = "injected fault on rank 1"
 DDP = ["++strategy=ddp", "++accelerator=cpu"]
 TINY = [
-    "data.num_workers=0", "max_epochs=1", "++enable_progress_bar=False",
-    "method_kwargs.proj_hidden_dim=64", "method_kwargs.proj_output_dim=32", "+geometry=on",
-    "geometry.every_n_steps=1", "geometry.measure.density_probes=1", "geometry.budget=null",
+    "data.num_workers=0",
+    "max_epochs=1",
+    "++enable_progress_bar=False",
+    "method_kwargs.proj_hidden_dim=64",
+    "method_kwargs.proj_output_dim=32",
+    "+geometry=on",
+    "geometry.every_n_steps=1",
+    "geometry.measure.density_probes=1",
+    "geometry.budget=null",
     "geometry.dtype=float64",  # 1 vs 2 ranks agree to float64 round-off at step 0 (RTOL)
-]  # fmt: skip
+]
 FAULTY = [
-    "+limit_train_batches=2", "geometry.lanczos_max_steps=40", "geometry.max_samples=4",
-    "geometry.measure.augment_families=[brightness]", "geometry.measure.augment_samples=4",
-    "optimizer.batch_size=4", "++devices=[0,1]",
-]  # fmt: skip
+    "+limit_train_batches=2",
+    "geometry.lanczos_max_steps=40",
+    "geometry.max_samples=4",
+    "geometry.measure.augment_families=[brightness]",
+    "geometry.measure.augment_samples=4",
+    "optimizer.batch_size=4",
+    "++devices=[0,1]",
+]
 # The same global batch of 8 on one rank and on two: a backbone and head without BatchNorm
 # (ViT, LayerNorm), augmentations that draw nothing, DDP's seeded sampler in both runs.
 SAME_BATCH = [
-    "backbone.name=vit_tiny", "++backbone.kwargs.img_size=32", "++backbone.kwargs.patch_size=8",
-    *(f"augmentations.{i}.{k}" for i in (0, 1)
-      for k in ("rrc.enabled=False", "color_jitter.prob=0.0", "grayscale.prob=0.0",
-                "gaussian_blur.prob=0.0", "solarization.prob=0.0", "equalization.prob=0.0",
-                "horizontal_flip.prob=0.0")),
-    "+limit_train_batches=1", "geometry.lanczos_max_steps=300", "geometry.lanczos_tol=1e-10",
-    "geometry.measure.augment=false", "geometry.probes.enabled=false", "data.val_path=null",
-]  # fmt: skip
+    "backbone.name=vit_tiny",
+    "++backbone.kwargs.img_size=32",
+    "++backbone.kwargs.patch_size=8",
+    *(
+        f"augmentations.{i}.{k}"
+        for i in (0, 1)
+        for k in (
+            "rrc.enabled=False",
+            "color_jitter.prob=0.0",
+            "grayscale.prob=0.0",
+            "gaussian_blur.prob=0.0",
+            "solarization.prob=0.0",
+            "equalization.prob=0.0",
+            "horizontal_flip.prob=0.0",
+        )
+    ),
+    "+limit_train_batches=1",
+    "geometry.lanczos_max_steps=300",
+    "geometry.lanczos_tol=1e-10",
+    "geometry.measure.augment=false",
+    "geometry.probes.enabled=false",
+    "data.val_path=null",
+]
 
 
 def _ddp(host: str, args: list[str], cwd: Path, fault: bool = False) -> subprocess.CompletedProcess:
     cwd.mkdir(parents=True, exist_ok=True)
-    environment = {**env(), "DDP_HOST": host, "DDP_FAULT": "1" if fault else "0",
-                   "OMP_NUM_THREADS": "1"}  # fmt: skip  # one thread a rank: no oversubscription
+    environment = {
+        **env(),
+        "DDP_HOST": host,
+        "DDP_FAULT": "1" if fault else "0",
+        "OMP_NUM_THREADS": "1",  # one thread a rank: no oversubscription
+    }
     environment.pop("LOCAL_RANK", None)
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 def _solo(method: str, overrides: list[str], run_dir: Path, fault: bool = False) -> Path:
     pytest.importorskip("solo", reason=SOLO_REASON)
-    args = ["--config-path", str(RECIPES), "--config-name", method, f"hydra.run.dir={run_dir}",
-            "checkpoint.enabled=False", *TINY, *DDP, *overrides]  # fmt: skip
+    args = [
+        "--config-path",
+        str(RECIPES),
+        "--config-name",
+        method,
+        f"hydra.run.dir={run_dir}",
+        "checkpoint.enabled=False",
+        *TINY,
+        *DDP,
+        *overrides,
+    ]
     proc = _ddp("solo", args, run_dir, fault)
     assert proc.returncode == 0, tail(proc)
     return run_dir
@@ -93,9 +138,18 @@ class TestSoloDDP:
         run_dir = tmp_path / "run"
         pytest.importorskip("solo", reason=SOLO_REASON)
         data = [f"data.train_path={digits / 'train'}", f"data.val_path={digits / 'val'}"]
-        args = ["--config-path", str(RECIPES), "--config-name", "simclr",
-                f"hydra.run.dir={run_dir}", "checkpoint.enabled=False", *TINY, *DDP, *FAULTY,
-                *data]  # fmt: skip
+        args = [
+            "--config-path",
+            str(RECIPES),
+            "--config-name",
+            "simclr",
+            f"hydra.run.dir={run_dir}",
+            "checkpoint.enabled=False",
+            *TINY,
+            *DDP,
+            *FAULTY,
+            *data,
+        ]
         proc = _ddp("solo", args, run_dir, fault=True)
         assert proc.returncode == 0, tail(proc)
         log = proc.stdout + proc.stderr
@@ -105,9 +159,11 @@ class TestSoloDDP:
 
     @pytest.mark.parametrize(
         ("method", "head"),
-        [("simclr", []),  # its projector has no BatchNorm
-         ("vicreg", ["geometry.head.name=smooth_mlp", "geometry.head.norm=none"])],
-    )  # fmt: skip
+        [
+            ("simclr", []),  # its projector has no BatchNorm
+            ("vicreg", ["geometry.head.name=smooth_mlp", "geometry.head.norm=none"]),
+        ],
+    )
     def test_two_ranks_equal_one_rank(
         self, digits: Path, tmp_path: Path, method: str, head: list[str]
     ) -> None:
@@ -145,9 +201,18 @@ class TestLightlyDDP:
 
     def test_fault_on_one_rank_is_skipped_on_all(self, digits: Path, tmp_path: Path) -> None:
         recipe = RECIPES / "simclr.yaml"
-        args = ["--config", str(recipe), "--runs-root", str(tmp_path / "runs"), *TINY, *DDP,
-                *FAULTY, f"data.train_path={digits / 'train'}", "data.val_path=null",
-                "geometry.probes.enabled=false"]  # fmt: skip
+        args = [
+            "--config",
+            str(recipe),
+            "--runs-root",
+            str(tmp_path / "runs"),
+            *TINY,
+            *DDP,
+            *FAULTY,
+            f"data.train_path={digits / 'train'}",
+            "data.val_path=null",
+            "geometry.probes.enabled=false",
+        ]
         proc = _ddp("lightly", args, tmp_path, fault=True)
         assert proc.returncode == 0, tail(proc)
         runs = list((tmp_path / "runs").iterdir())

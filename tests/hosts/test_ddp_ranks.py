@@ -35,10 +35,24 @@ def _ranks(scenario: str, tmp_path: Path, timeout: int = 480) -> list[Any]:
     pytest.importorskip("solo", reason=SOLO_REASON)
     store = tmp_path / "store"
     environment = {**env(), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(ENTRY), str(r), "2", str(store), scenario,
-                               str(tmp_path / f"rank{r}.pt")], env=environment,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ENTRY),
+                str(r),
+                "2",
+                str(store),
+                scenario,
+                str(tmp_path / f"rank{r}.pt"),
+            ],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     try:
         logs = [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
@@ -53,8 +67,7 @@ def _close(a: dict[str, Any], b: dict[str, Any], rtol: float) -> list[str]:
     """The keys (statistics, spectral extremes) where two records differ beyond ``rtol``."""
     keys = [k for k in a if k.startswith(("z/", "h/"))] + KEYS + ["interaction_ratio"]
     assert len(keys) > 8
-    return [k for k in keys
-            if not math.isclose(a[k], b[k], rel_tol=rtol, abs_tol=1e-12)]  # fmt: skip
+    return [k for k in keys if not math.isclose(a[k], b[k], rel_tol=rtol, abs_tol=1e-12)]
 
 
 @pytest.mark.solo
@@ -81,12 +94,17 @@ def test_a_fault_on_any_rank_skips_the_record_on_all(tmp_path: Path) -> None:
     statuses = [status for status, _ in zero["records"]]
     assert statuses == ["ok", *["skipped"] * 5, "ok"], zero["records"]
     reasons = [reason for _, reason in zero["records"][1:6]]
-    expected = [("rank 0", "OutOfMemoryError: injected"), ("rank 1", "OutOfMemoryError: injected"),
-                ("rank 1", "OutOfMemoryError: injected"),
-                ("rank 1", "FloatingPointError: non-finite backbone features"),
-                ("rank 0", "RuntimeError: injected inside the products")]  # fmt: skip
+    expected = [
+        ("rank 0", "OutOfMemoryError: injected"),
+        ("rank 1", "OutOfMemoryError: injected"),
+        ("rank 1", "OutOfMemoryError: injected"),
+        ("rank 1", "FloatingPointError: non-finite backbone features"),
+        ("rank 0", "RuntimeError: injected inside the products"),
+    ]
     for reason, (rank, what) in zip(reasons, expected, strict=True):
         assert f"{rank}: {what}" in reason, reason
-    first, last = ({k: v for k, v in zero["records"][i][1].items() if not k.endswith("/seconds")}
-                   for i in (0, -1))  # fmt: skip
+    first, last = (
+        {k: v for k, v in zero["records"][i][1].items() if not k.endswith("/seconds")}
+        for i in (0, -1)
+    )
     assert first == last  # same parameters and batch: the skips changed nothing

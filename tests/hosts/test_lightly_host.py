@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from test_lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
@@ -191,8 +191,11 @@ class TestGeometryView:
         recipe, geometry = prepare(cfg)
         model = LightlyMethod(recipe, 10, geometry).train()
         torch.manual_seed(0)
-        batch = (torch.arange(6), [torch.randn(6, 3, 32, 32) for _ in range(2)],
-                 torch.zeros(6, dtype=torch.long))  # fmt: skip
+        batch = (
+            torch.arange(6),
+            [torch.randn(6, 3, 32, 32) for _ in range(2)],
+            torch.zeros(6, dtype=torch.long),
+        )
         backbones = [model.backbone] + ([model.momentum_backbone] if model.momentum else [])
         assert_view_reuses_training_step(model, batch, backbones)
 
@@ -268,12 +271,14 @@ class TestBothHosts:
 class TestProbeNormalisation:
     """End-of-fit probes normalise images as the recipe's pipeline does."""
 
-    @pytest.mark.parametrize(
+    @pytest.mark.parametrize(  # the values of solo-learn's solo/data/pretrain_dataloader.py
         ("overrides", "mean", "std"),
-        [(["data.dataset=cifar100"], (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-         (["data.dataset=cifar10"], (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-         ([], (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))],
-    )  # fmt: skip  # the values of solo-learn's solo/data/pretrain_dataloader.py
+        [
+            (["data.dataset=cifar100"], (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+            (["data.dataset=cifar10"], (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+            ([], (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ],
+    )
     def test_probe_callback_uses_the_recipes_statistics(
         self, overrides: list, mean: tuple, std: tuple, digits: Path, tmp_path: Path
     ) -> None:

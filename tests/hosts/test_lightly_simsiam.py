@@ -23,7 +23,7 @@ from solo_geometry.hosts.lightly.losses import Objective, build_predictor, build
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.nodes import SimSiamKwargs
 from solo_geometry.hosts.lightly.recipe import parse_recipe
-from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.heads import SmoothMLPHead, build_configured_predictor
 from solo_geometry.models.solo_mlp import solo_projector
 
@@ -144,11 +144,13 @@ class TestPredictorOptions:
 
     @pytest.mark.parametrize(
         ("node", "key"),
-        [({"name": "mlp"}, "geometry.predictor.name"),
-         ({"activation": "sigmoid"}, "geometry.predictor.activation"),
-         ({"norm": "gn"}, "geometry.predictor.norm"),
-         ({"depth": 0}, "geometry.predictor.depth")],
-    )  # fmt: skip
+        [
+            ({"name": "mlp"}, "geometry.predictor.name"),
+            ({"activation": "sigmoid"}, "geometry.predictor.activation"),
+            ({"norm": "gn"}, "geometry.predictor.norm"),
+            ({"depth": 0}, "geometry.predictor.depth"),
+        ],
+    )
     def test_bad_values_name_the_key(self, node: dict, key: str) -> None:
         cfg = OmegaConf.create({"geometry": {"enabled": True, "predictor": node}})
         with pytest.raises(ValueError, match=key):
@@ -194,9 +196,16 @@ class TestStaticPredictorRate:
         torch.manual_seed(0)
         model = LightlyMethod(recipe, num_classes=10)
         rates = _Rates()
-        trainer = pl.Trainer(max_epochs=2, limit_train_batches=2, callbacks=[rates], logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, accelerator="cpu")  # fmt: skip
+        trainer = pl.Trainer(
+            max_epochs=2,
+            limit_train_batches=2,
+            callbacks=[rates],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+        )
         loader = build_train_loader(recipe.data, recipe.augmentations, 8)
         trainer.fit(model, loader)
         base = recipe.optimizer.lr

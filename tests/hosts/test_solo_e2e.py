@@ -32,12 +32,15 @@ pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
 
 DOCUMENTED = [
-    *(f"{op}/{q}" for op in ("heff", "gn", "m")
-      for q in ("lambda_min", "lambda_max", "neg_fraction", "neg_fraction_std", "cond")),
+    *(
+        f"{op}/{q}"
+        for op in ("heff", "gn", "m")
+        for q in ("lambda_min", "lambda_max", "neg_fraction", "neg_fraction_std", "cond")
+    ),
     "interaction_ratio",
     *(f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "effective_rank")),
     "rho/brightness",
-]  # fmt: skip
+]
 
 
 def _records(run_dir: Path) -> list[GeometryRecord]:
@@ -100,9 +103,11 @@ class TestMainPretrain:
 
     @pytest.mark.parametrize(
         "method",
-        [pytest.param(m, marks=() if m in ("simclr", "byol") else pytest.mark.slow)
-         for m in METHODS4],
-    )  # fmt: skip
+        [
+            pytest.param(m, marks=() if m in ("simclr", "byol") else pytest.mark.slow)
+            for m in METHODS4
+        ],
+    )
     def test_geometry_on(self, digits: Path, tmp_path: Path, method: str) -> None:
         proc = main_pretrain(method, [*TINY, *_data(digits), *GEOMETRY_TINY], tmp_path)
         assert proc.returncode == 0, tail(proc)
@@ -113,24 +118,41 @@ class TestMainPretrain:
         self, digits: Path, tmp_path: Path
     ) -> None:
         swap = ["geometry.head.name=smooth_mlp", "geometry.head.activation=gelu"]
-        base = [*TINY, *_data(digits), *GEOMETRY_TINY, "++limit_train_batches=1",
-                "geometry.measure.augment=false", *swap]  # fmt: skip
+        base = [
+            *TINY,
+            *_data(digits),
+            *GEOMETRY_TINY,
+            "++limit_train_batches=1",
+            "geometry.measure.augment=false",
+            *swap,
+        ]
         plain = main_pretrain("byol", base, tmp_path / "a")
-        collapsed = main_pretrain("byol", [*base, "geometry.init.pseudo_collapse=true"],
-                                  tmp_path / "b")  # fmt: skip
+        collapsed = main_pretrain(
+            "byol", [*base, "geometry.init.pseudo_collapse=true"], tmp_path / "b"
+        )
         assert plain.returncode == 0 and collapsed.returncode == 0, tail(collapsed)
         first_plain, first = _records(tmp_path / "a")[0], _records(tmp_path / "b")[0]
         assert first.head == first_plain.head == "smooth_mlp"
         assert first.meta and first.meta["geometry"]["head"]["activation"] == "gelu"
-        assert first.meta["geometry"]["init"] == {"pseudo_collapse": True, "alpha": 0.1,
-                                                  "backbone": False}  # fmt: skip
+        assert first.meta["geometry"]["init"] == {
+            "pseudo_collapse": True,
+            "alpha": 0.1,
+            "backbone": False,
+        }
         ratio = first.metrics["head/weight_norm"] / first_plain.metrics["head/weight_norm"]
         assert ratio == pytest.approx(0.1, rel=1e-4)  # same seed, every head weight times alpha
 
     def test_resume_continues_the_file(self, digits: Path, tmp_path: Path) -> None:
-        opts = [*TINY, *_data(digits), *GEOMETRY_TINY, "max_epochs=2", "checkpoint.enabled=True",
-                f"checkpoint.dir={tmp_path / 'ckpt'}", "++checkpoint.keep_prev=True",
-                "geometry.measure.augment=false"]  # fmt: skip
+        opts = [
+            *TINY,
+            *_data(digits),
+            *GEOMETRY_TINY,
+            "max_epochs=2",
+            "checkpoint.enabled=True",
+            f"checkpoint.dir={tmp_path / 'ckpt'}",
+            "++checkpoint.keep_prev=True",
+            "geometry.measure.augment=false",
+        ]
         first = main_pretrain("simclr", opts, tmp_path)
         assert first.returncode == 0, tail(first)
         written = {r.step: r.seconds for r in _records(tmp_path)}
@@ -152,8 +174,9 @@ class TestMainPretrain:
         assert all(r.seconds != written[r.step] for r in records if r.step > ckpt_step)
 
     def test_unknown_head_fails_clearly(self, digits: Path, tmp_path: Path) -> None:
-        proc = main_pretrain("byol", [*TINY, *_data(digits), "+geometry=on",
-                                      "geometry.head.name=nope"], tmp_path)  # fmt: skip
+        proc = main_pretrain(
+            "byol", [*TINY, *_data(digits), "+geometry=on", "geometry.head.name=nope"], tmp_path
+        )
         assert proc.returncode != 0
         assert "geometry.head.name: unknown value 'nope'" in proc.stdout + proc.stderr
         assert not (tmp_path / "geometry.jsonl").exists()
@@ -161,9 +184,15 @@ class TestMainPretrain:
 
 class TestCheckpoint:
     def test_vanilla_solo_loads_backbone_without_plugin(self, digits: Path, tmp_path: Path) -> None:
-        opts = [*TINY, *_data(digits), *GEOMETRY_TINY, "checkpoint.enabled=True",
-                f"checkpoint.dir={tmp_path / 'ckpt'}", "geometry.measure.augment=false",
-                "++limit_train_batches=1"]  # fmt: skip
+        opts = [
+            *TINY,
+            *_data(digits),
+            *GEOMETRY_TINY,
+            "checkpoint.enabled=True",
+            f"checkpoint.dir={tmp_path / 'ckpt'}",
+            "geometry.measure.augment=false",
+            "++limit_train_batches=1",
+        ]
         proc = main_pretrain("byol", opts, tmp_path / "run")
         assert proc.returncode == 0, tail(proc)
         ckpt = next((tmp_path / "ckpt").rglob("*.ckpt"))
@@ -201,8 +230,15 @@ class TestLauncher:
         "method", [pytest.param(m, marks=() if m == "byol" else pytest.mark.slow) for m in METHODS4]
     )
     def test_geometry_on(self, digits: Path, tmp_path: Path, method: str) -> None:
-        args = ["--config", str(RECIPES / f"{method}.yaml"), "--runs-root", "runs",
-                *TINY, *_data(digits), *GEOMETRY_TINY]  # fmt: skip
+        args = [
+            "--config",
+            str(RECIPES / f"{method}.yaml"),
+            "--runs-root",
+            "runs",
+            *TINY,
+            *_data(digits),
+            *GEOMETRY_TINY,
+        ]
         proc, runs = _launcher(args, tmp_path)
         assert proc.returncode == 0, tail(proc)
         (run_dir,) = runs.iterdir()
@@ -222,13 +258,15 @@ class TestLauncher:
         ("args", "message"),
         [
             (["+geometry=on", "geometry.head.name=nope"], "geometry.head.name"),
-            (["+geometry=on", "geometry.head.name=smooth_mlp", "geometry.head.activation=sine"],
-             "geometry.head.activation"),
+            (
+                ["+geometry=on", "geometry.head.name=smooth_mlp", "geometry.head.activation=sine"],
+                "geometry.head.activation",
+            ),
             (["+geometry=on", "method=wmse"], "not supported for method 'wmse'"),
             (["+geometry=on", "geometry.head.nme=x"], "geometry.head.nme"),
             (["+geometry=on", "stray"], "not a Hydra override"),
         ],
-    )  # fmt: skip
+    )
     def test_bad_input(
         self,
         digits: Path,
@@ -264,8 +302,13 @@ class TestLauncher:
 
     def test_failing_run_leaves_no_folder(self, digits: Path, tmp_path: Path) -> None:
         # a missing key solo-learn reads only when it builds the method: found inside the run
-        args = ["--config", str(RECIPES / "byol.yaml"), *TINY, *_data(digits),
-                "~method_kwargs.proj_output_dim"]  # fmt: skip
+        args = [
+            "--config",
+            str(RECIPES / "byol.yaml"),
+            *TINY,
+            *_data(digits),
+            "~method_kwargs.proj_output_dim",
+        ]
         proc, runs = _launcher(args, tmp_path)
         assert proc.returncode == 1 and "exited with status" in proc.stderr, tail(proc)
         assert "folder removed" in proc.stdout and not any(runs.iterdir())

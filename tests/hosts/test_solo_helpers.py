@@ -18,26 +18,49 @@ SOLO_REASON = (
 )
 # Tiny, CPU-sized runs: a few steps of batch 8 on 32x32 digits.
 TINY = [
-    "optimizer.batch_size=8", "data.num_workers=0", "data.val_path=null", "max_epochs=1",
-    "+limit_train_batches=2", "checkpoint.enabled=False", "++enable_progress_bar=False",
-    "method_kwargs.proj_hidden_dim=64", "method_kwargs.proj_output_dim=32",
+    "optimizer.batch_size=8",
+    "data.num_workers=0",
+    "data.val_path=null",
+    "max_epochs=1",
+    "+limit_train_batches=2",
+    "checkpoint.enabled=False",
+    "++enable_progress_bar=False",
+    "method_kwargs.proj_hidden_dim=64",
+    "method_kwargs.proj_output_dim=32",
     "++method_kwargs.pred_hidden_dim=64",
-]  # fmt: skip
+]
 GEOMETRY_TINY = [
-    "+geometry=on", "geometry.every_n_steps=1", "geometry.max_samples=8",
-    "geometry.lanczos_max_steps=60", "geometry.probes.enabled=false",
-    "geometry.measure.augment_families=[brightness]", "geometry.measure.augment_samples=4",
-    "geometry.measure.density_probes=1", "geometry.budget=null",  # every step, as the tests count
-]  # fmt: skip
+    "+geometry=on",
+    "geometry.every_n_steps=1",
+    "geometry.max_samples=8",
+    "geometry.lanczos_max_steps=60",
+    "geometry.probes.enabled=false",
+    "geometry.measure.augment_families=[brightness]",
+    "geometry.measure.augment_samples=4",
+    "geometry.measure.density_probes=1",
+    "geometry.budget=null",  # every step, as the tests count
+]
 # The methods beyond SimCLR, BYOL, VICReg and Barlow Twins, and the cheapest geometry that still
 # measures every operator (solo-learn's cifar recipes, several steps each).
 NEW_METHODS = [
-    "mocov2plus", "nnclr", "dino", "swav", "nnbyol", "nnsiam", "ressl", "deepclusterv2", "all4one"
-]  # fmt: skip
+    "mocov2plus",
+    "nnclr",
+    "dino",
+    "swav",
+    "nnbyol",
+    "nnsiam",
+    "ressl",
+    "deepclusterv2",
+    "all4one",
+]
 GEOMETRY_CHEAP = [
-    "+geometry=on", "geometry.probes.enabled=false", "geometry.max_samples=2",
-    "geometry.lanczos_max_steps=10", "geometry.measure.density_probes=1", "geometry.budget=null",
-]  # fmt: skip
+    "+geometry=on",
+    "geometry.probes.enabled=false",
+    "geometry.max_samples=2",
+    "geometry.lanczos_max_steps=10",
+    "geometry.measure.density_probes=1",
+    "geometry.budget=null",
+]
 
 
 def solo_root() -> Path:
@@ -54,8 +77,10 @@ def solo_root() -> Path:
     for root in candidates:
         if (root / "main_pretrain.py").is_file():
             return root.resolve()
-    pytest.skip(f"no solo-learn checkout with main_pretrain.py in {[str(c) for c in candidates]}; "
-                "set SOLO_LEARN_ROOT")  # fmt: skip
+    pytest.skip(
+        f"no solo-learn checkout with main_pretrain.py in {[str(c) for c in candidates]}; "
+        "set SOLO_LEARN_ROOT"
+    )
 
 
 def env(block_plugin: bool = False) -> dict[str, str]:
@@ -70,17 +95,29 @@ def run(
 ) -> subprocess.CompletedProcess:
     """Run a Python subprocess and capture its output."""
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=kw.pop("env", env()), capture_output=True,
-        text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+        [sys.executable, *args],
+        cwd=cwd,
+        env=kw.pop("env", env()),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def main_pretrain(method: str, overrides: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """solo-learn's unmodified ``main_pretrain.py`` on a digits recipe, as solo-learn runs it."""
     root = solo_root()
     cwd.mkdir(parents=True, exist_ok=True)
-    args = [str(root / "main_pretrain.py"), "--config-path", str(RECIPES), "--config-name",
-            method, f"hydra.run.dir={cwd}", *overrides]  # fmt: skip
+    args = [
+        str(root / "main_pretrain.py"),
+        "--config-path",
+        str(RECIPES),
+        "--config-name",
+        method,
+        f"hydra.run.dir={cwd}",
+        *overrides,
+    ]
     return run(args, cwd)
 
 
@@ -91,6 +128,6 @@ def tail(proc: subprocess.CompletedProcess) -> str:
 
 def write_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded digits data written to disk (train/ and val/ image folders)."""
-    from solo_geometry.inputs.datasets import make_digits
+    from solo_geometry.inputs.digits import make_digits
 
     return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)

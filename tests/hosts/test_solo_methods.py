@@ -32,12 +32,20 @@ install()
 OTHERS: dict[str, list[str]] = {
     "supcon": ["method=supcon"],
     "simsiam": ["method=simsiam", "+method_kwargs.pred_hidden_dim=64"],
-    "vibcreg": ["method=vibcreg", "+method_kwargs.sim_loss_weight=25.0",
-                "+method_kwargs.var_loss_weight=25.0", "+method_kwargs.cov_loss_weight=200.0",
-                "+method_kwargs.iternorm=false"],
-    "mocov3": ["method=mocov3", "+method_kwargs.pred_hidden_dim=64",
-               "+momentum.base_tau=0.99", "+momentum.final_tau=1.0"],
-}  # fmt: skip
+    "vibcreg": [
+        "method=vibcreg",
+        "+method_kwargs.sim_loss_weight=25.0",
+        "+method_kwargs.var_loss_weight=25.0",
+        "+method_kwargs.cov_loss_weight=200.0",
+        "+method_kwargs.iternorm=false",
+    ],
+    "mocov3": [
+        "method=mocov3",
+        "+method_kwargs.pred_hidden_dim=64",
+        "+momentum.base_tau=0.99",
+        "+momentum.final_tau=1.0",
+    ],
+}
 
 
 def _cfg(digits_dir: Path, method: str, overrides: list[str] = ()) -> Any:  # type: ignore[assignment]
@@ -45,10 +53,15 @@ def _cfg(digits_dir: Path, method: str, overrides: list[str] = ()) -> Any:  # ty
     extra = OTHERS.get(method, [])
     cfg = load_recipe(
         RECIPES / f"{recipe}.yaml",
-        [f"data.train_path={digits_dir / 'train'}", "data.val_path=null",
-         "method_kwargs.proj_hidden_dim=64", "method_kwargs.proj_output_dim=32",
-         *extra, *overrides],
-    )  # fmt: skip
+        [
+            f"data.train_path={digits_dir / 'train'}",
+            "data.val_path=null",
+            "method_kwargs.proj_hidden_dim=64",
+            "method_kwargs.proj_output_dim=32",
+            *extra,
+            *overrides,
+        ],
+    )
     return parse_cfg(cfg)
 
 
@@ -155,8 +168,9 @@ class TestHeadAndInit:
         assert isinstance(model.projector, SmoothMLPHead)
         assert isinstance(model.momentum_projector, SmoothMLPHead)
         assert any(isinstance(m, torch.nn.GELU) for m in model.projector.modules())
-        for p, q in zip(model.projector.parameters(), model.momentum_projector.parameters(),
-                        strict=True):  # fmt: skip
+        for p, q in zip(
+            model.projector.parameters(), model.momentum_projector.parameters(), strict=True
+        ):
             assert torch.equal(p, q) and not q.requires_grad
         names = [g["name"] for g in model.learnable_params]
         assert "projector" in names
@@ -178,8 +192,9 @@ class TestHeadAndInit:
         batch = _batch()
         expected = ssl_loss(model, batch)
         view = model.geometry_view(batch)
-        torch.testing.assert_close(view.loss_of_features(view.features), expected,
-                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(
+            view.loss_of_features(view.features), expected, rtol=1e-4, atol=1e-5
+        )
         if method == "simsiam":  # the loss without a predictor, from solo-learn's own function
             z1, z2 = (model.projector(f) for f in view.features)
             plain = simsiam_loss_func(z1, z2.detach()) / 2 + simsiam_loss_func(z2, z1.detach()) / 2
@@ -201,8 +216,11 @@ class TestHeadAndInit:
             METHODS["wmse"](cfg)
 
     def test_unsupported_method_without_geometry_is_vanilla(self, digits: Path) -> None:
-        cfg = _cfg(digits, "simclr", ["method=swav", "+method_kwargs.queue_size=0",
-                                      "+method_kwargs.num_prototypes=10"])  # fmt: skip
+        cfg = _cfg(
+            digits,
+            "simclr",
+            ["method=swav", "+method_kwargs.queue_size=0", "+method_kwargs.num_prototypes=10"],
+        )
         assert type(METHODS["swav"](cfg)) is ORIGINAL["swav"]
 
     def test_configure_callbacks(self, digits: Path, tmp_path: Path) -> None:
@@ -210,8 +228,15 @@ class TestHeadAndInit:
         from solo_geometry.runtime.monitor import GeometryMonitor
         from solo_geometry.runtime.preempt import PreemptionCallback
 
-        cfg = _cfg(digits, "vicreg", ["+geometry=on", f"geometry.out_dir={tmp_path}",
-                                      f"geometry.probes.data={digits / 'val'}"])  # fmt: skip
+        cfg = _cfg(
+            digits,
+            "vicreg",
+            [
+                "+geometry=on",
+                f"geometry.out_dir={tmp_path}",
+                f"geometry.probes.data={digits / 'val'}",
+            ],
+        )
         callbacks = METHODS["vicreg"](cfg).configure_callbacks()
         kinds = [GeometryMonitor, ProbeCallback, ReportCallback, PreemptionCallback]
         assert [type(c) for c in callbacks] == kinds

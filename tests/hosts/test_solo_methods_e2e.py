@@ -39,8 +39,10 @@ NEEDS = {"deepclusterv2": ["max_epochs=2", "method_kwargs.num_prototypes=[12,12,
 MIXED = ("barlow_twins", "byol", "simclr", "vicreg")
 # Known failures at the defaults, each a bug to fix (the test then passes and strict xfail fails).
 KNOWN: dict[str, str] = {}
-METHODS = [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]) if m in KNOWN
-                        else ()) for m in sorted(SUPPORTED)]  # fmt: skip
+METHODS = [
+    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]) if m in KNOWN else ())
+    for m in sorted(SUPPORTED)
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +60,21 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def overrides(method: str, folders: Path) -> list[str]:
     """The CPU overrides and the fewest that make ``method``'s recipe short."""
-    args = [*CPU, "data.dataset=custom", f"data.train_path={folders / 'train'}",
-            f"data.val_path={folders / 'val'}", "data.num_workers=0", "optimizer.batch_size=8",
-            "max_epochs=1", "wandb.enabled=False", "checkpoint.enabled=False",
-            "auto_resume.enabled=False", "++enable_progress_bar=False",
-            *NEEDS.get(method, []), "+geometry=on"]  # fmt: skip
+    args = [
+        *CPU,
+        "data.dataset=custom",
+        f"data.train_path={folders / 'train'}",
+        f"data.val_path={folders / 'val'}",
+        "data.num_workers=0",
+        "optimizer.batch_size=8",
+        "max_epochs=1",
+        "wandb.enabled=False",
+        "checkpoint.enabled=False",
+        "auto_resume.enabled=False",
+        "++enable_progress_bar=False",
+        *NEEDS.get(method, []),
+        "+geometry=on",
+    ]
     mixed = "precision=bf16-mixed" if method in MIXED else None
     return [mixed if mixed and o.startswith("precision=") else o for o in args]
 
@@ -70,9 +82,15 @@ def overrides(method: str, folders: Path) -> list[str]:
 @pytest.mark.parametrize("method", METHODS)
 def test_cifar_recipe_geometry_defaults(method: str, folders: Path, tmp_path: Path) -> None:
     assert recipe(RECIPE[method]).is_file()
-    args = [str(solo_root() / "main_pretrain.py"), "--config-path", str(recipe(method).parent),
-            "--config-name", RECIPE[method], f"hydra.run.dir={tmp_path}",
-            *overrides(method, folders)]  # fmt: skip
+    args = [
+        str(solo_root() / "main_pretrain.py"),
+        "--config-path",
+        str(recipe(method).parent),
+        "--config-name",
+        RECIPE[method],
+        f"hydra.run.dir={tmp_path}",
+        *overrides(method, folders),
+    ]
     # the report's UMAP code is compiled by the first run and cached where numba keeps it
     # (analysis.plots.umap_cached), as for a user: the other runs load it
     proc = run(args, tmp_path, env=env())
@@ -89,8 +107,11 @@ def test_cifar_recipe_geometry_defaults(method: str, folders: Path, tmp_path: Pa
         assert math.isfinite(r.metrics["z/normalized_std"])
         assert r.settings.precision == ("bf16-mixed" if method in MIXED else "32-true")
         if "hessian" in r.parts:  # converged extremes, mixed precision or not
-            assert all(r.metrics[f"{op}/converged_{end}"] for op in ("heff", "gn", "m")
-                       for end in ("min", "max")), (r.step, r.metrics)  # fmt: skip
+            assert all(
+                r.metrics[f"{op}/converged_{end}"]
+                for op in ("heff", "gn", "m")
+                for end in ("min", "max")
+            ), (r.step, r.metrics)
     probes = folder.read_probes()
     assert probes is not None and {r.features for r in probes.rows} == {"z", "h"}, tail(proc)
     assert all(math.isfinite(r.accuracy) for r in probes.rows)

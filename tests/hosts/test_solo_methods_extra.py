@@ -85,8 +85,9 @@ class TestClosure:
         expected = ssl_loss(model, b)  # the step updates queues in place
         view = model.geometry_view(b)
         model.geometry_capture(False)
-        torch.testing.assert_close(view.loss_of_features(view.features), expected,
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        torch.testing.assert_close(
+            view.loss_of_features(view.features), expected, rtol=1e-5, atol=1e-6
+        )
         torch.testing.assert_close(fresh_loss, expected, rtol=1e-5, atol=1e-6)
         H = torch.stack([view.head(z) for z in view.features]).double()
         torch.testing.assert_close(view.loss_of_outputs(H).float(), expected, rtol=1e-5, atol=1e-6)
@@ -122,9 +123,16 @@ def _train(method: str, overrides: list[str], digits: Path, steps: int) -> dict:
     pl.seed_everything(0)
     model = _model(method, overrides, digits)
     data = torch.utils.data.DataLoader(_Batches(), batch_size=8, shuffle=False)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(model, data)
     return state_of(model)
 
@@ -152,8 +160,14 @@ class TestDINOLoss:
 
         from solo_geometry.hosts.solo.prototypes import dino_loss
 
-        solo = DINOLoss(num_prototypes=6, warmup_teacher_temp=0.04, teacher_temp=0.07,
-                        warmup_teacher_temp_epochs=2, num_epochs=4, student_temp=0.1)  # fmt: skip
+        solo = DINOLoss(
+            num_prototypes=6,
+            warmup_teacher_temp=0.04,
+            teacher_temp=0.07,
+            warmup_teacher_temp_epochs=2,
+            num_epochs=4,
+            student_temp=0.1,
+        )
         solo.epoch = 1
         solo.center = torch.randn(1, 6)
         g = torch.Generator().manual_seed(0)

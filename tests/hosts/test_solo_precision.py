@@ -49,8 +49,11 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _view(method: str, digits: Path) -> Any:
     """The captured view of one training step of ``method``'s cifar recipe, geometry on."""
-    overrides = [*cifar_overrides(method, digits / "train"), "+geometry=on",
-                 "geometry.probes.enabled=false"]  # fmt: skip
+    overrides = [
+        *cifar_overrides(method, digits / "train"),
+        "+geometry=on",
+        "geometry.probes.enabled=false",
+    ]
     torch.manual_seed(0)
     cfg = parse_cfg(load_recipe(recipe(method), overrides))
     model = METHODS[cfg.method](cfg)  # barlow.yaml builds barlow_twins
@@ -72,10 +75,14 @@ def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits:
     Z = view.features.detach()
 
     def spectrum(**kw: Any) -> Any:
-        return effective_hessian_spectrum(view.head, view.loss_of_outputs, Z,
-                                          max_samples=cfg.max_samples,
-                                          generator=torch.Generator().manual_seed(0),
-                                          **kw)  # fmt: skip
+        return effective_hessian_spectrum(
+            view.head,
+            view.loss_of_outputs,
+            Z,
+            max_samples=cfg.max_samples,
+            generator=torch.Generator().manual_seed(0),
+            **kw,
+        )
 
     got = spectrum(max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol, dtype=torch.float32)
     ref = spectrum(max_steps=400, tol=1e-10, dtype=torch.float64, tau=1e-5)
@@ -96,8 +103,9 @@ def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits:
     if got.gn_is_heff:
         ops = head_operators(view.head, view.loss_of_outputs, Z, dtype=torch.float64)
         gn = restrict_to_block(ops.gn, ops.shape, block_indices(Z.shape[1], cfg.max_samples))
-        own = lanczos(gn, ref.dim, max_steps=400, tol=1e-10,
-                      generator=torch.Generator().manual_seed(5))  # fmt: skip
+        own = lanczos(
+            gn, ref.dim, max_steps=400, tol=1e-10, generator=torch.Generator().manual_seed(5)
+        )
         assert own.converged
         bound = max(cfg.lanczos_tol * max(abs(got.gn.ritz_min), abs(got.gn.ritz_max)), got.floor)
         assert abs(got.gn.lambda_min - float(own.ritz_values[0])) <= bound
@@ -129,9 +137,14 @@ def test_batched_products_on_the_recipes_heads(method: str, digits: Path) -> Non
     assert not ops._unbatched, ops._unbatched  # the batched path ran, not the fallback
 
     def spectrum(probes: int) -> Any:
-        return effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, max_samples=4,
-                                          generator=torch.Generator().manual_seed(0),
-                                          density_probes=probes)  # fmt: skip
+        return effective_hessian_spectrum(
+            view.head,
+            view.loss_of_outputs,
+            Z,
+            max_samples=4,
+            generator=torch.Generator().manual_seed(0),
+            density_probes=probes,
+        )
 
     alone, beside = spectrum(0), spectrum(2)
     # H_eff's extremes' run draws the first start vector either way: the same run to round-off
@@ -146,16 +159,33 @@ def test_batched_products_on_the_recipes_heads(method: str, digits: Path) -> Non
 
 def test_bf16_mixed_byol_recipe_records_say_so(digits: Path, tmp_path: Path) -> None:
     """solo-learn's main_pretrain.py on its BYOL cifar recipe at bf16-mixed, two steps."""
-    mixed = [o if not o.startswith("precision=") else "precision=bf16-mixed"
-             for o in cifar_overrides("byol", digits / "train")]  # fmt: skip
+    mixed = [
+        o if not o.startswith("precision=") else "precision=bf16-mixed"
+        for o in cifar_overrides("byol", digits / "train")
+    ]
     assert "precision=bf16-mixed" in mixed and not set(CPU) <= set(mixed)
-    args = [str(solo_root() / "main_pretrain.py"), "--config-path", str(recipe("byol").parent),
-            "--config-name", "byol", f"hydra.run.dir={tmp_path}", *mixed, "max_epochs=1",
-            "++limit_train_batches=2", "++enable_progress_bar=False", "+geometry=on",
-            "geometry.probes.enabled=false", "geometry.report=false", "geometry.budget=null",
-            "geometry.every_n_steps=1", "geometry.max_samples=4", "geometry.lanczos_max_steps=30",
-            "geometry.measure.density_probes=1", "geometry.measure.augment_samples=4",
-            "geometry.measure.augment_families=[brightness]"]  # fmt: skip
+    args = [
+        str(solo_root() / "main_pretrain.py"),
+        "--config-path",
+        str(recipe("byol").parent),
+        "--config-name",
+        "byol",
+        f"hydra.run.dir={tmp_path}",
+        *mixed,
+        "max_epochs=1",
+        "++limit_train_batches=2",
+        "++enable_progress_bar=False",
+        "+geometry=on",
+        "geometry.probes.enabled=false",
+        "geometry.report=false",
+        "geometry.budget=null",
+        "geometry.every_n_steps=1",
+        "geometry.max_samples=4",
+        "geometry.lanczos_max_steps=30",
+        "geometry.measure.density_probes=1",
+        "geometry.measure.augment_samples=4",
+        "geometry.measure.augment_families=[brightness]",
+    ]
     proc = run(args, tmp_path, env=env())
     assert proc.returncode == 0, tail(proc)
     records = read_records(tmp_path)

@@ -31,8 +31,9 @@ class _Unchecked100(_Unchecked10, datasets.CIFAR100):
     pass
 
 
-@pytest.mark.parametrize(("dataset", "reference"), [("cifar10", _Unchecked10),
-                                                    ("cifar100", _Unchecked100)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dataset", "reference"), [("cifar10", _Unchecked10), ("cifar100", _Unchecked100)]
+)
 @pytest.mark.parametrize("train", [True, False])
 def test_matches_torchvisions_reader(
     tmp_path: Path, dataset: str, reference: type, train: bool

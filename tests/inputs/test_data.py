@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from solo_geometry.inputs.datasets import (
-    DIGITS_MARKER,
-    check_image_folder,
-    load_image_folder,
-    make_digits,
-)
+from solo_geometry.inputs.datasets import check_image_folder, load_image_folder
+from solo_geometry.inputs.digits import DIGITS_MARKER, make_digits
 
 
 def _digest(root: Path) -> str:
@@ -139,11 +135,14 @@ class TestCheckImageFolder:
 
     @pytest.mark.parametrize(
         ("name", "content"),
-        [("empty.png", lambda ok: b""), ("cut.png", lambda ok: ok[: len(ok) // 2]),
-         ("text.jpg", lambda ok: b"not an image"), ("flipped.png", lambda ok: ok[:40] + bytes(
-             [ok[40] ^ 0xFF]) + ok[41:])],
+        [
+            ("empty.png", lambda ok: b""),
+            ("cut.png", lambda ok: ok[: len(ok) // 2]),
+            ("text.jpg", lambda ok: b"not an image"),
+            ("flipped.png", lambda ok: ok[:40] + bytes([ok[40] ^ 0xFF]) + ok[41:]),
+        ],
         ids=["zero bytes", "truncated", "not an image", "one byte flipped (CRC)"],
-    )  # fmt: skip
+    )
     def test_names_the_first_bad_file(self, digits: Path, tmp_path: Path, name, content) -> None:
         ok = next((digits / "train" / "3").glob("*.png")).read_bytes()
         shutil.copytree(digits / "train", tmp_path / "train")

@@ -72,8 +72,14 @@ def test_tiny_comparison_and_its_table() -> None:
     _need_peers()
     rows, dens = bench_peers.run({"toy": _problem()}, samples=4, small=2)
     methods = {r.method for r in rows}
-    assert methods == {"reference f64", "ours", "arpack (our products)", "curvlinops + eigsh",
-                       "hessian-eigenthings", "pyhessian"}  # fmt: skip
+    assert methods == {
+        "reference f64",
+        "ours",
+        "arpack (our products)",
+        "curvlinops + eigsh",
+        "hessian-eigenthings",
+        "pyhessian",
+    }
     dense = [r for r in rows if r.block.endswith("(dense)")]
     ops = curvature_operators(*_problem(), max_samples=2)
     eigs = torch.linalg.eigvalsh(ops.dense("heff"))
@@ -104,9 +110,22 @@ def test_runs_on_a_solo_recipe(tmp_path: Path) -> None:
     from test_solo_helpers import solo_root
 
     out = tmp_path / "peers.json"
-    rows, dens = bench_peers.main(["--recipes", "simclr", "--solo-root", str(solo_root()),
-                                   "--batch-size", "8", "--samples", "2", "--small", "0",
-                                   "--json", str(out)])  # fmt: skip
+    rows, dens = bench_peers.main(
+        [
+            "--recipes",
+            "simclr",
+            "--solo-root",
+            str(solo_root()),
+            "--batch-size",
+            "8",
+            "--samples",
+            "2",
+            "--small",
+            "0",
+            "--json",
+            str(out),
+        ]
+    )
     assert out.is_file() and not dens
     assert {r.block for r in rows} == {"2 of 8"}
     ours = next(r for r in rows if r.method == "ours")

@@ -187,9 +187,16 @@ class TestLanczos:
             seen.append(v.dtype)
             return a32 @ v
 
-        result = lanczos(product, a64.shape[0], max_steps=400, tol=1e-6,
-                         generator=torch.Generator().manual_seed(0), dtype=torch.float64,
-                         matvec_dtype=torch.float32, return_vectors=True)  # fmt: skip
+        result = lanczos(
+            product,
+            a64.shape[0],
+            max_steps=400,
+            tol=1e-6,
+            generator=torch.Generator().manual_seed(0),
+            dtype=torch.float64,
+            matvec_dtype=torch.float32,
+            return_vectors=True,
+        )
         assert set(seen) == {torch.float32}  # every product taken in float32
         assert result.ritz_vectors is not None and result.ritz_vectors.dtype == torch.float64
         assert result.converged

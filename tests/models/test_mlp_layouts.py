@@ -18,8 +18,9 @@ from solo_geometry.models.solo_mlp import block_layers, build_mlp, solo_projecto
 
 def _solo_learn_byol_projector(d: int, hidden: int, out: int) -> nn.Sequential:
     """solo/methods/byol.py's projector, written out as solo-learn writes it."""
-    return nn.Sequential(nn.Linear(d, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
-                         nn.Linear(hidden, out))  # fmt: skip
+    return nn.Sequential(
+        nn.Linear(d, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, out)
+    )
 
 
 def _same_function(a: nn.Module, b: nn.Module, d: int) -> None:

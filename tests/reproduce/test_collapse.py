@@ -27,9 +27,15 @@ from tests.shared import write_fake_cifar
 
 AUTHORS = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
 
-TINY = Protocol(epochs=2, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
-                grid=(Block(("linear", "swish"), ("none",), (1.0,)),),
-                backbone="resnet20")  # fmt: skip  # the CPU scale's backbone
+TINY = Protocol(
+    epochs=2,
+    steps_per_epoch=2,
+    batch_size=16,
+    every_n_steps=2,
+    seeds=(0,),
+    grid=(Block(("linear", "swish"), ("none",), (1.0,)),),
+    backbone="resnet20",  # the CPU scale's backbone
+)
 
 
 def _lines(path: Path) -> list[dict]:
@@ -56,17 +62,30 @@ def _expected_row(run: Path) -> dict:
     rows, dim = updates[0]["metrics"]["head/output_rows"], updates[0]["metrics"]["head/output_dim"]
     ceiling = math.sqrt(rows / ((rows - 1) * dim))
     first = next((e for e, v in enumerate(curve) if e > 0 and v >= 2 * curve[0]), None)
-    outcome = ("escaped" if first is not None
-               else "undecidable" if 2 * curve[0] > ceiling else "not escaped")  # fmt: skip
+    outcome = (
+        "escaped"
+        if first is not None
+        else "undecidable"
+        if 2 * curve[0] > ceiling
+        else "not escaped"
+    )
     return {
-        "std_curve": curve, "baseline_std": curve[0], "ceiling": ceiling, "outcome": outcome,
-        "escape_epoch": first, "escape_step": None if first is None else (first + 1) * 2,
-        "output_rows": 32, "output_dim": 512,
-        "start_std": s0, "final_std": s1, "m_neg_count_start": count,
-        "m_lambda_min_start": lam, "steps": final["step"],
+        "std_curve": curve,
+        "baseline_std": curve[0],
+        "ceiling": ceiling,
+        "outcome": outcome,
+        "escape_epoch": first,
+        "escape_step": None if first is None else (first + 1) * 2,
+        "output_rows": 32,
+        "output_dim": 512,
+        "start_std": s0,
+        "final_std": s1,
+        "m_neg_count_start": count,
+        "m_lambda_min_start": lam,
+        "steps": final["step"],
         "timescale_ratio": sum(u["metrics"]["timescale_ratio"] for u in updates) / len(updates),
         "lr_recorded": sum(u["metrics"]["head/lr"] for u in updates) / len(updates),
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +127,14 @@ class TestSweep:
     def test_cell_record_recomputed_in_process(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep
         for row in summary["rows"]:
-            cell = {"head": row["head"], "norm": row["norm"], "lr": row["lr"], "seed": 0,
-                    "epochs": TINY.epochs, "steps_per_epoch": TINY.steps_per_epoch}  # fmt: skip
+            cell = {
+                "head": row["head"],
+                "norm": row["norm"],
+                "lr": row["lr"],
+                "seed": 0,
+                "epochs": TINY.epochs,
+                "steps_per_epoch": TINY.steps_per_epoch,
+            }
             got = cell_record(out / row["run"], cell, host="lightly", seconds=0.0, root=out)
             for key, value in _expected_row(out / row["run"]).items():
                 if key != "lr_recorded" and value is not None and not isinstance(value, str):
@@ -131,9 +156,14 @@ class TestSweep:
     def test_page_and_table(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep
         page = (out / "index.html").read_text()
-        for name in ("fig1_collapse_instability", "fig1_swish_robustness", "fig1_relu_gap",
-                     "fig1_gradient_norms", "fig1_condition_numbers",
-                     "fig1_timescale_separation"):  # fmt: skip
+        for name in (
+            "fig1_collapse_instability",
+            "fig1_swish_robustness",
+            "fig1_relu_gap",
+            "fig1_gradient_norms",
+            "fig1_condition_numbers",
+            "fig1_timescale_separation",
+        ):
             assert (out / f"{name}.png").stat().st_size > 1000
             assert f"{name}.png" in page
         assert "| linear | none | 0.05 | 1 |" in (out / "table.md").read_text()
@@ -173,8 +203,9 @@ class TestSweep:
         kept = out / next(r["run"] for r in summary["rows"] if r["head"] == "swish")
         # the cells print from joblib's worker processes: fresh ones, so that capfd sees them
         get_reusable_executor().shutdown(wait=True)
-        again = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY,
-                                   compare=AUTHORS)  # fmt: skip
+        again = reproduce_collapse(
+            out, quick=True, host="lightly", jobs=2, protocol=TINY, compare=AUTHORS
+        )
         printed = capfd.readouterr().out
         # --compare: our curves beside the authors' released ones, on the page
         assert (out / "fig1_compare.png").stat().st_size > 1000
@@ -198,16 +229,28 @@ class TestBadInput:
     ) -> None:
         out, empty = tmp_path / "out", tmp_path / "empty"
         empty.mkdir()
-        code = cli_main(["reproduce", "collapse", "--quick", "--out", str(out),
-                         "--data", "cifar10", "--data-root", str(empty)])  # fmt: skip
+        code = cli_main(
+            [
+                "reproduce",
+                "collapse",
+                "--quick",
+                "--out",
+                str(out),
+                "--data",
+                "cifar10",
+                "--data-root",
+                str(empty),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2
         assert len(err) == 1 and "nothing is downloaded" in err[0] and "cifar10" in err[0]
         assert not out.exists() and list(empty.iterdir()) == []
 
     def test_cifar_without_root(self, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-        code = cli_main(["reproduce", "collapse", "--out", str(tmp_path / "o"),
-                         "--data", "cifar100"])  # fmt: skip
+        code = cli_main(
+            ["reproduce", "collapse", "--out", str(tmp_path / "o"), "--data", "cifar100"]
+        )
         assert code == 2 and "--data-root" in capsys.readouterr().err
         assert not (tmp_path / "o").exists()
 
@@ -220,8 +263,9 @@ class TestBadInput:
     def test_solo_host_lacks_the_cpu_scales_backbone(
         self, tmp_path: Path, capsys: pytest.CaptureFixture
     ) -> None:
-        code = cli_main(["reproduce", "collapse", "--quick", "--host", "solo", "--out",
-                         str(tmp_path / "o")])  # fmt: skip
+        code = cli_main(
+            ["reproduce", "collapse", "--quick", "--host", "solo", "--out", str(tmp_path / "o")]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and ("resnet20" in err[0] or "solo-learn" in err[0])
         assert not (tmp_path / "o").exists()
@@ -239,8 +283,14 @@ class TestSoloHost:
 
         if not solo_available():
             pytest.skip("solo-learn 1.0.6 is not importable: the solo host cannot run")
-        one = Protocol(epochs=1, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
-                       grid=(Block(("swish",), ("none",), (1.0,)),))  # fmt: skip
+        one = Protocol(
+            epochs=1,
+            steps_per_epoch=2,
+            batch_size=16,
+            every_n_steps=2,
+            seeds=(0,),
+            grid=(Block(("swish",), ("none",), (1.0,)),),
+        )
         summary = reproduce_collapse(tmp_path, quick=True, host="solo", jobs=1, protocol=one)
         (row,) = summary["rows"]
         assert row["host"] == "solo"
@@ -262,12 +312,24 @@ class TestPaperScale:
         assert paper.widths == (2048, 2048, 512) and paper.data in CIFAR_DATASETS  # CIFAR stem
         assert len(paper.cells()) == 42
         assert paper.stem == "cifar_paper"  # the authors' stem (padding 1), not solo-learn's
-        cell = CellConfig(dataset="cifar10", batch_size=512, proj_hidden_dim=2048,
-                          proj_output_dim=2048, pred_hidden_dim=512, stem=paper.stem)  # fmt: skip
+        cell = CellConfig(
+            dataset="cifar10",
+            batch_size=512,
+            proj_hidden_dim=2048,
+            proj_output_dim=2048,
+            pred_hidden_dim=512,
+            stem=paper.stem,
+        )
         overrides = cell_overrides(cell)
-        for want in ("data.dataset=cifar10", "backbone.name=resnet18", "optimizer.batch_size=512",
-                     "method_kwargs.proj_output_dim=2048", "method_kwargs.pred_hidden_dim=512",
-                     "optimizer.lr=0.025", "++backbone.stem=cifar_paper"):  # fmt: skip
+        for want in (
+            "data.dataset=cifar10",
+            "backbone.name=resnet18",
+            "optimizer.batch_size=512",
+            "method_kwargs.proj_output_dim=2048",
+            "method_kwargs.pred_hidden_dim=512",
+            "optimizer.lr=0.025",
+            "++backbone.stem=cifar_paper",
+        ):
             assert want in overrides  # lr: 0.05 x 256 / 512, solo-learn scales it back
         # the cpu scale keeps the recipe's stem (resnet20 has its own): no stem override
         assert not [o for o in cell_overrides(CellConfig()) if "stem" in o]
@@ -320,11 +382,28 @@ class TestPaperScale:
         out = tmp_path / "o"
         buf = io.StringIO()
         with redirect_stdout(buf):
-            code = cli_main(["reproduce", "collapse", "--scale", "paper", "--quick",
-                             "--jobs", "2", "--out", str(out), "--data-root",
-                             str(root), "epochs=2", "steps_per_epoch=2", "batch_size=8",
-                             "every_n_steps=4", "proj_hidden_dim=32", "proj_output_dim=32",
-                             "pred_hidden_dim=8"])  # fmt: skip
+            code = cli_main(
+                [
+                    "reproduce",
+                    "collapse",
+                    "--scale",
+                    "paper",
+                    "--quick",
+                    "--jobs",
+                    "2",
+                    "--out",
+                    str(out),
+                    "--data-root",
+                    str(root),
+                    "epochs=2",
+                    "steps_per_epoch=2",
+                    "batch_size=8",
+                    "every_n_steps=4",
+                    "proj_hidden_dim=32",
+                    "proj_output_dim=32",
+                    "pred_hidden_dim=8",
+                ]
+            )
         assert code == 0
         summary = json.loads((out / "summary.json").read_text())
         rows = summary["rows"]
@@ -332,8 +411,11 @@ class TestPaperScale:
         for r in rows:
             assert (r["dataset"], r["backbone"], r["steps"]) == ("cifar10", "resnet18", 4)
             assert (r["output_rows"], r["output_dim"]) == (16, 32)  # 2 views x 8, the override
-            assert len(r["std_curve"]) == 2 and r["outcome"] in ("escaped", "not escaped",
-                                                                   "undecidable")  # fmt: skip
+            assert len(r["std_curve"]) == 2 and r["outcome"] in (
+                "escaped",
+                "not escaped",
+                "undecidable",
+            )
             config = (out / r["run"] / "config.yaml").read_text()
             assert "cifar10" in config and str(root) in config
             assert "stem: cifar_paper" in config  # the authors' stem, on the lightly host
@@ -350,8 +432,19 @@ class TestPaperScale:
     ) -> None:
         root = write_fake_cifar(tmp_path / "cifar")
         (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
-        code = cli_main(["reproduce", "collapse", "--scale", "paper", "--quick", "--out",
-                         str(tmp_path / "o"), "--data-root", str(root)])  # fmt: skip
+        code = cli_main(
+            [
+                "reproduce",
+                "collapse",
+                "--scale",
+                "paper",
+                "--quick",
+                "--out",
+                str(tmp_path / "o"),
+                "--data-root",
+                str(root),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "data_batch_3" in err[0]
         assert not (tmp_path / "o").exists()

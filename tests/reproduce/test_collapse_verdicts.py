@@ -40,8 +40,11 @@ class TestAuthorsCalibration:
 
     def test_cifar10_resnet18_verdicts_are_what_the_paper_states(self) -> None:
         got = _verdicts(_authors())
-        assert got == {"smooth_escape": "held", "relu_needs_bn": "held",
-                       "m_negative_at_start": "undecidable"}  # fmt: skip  # no M in their file
+        assert got == {
+            "smooth_escape": "held",
+            "relu_needs_bn": "held",
+            "m_negative_at_start": "undecidable",  # no M in their file
+        }
 
     def test_cifar10_resnet18_per_run_statements(self) -> None:
         """DESIGN section 8's reading of their file, run by run."""
@@ -58,9 +61,16 @@ class TestAuthorsCalibration:
                 assert all(BN_BAND[0] <= v < BN_BAND[1] for v in run.ratios()[1:]), run
         linear = sorted(r.escape().escape_epoch or math.inf for r in runs if r.head == "linear")
         assert linear == [27, 43, math.inf]
-        finals = {lr: np.mean([r.ratios()[-1] for r in runs if r.head == "relu"
-                               and r.norm == "none" and r.lr == lr])
-                  for lr in ("small", "base", "large")}  # fmt: skip
+        finals = {
+            lr: np.mean(
+                [
+                    r.ratios()[-1]
+                    for r in runs
+                    if r.head == "relu" and r.norm == "none" and r.lr == lr
+                ]
+            )
+            for lr in ("small", "base", "large")
+        }
         assert finals["small"] > finals["base"] > finals["large"]
         assert [round(v, 2) for v in finals.values()] == [0.45, 0.11, 0.03]
 
@@ -97,8 +107,9 @@ class _Payload:
         return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
 
 
-def _run(head: str, norm: str, lr: str, curve: list[float], seed: int = 0,
-         m: int | None = None) -> Run:  # fmt: skip
+def _run(
+    head: str, norm: str, lr: str, curve: list[float], seed: int = 0, m: int | None = None
+) -> Run:
     return Run("toy", "net", head, norm, lr, seed, tuple(curve), 1024, 2048, 10, m)
 
 

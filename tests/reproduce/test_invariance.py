@@ -44,8 +44,9 @@ def cli(*argv: str) -> int:
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The tiny invariance run, built once per session however many workers read it."""
-    out = build_once(tmp_path_factory, "invariance_run",
-                     lambda folder: run_invariance_experiment(folder, TINY))  # fmt: skip
+    out = build_once(
+        tmp_path_factory, "invariance_run", lambda folder: run_invariance_experiment(folder, TINY)
+    )
     return out, json.loads((out / "invariance.json").read_text())
 
 
@@ -183,8 +184,10 @@ class TestInvarianceRun:
         """``geometry.probes.protocol=both``: the paper's probes come from each run's evaluate()."""
         out, result = reproduced
         g = result["guillotine"]
-        pairs = [(g["run"], g["probes_paper"]), *((d["run"], d["rotation_paper"])
-                                                   for d in result["depth"])]  # fmt: skip
+        pairs = [
+            (g["run"], g["probes_paper"]),
+            *((d["run"], d["rotation_paper"]) for d in result["depth"]),
+        ]
         for run, paper in pairs:
             table = RunFolder(Path(run)).read_probes()
             assert table is not None and table.settings["probes"]["protocol"] == "both"
@@ -224,8 +227,19 @@ class TestInvarianceInput:
         out = tmp_path / "out"
         empty = tmp_path / "empty"
         empty.mkdir()
-        code = cli_main(["reproduce", "invariance", "--quick", "--out", str(out), "--dataset",
-                         "cifar10", "--data-root", str(empty)])  # fmt: skip
+        code = cli_main(
+            [
+                "reproduce",
+                "invariance",
+                "--quick",
+                "--out",
+                str(out),
+                "--dataset",
+                "cifar10",
+                "--data-root",
+                str(empty),
+            ]
+        )
         err = capsys.readouterr().err.strip()
         assert code == 2
         assert len(err.splitlines()) == 1 and "cifar10" in err and "never downloads" in err
@@ -248,8 +262,19 @@ class TestInvarianceInput:
         bad = cifar_paths(root, "cifar10", train=False)[0]
         bad.write_bytes(pickle.dumps({"data": Payload(), "labels": []}, protocol=2))
         out = tmp_path / "out"
-        code = cli_main(["reproduce", "invariance", "--quick", "--out", str(out), "--dataset",
-                         "cifar10", "--data-root", str(root)])  # fmt: skip
+        code = cli_main(
+            [
+                "reproduce",
+                "invariance",
+                "--quick",
+                "--out",
+                str(out),
+                "--dataset",
+                "cifar10",
+                "--data-root",
+                str(root),
+            ]
+        )
         captured = capsys.readouterr()
         assert code == 2 and "unpickled" not in captured.out  # refused, never called
         err = captured.err.strip()
@@ -275,8 +300,15 @@ class TestInvarianceInput:
                 assert np.array_equal(np.asarray(Image.open(f)), data[i])
 
     def test_cifar_without_data_root(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-        argv = ["reproduce", "invariance", "--quick", "--out", str(tmp_path / "o"), "--dataset",
-                "cifar100"]  # fmt: skip
+        argv = [
+            "reproduce",
+            "invariance",
+            "--quick",
+            "--out",
+            str(tmp_path / "o"),
+            "--dataset",
+            "cifar100",
+        ]
         assert cli_main(argv) == 2
         assert "--data-root" in capsys.readouterr().err
         assert not (tmp_path / "o").exists()

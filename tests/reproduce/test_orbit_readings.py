@@ -128,7 +128,8 @@ class TestOneBackbonePass:
         got = orbit_readings(model, images)
         assert set(got) == set(READINGS)
         for name, protocol in READINGS.items():
-            Z, H = orbit_representations(backbone, head, images, protocol=protocol,
-                                         normalize=normalize)  # fmt: skip
+            Z, H = orbit_representations(
+                backbone, head, images, protocol=protocol, normalize=normalize
+            )
             assert torch.equal(got[name][0], Z) and torch.equal(got[name][1], H), name
         assert not torch.allclose(got["unit_z"][1], got["raw_z"][1])  # two different readings

@@ -59,8 +59,9 @@ class TestVerdict:
 class TestFiles:
     def test_round_trip_stamps_and_cleans(self, tmp_path: Path) -> None:
         claims = [Verdict.from_json(_PLAIN)]
-        path = write_result(tmp_path, "invariance", {"x": math.nan, "t": (1.0, math.inf),
-                                                     "claims": claims})  # fmt: skip
+        path = write_result(
+            tmp_path, "invariance", {"x": math.nan, "t": (1.0, math.inf), "claims": claims}
+        )
         assert path == tmp_path / "invariance.json"
         raw = json.loads(path.read_text())
         assert (raw["kind"], raw["version"]) == ("invariance", RESULT_VERSION)
@@ -108,9 +109,18 @@ class TestFiles:
         assert "version 7" in err and len(err.splitlines()) == 1
 
     def test_collapse_summary_of_either_version(self, tmp_path: Path) -> None:
-        row = {"dataset": "digits", "backbone": "resnet18", "head": "linear", "norm": "none",
-               "lr": 0.05, "seed": 0, "std_curve": [0.1, 0.2], "output_rows": 8,
-               "output_dim": 4, "steps_per_epoch": 2}  # fmt: skip
+        row = {
+            "dataset": "digits",
+            "backbone": "resnet18",
+            "head": "linear",
+            "norm": "none",
+            "lr": 0.05,
+            "seed": 0,
+            "std_curve": [0.1, 0.2],
+            "output_rows": 8,
+            "output_dim": 4,
+            "steps_per_epoch": 2,
+        }
         old = tmp_path / "old.json"
         old.write_text(json.dumps({"rows": [row]}))
         write_result(tmp_path, "collapse", {"rows": [row]})

@@ -37,8 +37,10 @@ class TestLaunchOverrides:
     def test_joblib_sized_by_cores_and_threads(self) -> None:
         cores = available_cores()
         assert launch_overrides(None, 1) == [
-            "hydra/launcher=joblib", f"hydra.launcher.n_jobs={cores}", PROGRESS_CALLBACK,
-        ]  # fmt: skip
+            "hydra/launcher=joblib",
+            f"hydra.launcher.n_jobs={cores}",
+            PROGRESS_CALLBACK,
+        ]
         assert f"hydra.launcher.n_jobs={max(1, cores // 2)}" in launch_overrides(None, 2)
         assert "hydra.launcher.n_jobs=1" in launch_overrides(None, 10_000)
         assert "hydra.launcher.n_jobs=3" in launch_overrides(3, 4)
@@ -61,24 +63,47 @@ class TestLaunchOverrides:
 
 def test_user_sweep_on_joblib_prints_progress(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text(APP)
-    args = [sys.executable, "app.py", "--multirun", "+a=1,2", "+b=x,y", "hydra/launcher=joblib",
-            "hydra.launcher.n_jobs=2", PROGRESS_CALLBACK,
-            f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
-    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
+    args = [
+        sys.executable,
+        "app.py",
+        "--multirun",
+        "+a=1,2",
+        "+b=x,y",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        PROGRESS_CALLBACK,
+        f"hydra.sweep.dir={tmp_path / 's'}",
+    ]
+    proc = subprocess.run(
+        args,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[sweep]")]
     assert lines[0] == "[sweep] 4 job(s) on JoblibLauncher"
-    done = sorted(re.fullmatch(r"\[sweep\] (\d)/4 done \(\d+ s\): (a=\d b=\w)", ln).groups()
-                  for ln in lines[1:])  # fmt: skip
+    done = sorted(
+        re.fullmatch(r"\[sweep\] (\d)/4 done \(\d+ s\): (a=\d b=\w)", ln).groups()
+        for ln in lines[1:]
+    )
     assert [d[0] for d in done] == ["1", "2", "3", "4"]
     assert sorted(d[1] for d in done) == ["a=1 b=x", "a=1 b=y", "a=2 b=x", "a=2 b=y"]
 
 
 def test_collapse_sweep_on_submitit_local(tmp_path: Path) -> None:
     """Two cells through submitit's executor: the path a Slurm cluster takes, on one machine."""
-    two = Protocol(epochs=1, steps_per_epoch=2, batch_size=16, every_n_steps=2, seeds=(0,),
-                   grid=(Block(("linear", "swish"), ("none",), (1.0,)),))  # fmt: skip
+    two = Protocol(
+        epochs=1,
+        steps_per_epoch=2,
+        batch_size=16,
+        every_n_steps=2,
+        seeds=(0,),
+        grid=(Block(("linear", "swish"), ("none",), (1.0,)),),
+    )
     extra = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"]
     summary = reproduce_collapse(tmp_path, quick=True, host="lightly", protocol=two, extra=extra)
     assert sorted(r["head"] for r in summary["rows"]) == ["linear", "swish"]

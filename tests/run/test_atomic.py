@@ -48,8 +48,13 @@ _CHILD = textwrap.dedent(
 
 
 def _child(op: str, path: Path, limit: int) -> str | None:
-    proc = subprocess.run([sys.executable, "-c", _CHILD, op, str(path), str(limit)],
-                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, op, str(path), str(limit)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])["error"]
 
 

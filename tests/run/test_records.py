@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
+from solo_geometry.run.probe_table import PROBES_SCHEMA_VERSION, ProbeTable
 from solo_geometry.run.records import (
-    PROBES_SCHEMA_VERSION,
     SCHEMA_VERSION,
     GeometryRecord,
-    ProbeTable,
     RecordsError,
     RecordsWarning,
     Settings,
@@ -96,9 +95,14 @@ class TestGeometryRecord:
 
     def test_version_1_is_read_with_the_parts_it_held(self) -> None:
         # a version-1 record held every configured part; the reader says which from its names
-        v1 = {"schema": 1, "step": 3, "epoch": 0, "status": "ok",
-              "metrics": {"heff/lambda_max": 1.0, "z/cond": 2.0, "rho/hue": 0.1},
-              "density": {"nodes": [0.0], "weights": [1.0]}}  # fmt: skip
+        v1 = {
+            "schema": 1,
+            "step": 3,
+            "epoch": 0,
+            "status": "ok",
+            "metrics": {"heff/lambda_max": 1.0, "z/cond": 2.0, "rho/hue": 0.1},
+            "density": {"nodes": [0.0], "weights": [1.0]},
+        }
         record = GeometryRecord.from_dict(v1)
         assert record.schema == SCHEMA_VERSION == 3
         assert record.parts == ["stats", "hessian", "augment", "density"]
@@ -115,16 +119,32 @@ class TestGeometryRecord:
         assert back == record and back.holds("stats") and not back.holds("hessian")
 
     def test_version_2_reads_and_version_3_round_trips_precision(self) -> None:
-        v2 = {"schema": 2, "step": 1, "epoch": 0, "status": "ok", "parts": ["stats"],
-              "settings": {"dtype": "float32"}}  # fmt: skip
+        v2 = {
+            "schema": 2,
+            "step": 1,
+            "epoch": 0,
+            "status": "ok",
+            "parts": ["stats"],
+            "settings": {"dtype": "float32"},
+        }
         old = GeometryRecord.from_dict(v2)
         assert old.failed_parts == {} and old.settings.precision is None
-        matmul = {"cuda_matmul_allow_tf32": True, "cudnn_allow_tf32": True,
-                  "float32_matmul_precision": "high"}  # fmt: skip
-        settings = Settings(dtype="float32", features_dtype="bfloat16", precision="bf16-mixed",
-                            user_matmul=matmul)  # fmt: skip
-        record = GeometryRecord(2, 0, "ok", settings=settings, parts=["stats"],
-                                failed_parts={"hessian": "FloatingPointError: ..."})  # fmt: skip
+        matmul = {
+            "cuda_matmul_allow_tf32": True,
+            "cudnn_allow_tf32": True,
+            "float32_matmul_precision": "high",
+        }
+        settings = Settings(
+            dtype="float32", features_dtype="bfloat16", precision="bf16-mixed", user_matmul=matmul
+        )
+        record = GeometryRecord(
+            2,
+            0,
+            "ok",
+            settings=settings,
+            parts=["stats"],
+            failed_parts={"hessian": "FloatingPointError: ..."},
+        )
         back = GeometryRecord.from_dict(json.loads(record.to_json()))
         assert back == record and back.holds("stats") and not back.holds("hessian")
         with pytest.raises(RecordsError, match="rho"):
@@ -200,15 +220,18 @@ class TestReadRecords:
     @pytest.mark.parametrize("last", [False, True], ids=["middle", "last-without-newline"])
     def test_non_finite_line_refused_naming_file_and_line(
         self, tmp_path: Path, token: str, last: bool
-    ) -> None:  # fmt: skip
+    ) -> None:
         bad = record_line(1).replace(
             '"status": "ok"', f'"status": "ok", "metrics": {{"m": {token}}}'
         )
         assert token in bad
         text = f"{record_line(0)}\n{bad}" + ("" if last else f"\n{record_line(2)}\n")
         path = write_file(tmp_path / "g.jsonl", text)
-        with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record: "
-                           rf"non-finite number {re.escape(token)} "):  # fmt: skip
+        with pytest.raises(
+            RecordsError,
+            match=rf"^{re.escape(str(path))}:2: not a JSON record: "
+            rf"non-finite number {re.escape(token)} ",
+        ):
             read_records(path)
         problems: list[tuple[int, str]] = []
         with warnings.catch_warnings():
@@ -222,8 +245,11 @@ class TestReadRecords:
         path.write_bytes(
             f"{record_line(0)}\n".encode() + b"\xff\xfe{}\n" + f"{record_line(2)}\n".encode()
         )
-        with pytest.raises(RecordsError, match=rf"^{re.escape(str(path))}:2: not a JSON record: "
-                           r"not UTF-8 text \(byte 0\)"):  # fmt: skip
+        with pytest.raises(
+            RecordsError,
+            match=rf"^{re.escape(str(path))}:2: not a JSON record: "
+            r"not UTF-8 text \(byte 0\)",
+        ):
             read_records(path)
         problems: list[tuple[int, str]] = []
         assert [r.step for r in read_records(path, problems=problems)] == [0, 2]

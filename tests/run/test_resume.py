@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
 from test_lightly_support import recipe_dict, write_recipe  # noqa: E402
 
-from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
@@ -38,10 +38,15 @@ SOLO_REASON = "solo-learn 1.0.6 is not importable (pip install '.[solo]', docs/g
 # Cheap records (statistics only) at every step; 2 epochs of 2 steps, a checkpoint per epoch:
 # records at steps 0, 1, 2, 3 and the final one at 4; the checkpoint of epoch 0 holds step 2.
 CHEAP = [
-    "+geometry=on", "geometry.every_n_steps=1", "geometry.budget=null",
-    "geometry.measure.hessian=false", "geometry.measure.augment=false",
-    "geometry.probes.enabled=false", "geometry.report=false", "optimizer.batch_size=8",
-]  # fmt: skip
+    "+geometry=on",
+    "geometry.every_n_steps=1",
+    "geometry.budget=null",
+    "geometry.measure.hessian=false",
+    "geometry.measure.augment=false",
+    "geometry.probes.enabled=false",
+    "geometry.report=false",
+    "optimizer.batch_size=8",
+]
 STEPS = [0, 1, 2, 3, 4]
 TEAR_AT = 3  # after the checkpoint of epoch 0 (global step 2)
 CLI = "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
@@ -73,8 +78,9 @@ def _env() -> dict[str, str]:
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """A process in its own session (so the kill reaches solo-learn's child too)."""
     with log.open("wb") as out:
-        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _finish(args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
@@ -151,8 +157,9 @@ class TestResumeAfterKill:
         hydra = {p: p.read_bytes() for p in sorted(run.glob(".hydra/*.yaml"))}
         assert bool(hydra) == (host == "solo")
 
-        _finish([sys.executable, "-c", CLI, "pretrain", "--resume", str(run)],
-                tmp_path / "resumed.log")  # fmt: skip
+        _finish(
+            [sys.executable, "-c", CLI, "pretrain", "--resume", str(run)], tmp_path / "resumed.log"
+        )
         assert "resuming" in (tmp_path / "resumed.log").read_text()
         _check_resumed(run, before, kept_through)
         assert {p: p.read_bytes() for p in sorted(run.glob(".hydra/*.yaml"))} == hydra
@@ -172,10 +179,19 @@ class TestSoloAutoResume:
         recipe = _recipe(tmp_path / "recipes", digits)
         run = tmp_path / "run"
         run.mkdir()
-        args = [sys.executable, str(root / "main_pretrain.py"), "--config-path",
-                str(recipe.parent), "--config-name", recipe.stem, f"hydra.run.dir={run}",
-                f"checkpoint.dir={tmp_path / 'ckpt'}", "auto_resume.enabled=True",
-                "++default_root_dir=" + str(run), *CHEAP]  # fmt: skip
+        args = [
+            sys.executable,
+            str(root / "main_pretrain.py"),
+            "--config-path",
+            str(recipe.parent),
+            "--config-name",
+            recipe.stem,
+            f"hydra.run.dir={run}",
+            f"checkpoint.dir={tmp_path / 'ckpt'}",
+            "auto_resume.enabled=True",
+            "++default_root_dir=" + str(run),
+            *CHEAP,
+        ]
         _kill_inside_record(args, tmp_path)
         assert not RunFolder(run).geometry.read_text().endswith("\n")
         ckpt = next((tmp_path / "ckpt").rglob("*.ckpt"))
@@ -189,16 +205,28 @@ class TestSoloAutoResume:
 
 
 # What Slurm sets in a batch job of one task (Lightning's SLURMEnvironment then manages it).
-SLURM_JOB = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "1",
-             "SLURM_JOB_NAME": "sg-requeue", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
-             "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1"}  # fmt: skip
+SLURM_JOB = {
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_NNODES": "1",
+    "SLURM_JOB_NAME": "sg-requeue",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "127.0.0.1",
+}
 PAUSE_AT = 2  # the first step of epoch 1: after the checkpoint of epoch 0, mid-epoch
 PREEMPT = [
     pytest.param("lightly", signal.SIGTERM, id="lightly-SIGTERM"),
     pytest.param("lightly", signal.SIGUSR1, id="lightly-SIGUSR1"),
-    pytest.param("solo", signal.SIGTERM, id="solo-SIGTERM", marks=[
-        pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)]),
-]  # fmt: skip
+    pytest.param(
+        "solo",
+        signal.SIGTERM,
+        id="solo-SIGTERM",
+        marks=[pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)],
+    ),
+]
 
 
 def _processes_with(text: str) -> list[int]:
@@ -222,17 +250,24 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], log: Path, what: str) -
 
 
 def _preempt_inside_step(
-    args: list[str], tmp: Path, signum: int, extra: dict[str, str] | None = None,
+    args: list[str],
+    tmp: Path,
+    signum: int,
+    extra: dict[str, str] | None = None,
     first: tuple[int, Path] | None = None,
-) -> tuple[int, str]:  # fmt: skip
+) -> tuple[int, str]:
     """Run ``args`` until the record of PAUSE_AT, signal its process group; status and log.
 
     ``extra`` joins the environment; ``first``: a signal sent before, and the file whose
     appearance says it was handled.
     """
     mark, go, log = tmp / "paused.mark", tmp / "go.mark", tmp / "preempted.log"
-    env = {**hooked_env(tmp / "hooks", SG_PAUSE_AT=str(PAUSE_AT), SG_PAUSE_MARK=str(mark),
-                        SG_PAUSE_GO=str(go)), **(extra or {})}  # fmt: skip
+    env = {
+        **hooked_env(
+            tmp / "hooks", SG_PAUSE_AT=str(PAUSE_AT), SG_PAUSE_MARK=str(mark), SG_PAUSE_GO=str(go)
+        ),
+        **(extra or {}),
+    }
     proc = _start(args, env, log)
     _wait_for(mark, proc, log, "the pause")
     if first is not None:
@@ -258,10 +293,22 @@ class TestPreemption:
         """SIGTERM (SIGUSR1) to the process group mid-run, data-loader workers running."""
         data = {**recipe_dict("simclr", digits)["data"], "num_workers": 2}
         checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
-        recipe = write_recipe(tmp_path / "recipes", "simclr", digits, checkpoint=checkpoint,
-                              max_epochs=2, data=data)  # fmt: skip
-        args = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host", host,
-                "--runs-root", str(tmp_path / "runs"), *CHEAP]  # fmt: skip
+        recipe = write_recipe(
+            tmp_path / "recipes", "simclr", digits, checkpoint=checkpoint, max_epochs=2, data=data
+        )
+        args = [
+            sys.executable,
+            "-c",
+            CLI,
+            "pretrain",
+            "--config",
+            str(recipe),
+            "--host",
+            host,
+            "--runs-root",
+            str(tmp_path / "runs"),
+            *CHEAP,
+        ]
         status, log = _preempt_inside_step(args, tmp_path, signum)
         run = _only_run(tmp_path / "runs")
         name = signal.Signals(signum).name
@@ -278,8 +325,9 @@ class TestPreemption:
         before = {r.step: r.seconds for r in _whole_records(run)}
         assert sorted(before) == list(range(PAUSE_AT + 1))
 
-        _finish([sys.executable, "-c", CLI, "pretrain", "--resume", str(run)],
-                tmp_path / "resumed.log")  # fmt: skip
+        _finish(
+            [sys.executable, "-c", CLI, "pretrain", "--resume", str(run)], tmp_path / "resumed.log"
+        )
         _check_resumed(run, before, PAUSE_AT)  # the uninterrupted run's steps (the kill test)
         assert not (run / RunFolder.INCOMPLETE).exists()
         assert not RunFolder(run).preempted.exists()
@@ -294,10 +342,22 @@ class TestPreemption:
         scontrol.chmod(0o755)
         slurm = {**SLURM_JOB, "PATH": f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}"}
         recipe = _recipe(tmp_path / "recipes", digits)
-        args = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host",
-                "lightly", "--runs-root", str(tmp_path / "runs"), *CHEAP]  # fmt: skip
-        status, log = _preempt_inside_step(args, tmp_path, signal.SIGTERM, slurm,
-                                           first=(signal.SIGUSR1, calls))  # fmt: skip
+        args = [
+            sys.executable,
+            "-c",
+            CLI,
+            "pretrain",
+            "--config",
+            str(recipe),
+            "--host",
+            "lightly",
+            "--runs-root",
+            str(tmp_path / "runs"),
+            *CHEAP,
+        ]
+        status, log = _preempt_inside_step(
+            args, tmp_path, signal.SIGTERM, slurm, first=(signal.SIGUSR1, calls)
+        )
         run = _only_run(tmp_path / "runs")
         assert status == 128 + signal.SIGTERM, log[-4000:]
         assert calls.read_text() == f"requeue {SLURM_JOB['SLURM_JOB_ID']}\n"

@@ -23,7 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from test_lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import read_records  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 from tests.shared import digits_subset  # noqa: E402
@@ -32,16 +32,29 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
 # Statistics at every step, the probes (class target, linear) and the report at their defaults.
 CHEAP = [
-    "+geometry=on", "geometry.every_n_steps=1", "geometry.budget=null",
-    "geometry.measure.hessian=false", "geometry.measure.augment=false",
-    "geometry.probes.targets=[class]", "geometry.probes.probes=[linear]",
-    "geometry.probes.orbits.families=[]", "optimizer.batch_size=8",
-]  # fmt: skip
+    "+geometry=on",
+    "geometry.every_n_steps=1",
+    "geometry.budget=null",
+    "geometry.measure.hessian=false",
+    "geometry.measure.augment=false",
+    "geometry.probes.targets=[class]",
+    "geometry.probes.probes=[linear]",
+    "geometry.probes.orbits.families=[]",
+    "optimizer.batch_size=8",
+]
 HOSTS = [
     "lightly",
-    pytest.param("solo", marks=[pytest.mark.solo, pytest.mark.skipif(
-        importlib.util.find_spec("solo") is None, reason="solo-learn 1.0.6 is not importable")]),
-]  # fmt: skip
+    pytest.param(
+        "solo",
+        marks=[
+            pytest.mark.solo,
+            pytest.mark.skipif(
+                importlib.util.find_spec("solo") is None,
+                reason="solo-learn 1.0.6 is not importable",
+            ),
+        ],
+    ),
+]
 
 
 def _finish(args: list[str], log: Path) -> str:
@@ -61,13 +74,28 @@ def _finish(args: list[str], log: Path) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("host", HOSTS)
 def test_resume_after_the_last_checkpoint_finishes_the_run(host: str, tmp_path: Path) -> None:
-    few = digits_subset(make_digits(tmp_path / "digits", size=32), tmp_path / "few",
-                        {"train": 4, "val": 3})  # fmt: skip
+    few = digits_subset(
+        make_digits(tmp_path / "digits", size=32), tmp_path / "few", {"train": 4, "val": 3}
+    )
     checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
     recipe = write_recipe(tmp_path / "recipes", "simclr", few, checkpoint=checkpoint)
     runs = tmp_path / "runs"
-    _finish([sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host", host,
-             "--runs-root", str(runs), *CHEAP], tmp_path / "first.log")  # fmt: skip
+    _finish(
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "pretrain",
+            "--config",
+            str(recipe),
+            "--host",
+            host,
+            "--runs-root",
+            str(runs),
+            *CHEAP,
+        ],
+        tmp_path / "first.log",
+    )
     (path,) = runs.iterdir()
     run = RunFolder(path)
     whole = read_records(run.geometry)
@@ -80,8 +108,9 @@ def test_resume_after_the_last_checkpoint_finishes_the_run(host: str, tmp_path: 
     shutil.rmtree(run.report)
     (path / RunFolder.INCOMPLETE).write_text("training\n")
 
-    log = _finish([sys.executable, "-c", CLI, "pretrain", "--resume", str(path)],
-                  tmp_path / "resumed.log")  # fmt: skip
+    log = _finish(
+        [sys.executable, "-c", CLI, "pretrain", "--resume", str(path)], tmp_path / "resumed.log"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no torn line left
         records = read_records(run.geometry)

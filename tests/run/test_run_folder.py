@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from solo_geometry.run import run_folder as run_folder_module
-from solo_geometry.run.records import OrbitRow, ProbeRow, RecordsError
+from solo_geometry.run.probe_table import OrbitRow, ProbeRow
+from solo_geometry.run.records import RecordsError
 from solo_geometry.run.run_folder import RunFolder
 from tests.record_helpers import (
     ORBIT_ROW,

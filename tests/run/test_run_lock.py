@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from test_lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.inputs.datasets import make_digits  # noqa: E402
+from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.lock import RunFolderBusy, writer_lock  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
@@ -60,9 +60,16 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 def _fake_run(run: Path, host: str) -> Path:
     """A run folder whose newest checkpoint passes the resume checks (it is never trained)."""
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({"state_dict": {"backbone.w": torch.zeros(1)}, "epoch": 0, "global_step": 2,
-                "pytorch-lightning_version": "2", "loops": {}},
-               run / "checkpoints" / "last.ckpt")  # fmt: skip
+    torch.save(
+        {
+            "state_dict": {"backbone.w": torch.zeros(1)},
+            "epoch": 0,
+            "global_step": 2,
+            "pytorch-lightning_version": "2",
+            "loops": {},
+        },
+        run / "checkpoints" / "last.ckpt",
+    )
     (run / "geometry.jsonl").write_text("")
     if host == "solo":
         (run / ".hydra").mkdir()
@@ -98,9 +105,17 @@ class TestWriterLock:
 
 @pytest.mark.parametrize(
     "host",
-    ["lightly", pytest.param("solo", marks=[pytest.mark.solo, pytest.mark.skipif(
-        not HAS_SOLO, reason="solo-learn 1.0.6 is not importable")])],
-)  # fmt: skip
+    [
+        "lightly",
+        pytest.param(
+            "solo",
+            marks=[
+                pytest.mark.solo,
+                pytest.mark.skipif(not HAS_SOLO, reason="solo-learn 1.0.6 is not importable"),
+            ],
+        ),
+    ],
+)
 def test_second_resume_is_one_line_and_changes_nothing(host: str, tmp_path: Path) -> None:
     digits = make_digits(tmp_path / "digits", size=8)
     recipe = write_recipe(tmp_path / "recipes", "simclr", digits)
@@ -110,8 +125,11 @@ def test_second_resume_is_one_line_and_changes_nothing(host: str, tmp_path: Path
     try:
         done = subprocess.run(
             [sys.executable, "-c", CLI, "pretrain", "--resume", str(run), "--config", str(recipe)],
-            env=_env(), capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -23,8 +23,13 @@ CEILING = math.sqrt(M / ((M - 1) * D))
 
 def metrics(std_ratio: float, rank_ratio: float, **extra: Any) -> dict[str, Any]:
     """A record's metrics of H at the given fractions of the std's and the rank's ceilings."""
-    return {"h/normalized_std": std_ratio * CEILING, "h/effective_rank": rank_ratio * D,
-            "h/n_samples": M, "h/dim": D, **extra}  # fmt: skip
+    return {
+        "h/normalized_std": std_ratio * CEILING,
+        "h/effective_rank": rank_ratio * D,
+        "h/n_samples": M,
+        "h/dim": D,
+        **extra,
+    }
 
 
 def run(alert: CollapseAlert, readings: list[tuple[float, float]]) -> list[str]:
@@ -63,9 +68,21 @@ class TestStateMachine:
 
     def test_enters_after_patience_and_leaves_with_hysteresis(self) -> None:
         alert = CollapseAlert(AlertConfig(patience=2))
-        states = run(alert, [(0.8, 0.8), (0.01, 0.8), (0.02, 0.8),  # enter complete at 2
-                             (0.07, 0.8), (0.07, 0.8), (0.09, 0.8),  # inside the band: stays
-                             (0.5, 0.8), (0.01, 0.8), (0.5, 0.8), (0.5, 0.8)])  # fmt: skip
+        states = run(
+            alert,
+            [
+                (0.8, 0.8),
+                (0.01, 0.8),
+                (0.02, 0.8),  # enter complete at 2
+                (0.07, 0.8),
+                (0.07, 0.8),
+                (0.09, 0.8),  # inside the band: stays
+                (0.5, 0.8),
+                (0.01, 0.8),
+                (0.5, 0.8),
+                (0.5, 0.8),
+            ],
+        )
         assert states == ["healthy", "healthy"] + ["complete"] * 7 + ["healthy"]
         assert alert.since == 9
 
@@ -171,9 +188,19 @@ def replay(curve: list[float], rows: int, dim: int) -> list[str]:
     alert = CollapseAlert(AlertConfig())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [alert.observe(epoch, {"h/normalized_std": std, "h/effective_rank": float(dim),
-                                      "h/n_samples": rows, "h/dim": dim}, None)["state"]
-                for epoch, std in enumerate(curve)]  # fmt: skip
+        return [
+            alert.observe(
+                epoch,
+                {
+                    "h/normalized_std": std,
+                    "h/effective_rank": float(dim),
+                    "h/n_samples": rows,
+                    "h/dim": dim,
+                },
+                None,
+            )["state"]
+            for epoch, std in enumerate(curve)
+        ]
 
 
 class TestCalibrationOnTheAuthorsCurves:
@@ -185,8 +212,11 @@ class TestCalibrationOnTheAuthorsCurves:
 
         data = json.loads(FIXTURE.read_text())
         rows, dim = data["setup"]["rows"], data["setup"]["dim"]
-        return {f"{ds}/{key}": [replay(seed, rows, dim) for seed in seeds]
-                for ds, runs in data["results"].items() for key, seeds in runs.items()}  # fmt: skip
+        return {
+            f"{ds}/{key}": [replay(seed, rows, dim) for seed in seeds]
+            for ds, runs in data["results"].items()
+            for key, seeds in runs.items()
+        }
 
     def test_batchnorm_runs_never_alarm(self, states: dict[str, list[list[str]]]) -> None:
         bn = {k: v for k, v in states.items() if "bn_True" in k}
@@ -201,8 +231,9 @@ class TestCalibrationOnTheAuthorsCurves:
     def test_relu_without_batchnorm_never_leaves(self, states: dict) -> None:
         relu = [k for k in states if "relu" in k and "bn_True" not in k]
         assert len(relu) == 7
-        assert all(run[-1] == "complete" and "healthy" not in run[1:]
-                   for k in relu for run in states[k])  # fmt: skip
+        assert all(
+            run[-1] == "complete" and "healthy" not in run[1:] for k in relu for run in states[k]
+        )
 
     def test_smooth_heads_escape_on_resnet18(self, states: dict) -> None:
         escaping = (

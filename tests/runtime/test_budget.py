@@ -21,8 +21,11 @@ from tests.monitor_helpers import STATS_KEYS, CapturingGeometry, fit_boring, sma
 class TestBudget:
     def test_budget_defers_the_spectra_not_the_statistics(self, tmp_path: Path) -> None:
         # a budget no spectrum can keep: statistics at every due step, spectra at step 0 only
-        fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path, every_n_steps=1,
-                                                budget=1e-9))], steps=6)  # fmt: skip
+        fit_boring(
+            tmp_path,
+            [GeometryMonitor(small_config(tmp_path, every_n_steps=1, budget=1e-9))],
+            steps=6,
+        )
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 1, 2, 3, 4, 5, 6]
         assert all(r.ok for r in records)
@@ -53,9 +56,11 @@ class TestBudget:
         fit_boring(tmp_path, [monitor], CapturingGeometry, steps=4)
         records = read_records(tmp_path)
         assert [(r.step, r.parts) for r in records] == [
-            (0, ["stats", "hessian"]), (2, ["stats"]), (3, ["stats", "hessian", "density"]),
+            (0, ["stats", "hessian"]),
+            (2, ["stats"]),
+            (3, ["stats", "hessian", "density"]),
             (4, ["stats", "hessian", "density"]),
-        ]  # fmt: skip
+        ]
         assert records[1].deferred_parts["hessian"].startswith("budget: ")
         assert "due since step 2" in records[1].deferred_parts["hessian"]
         assert records[2].settings.deferred == 1 and records[2].deferred_parts == {}
@@ -83,7 +88,8 @@ class TestBudget:
 
         def wants(train: float, final: bool = False) -> bool:
             now[0] = train + monitor.budget.spent
-            return monitor._wants_density(trainer, final)
+            first = not monitor.n_records
+            return monitor.budget.wants_density(final, first, lambda r: monitor._fits(trainer, r))
 
         assert not wants(0.0)  # the first measurement: its cost is not known yet
         monitor.budget.t0, monitor.budget.spent, monitor.budget.cost = 0.0, 1.0, 1.0

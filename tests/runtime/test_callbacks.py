@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from solo_geometry.config import GeometryConfig, MeasureConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, make_digits
+from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import (
     ProbeCallback,
@@ -28,20 +29,33 @@ def fit_boring(
 ) -> pl.Trainer:
     pl.seed_everything(0, verbose=False)
     trainer = pl.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
         default_root_dir=tmp,
-    )  # fmt: skip
+    )
     trainer.fit(make(), DataLoader(TwoViews(), batch_size=8))
     return trainer
 
 
 def small_config(**probes: Any) -> GeometryConfig:
     measure = MeasureConfig(augment=False, density_probes=1)
-    small = ProbesConfig(targets=["class"], probes=["linear"],
-                         orbits=OrbitsConfig(families=[]), **probes)  # fmt: skip
-    return GeometryConfig(every_n_steps=1, max_samples=4, lanczos_max_steps=60, measure=measure,
-                          probes=small, budget=None)  # fmt: skip
+    small = ProbesConfig(
+        targets=["class"], probes=["linear"], orbits=OrbitsConfig(families=[]), **probes
+    )
+    return GeometryConfig(
+        every_n_steps=1,
+        max_samples=4,
+        lanczos_max_steps=60,
+        measure=measure,
+        probes=small,
+        budget=None,
+    )
 
 
 @pytest.mark.slow
@@ -57,8 +71,13 @@ class TestGeometryCallbacks:
 
     def test_probes_and_report_on_a_labelled_folder(self, tmp_path: Path) -> None:
         data = make_digits(tmp_path / "digits", size=8)
-        callbacks = geometry_callbacks(small_config(), run_dir=tmp_path / "run", meta={},
-                                       train_dir=data / "train", val_dir=data / "val")  # fmt: skip
+        callbacks = geometry_callbacks(
+            small_config(),
+            run_dir=tmp_path / "run",
+            meta={},
+            train_dir=data / "train",
+            val_dir=data / "val",
+        )
         fit_boring(tmp_path / "run", callbacks, make=_Digits)
         table = RunFolder(tmp_path / "run").read_probes()
         assert table is not None and {r.features for r in table.rows} == {"z", "h"}
@@ -72,9 +91,12 @@ class TestGeometryCallbacks:
 
     @pytest.mark.parametrize(
         ("data", "expected"),
-        [((None, None, None), None), (("x", None, "v"), Path("x")),
-         ((None, "missing-train", "v"), Path("v"))],
-    )  # fmt: skip
+        [
+            ((None, None, None), None),
+            (("x", None, "v"), Path("x")),
+            ((None, "missing-train", "v"), Path("v")),
+        ],
+    )
     def test_probe_data(self, data: tuple, expected: Any) -> None:
         cfg_data, train, val = data
         assert probe_data(ProbesConfig(data=cfg_data), train, val) == expected
@@ -97,8 +119,9 @@ class TestSetupChecks:
                 steps.append(1)
 
         with pytest.raises(ValueError, match=r"BoringGeometry: probes need .*geometry_head\(\)"):
-            fit_boring(tmp_path, [ProbeCallback(ProbesConfig(), None, tmp_path, IMAGENET_MEAN_STD),
-                            Spy()])  # fmt: skip
+            fit_boring(
+                tmp_path, [ProbeCallback(ProbesConfig(), None, tmp_path, IMAGENET_MEAN_STD), Spy()]
+            )
         assert steps == []  # no training step ran
 
     def test_rejects_bad_config(self) -> None:

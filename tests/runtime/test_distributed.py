@@ -129,8 +129,13 @@ class TestSyncBatchNorm:
         module = pl.LightningModule()
         module.head = _bn_head()
         assert not sync_batch_norm(module)
-        ddp = {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "logger": False,
-               "enable_checkpointing": False}  # fmt: skip  # built, never launched
+        ddp = {
+            "accelerator": "cpu",
+            "devices": 2,
+            "strategy": "ddp",
+            "logger": False,
+            "enable_checkpointing": False,  # built, never launched
+        }
         module.trainer = pl.Trainer(**ddp)
         assert not sync_batch_norm(module)
         module.trainer = pl.Trainer(**ddp, sync_batchnorm=True)
@@ -157,10 +162,18 @@ class TestSyncBatchNorm:
 
 class TestMergeContexts:
     def test_per_sample_concatenated_shared_from_rank_zero(self) -> None:
-        a = {"idx": torch.tensor([0, 1]), "t": [torch.zeros(2, 3), torch.ones(2, 3)],
-             "queue": torch.full((2, 3, 5), 7.0), "asg": torch.zeros(4, 2)}  # fmt: skip
-        b = {"idx": torch.tensor([2, 3]), "t": [torch.ones(2, 3), torch.zeros(2, 3)],
-             "queue": torch.full((2, 3, 5), 7.0), "asg": torch.ones(4, 2)}  # fmt: skip
+        a = {
+            "idx": torch.tensor([0, 1]),
+            "t": [torch.zeros(2, 3), torch.ones(2, 3)],
+            "queue": torch.full((2, 3, 5), 7.0),
+            "asg": torch.zeros(4, 2),
+        }
+        b = {
+            "idx": torch.tensor([2, 3]),
+            "t": [torch.ones(2, 3), torch.zeros(2, 3)],
+            "queue": torch.full((2, 3, 5), 7.0),
+            "asg": torch.ones(4, 2),
+        }
         out = merge_contexts([a, b], shared=("queue",), dims={"asg": 1})
         assert out["idx"].tolist() == [0, 1, 2, 3]
         assert [t.shape for t in out["t"]] == [(4, 3), (4, 3)]

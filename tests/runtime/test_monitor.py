@@ -23,8 +23,9 @@ from torch import Tensor
 from solo_geometry.config import StatsConfig
 from solo_geometry.hosts.base import capture_copy
 from solo_geometry.run.records import read_records
-from solo_geometry.runtime.measure import GeometryAware, GeometryView, Measurement
+from solo_geometry.runtime.measure import Measurement
 from solo_geometry.runtime.monitor import GeometryMonitor
+from solo_geometry.runtime.view import GeometryAware, GeometryView
 from solo_geometry.state import preserved_state
 from tests.monitor_helpers import (
     STATS_KEYS,
@@ -65,8 +66,12 @@ class TestMonitorConfig:
         s = records[0].settings
         assert (s.dtype, s.tau, s.n_batch, s.n_block, s.n_views) == ("float32", 1e-5, 8, 4, 2)
         assert s.dim == 2 * 4 * 8 and s.floor == pytest.approx(
-            1e-5 * max(abs(records[0].metrics["heff/lambda_min"]),
-                       abs(records[0].metrics["heff/lambda_max"])))  # fmt: skip
+            1e-5
+            * max(
+                abs(records[0].metrics["heff/lambda_min"]),
+                abs(records[0].metrics["heff/lambda_max"]),
+            )
+        )
 
     def test_module_without_view(self, tmp_path: Path) -> None:
         class Plain(BoringGeometry):
@@ -169,8 +174,11 @@ class TestGeometryMonitor:
         ref_model, _ = fit_boring(tmp_path / "ref", [])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model, _ = fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))],
-                            lambda: BoringGeometry(fail_at=(0, 4), nan_at=(2,)))  # fmt: skip
+            model, _ = fit_boring(
+                tmp_path,
+                [GeometryMonitor(small_config(tmp_path))],
+                lambda: BoringGeometry(fail_at=(0, 4), nan_at=(2,)),
+            )
         records = read_records(tmp_path)
         assert [r.status for r in records] == ["skipped", "ok", "skipped", "ok"]
         assert [r.n_skipped for r in records] == [1, 1, 2, 2]
@@ -186,8 +194,9 @@ class TestGeometryMonitor:
     def test_logs_under_geometry(self, tmp_path: Path) -> None:
         from lightning.pytorch.loggers import CSVLogger
 
-        _, trainer = fit_boring(tmp_path, [GeometryMonitor(small_config(tmp_path))],
-                          logger=CSVLogger(tmp_path / "logs"))  # fmt: skip
+        _, trainer = fit_boring(
+            tmp_path, [GeometryMonitor(small_config(tmp_path))], logger=CSVLogger(tmp_path / "logs")
+        )
         assert "geometry/heff/lambda_max" in trainer.callback_metrics
         text = next((tmp_path / "logs").rglob("metrics.csv")).read_text()
         assert "geometry/z/effective_rank" in text

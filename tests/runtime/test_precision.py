@@ -37,8 +37,12 @@ from solo_geometry.runtime.precision import (
     matmul_settings,
 )
 
-USER_SETTINGS = [(True, True, "high"), (False, True, "highest"), (True, False, "medium"),
-                 (False, False, "highest")]  # fmt: skip
+USER_SETTINGS = [
+    (True, True, "high"),
+    (False, True, "highest"),
+    (True, False, "medium"),
+    (False, False, "highest"),
+]
 
 
 def _set(cuda: bool, cudnn: bool, precision: str) -> None:
@@ -50,8 +54,11 @@ def _set(cuda: bool, cudnn: bool, precision: str) -> None:
 def _new_api() -> dict[str, str]:
     """The fp32_precision attributes of the newer API, where this torch has them."""
     out = {}
-    for name, obj in (("matmul", torch.backends.cuda.matmul), ("cudnn", torch.backends.cudnn),
-                      ("conv", getattr(torch.backends.cudnn, "conv", None))):  # fmt: skip
+    for name, obj in (
+        ("matmul", torch.backends.cuda.matmul),
+        ("cudnn", torch.backends.cudnn),
+        ("conv", getattr(torch.backends.cudnn, "conv", None)),
+    ):
         if obj is not None and hasattr(obj, "fp32_precision"):
             out[name] = obj.fp32_precision
     return out
@@ -61,8 +68,11 @@ def _new_api() -> dict[str, str]:
 def restore_flags() -> Any:
     before = matmul_settings()
     yield
-    _set(before["cuda_matmul_allow_tf32"], before["cudnn_allow_tf32"],
-         before["float32_matmul_precision"])  # fmt: skip
+    _set(
+        before["cuda_matmul_allow_tf32"],
+        before["cudnn_allow_tf32"],
+        before["float32_matmul_precision"],
+    )
 
 
 @pytest.mark.parametrize("user", USER_SETTINGS)
@@ -83,8 +93,13 @@ def test_exact_matmul_turns_tf32_off_and_restores(user: tuple, restore_flags: An
 
 def _modules(dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
-    backbone = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                             nn.AdaptiveAvgPool2d(1), nn.Flatten())  # fmt: skip
+    backbone = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    )
     head = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.SiLU(), nn.Linear(8, 5))
     return backbone.to(dtype), head.to(dtype)
 
@@ -103,8 +118,9 @@ def _view(backbone: nn.Module, head: nn.Module, dtype: torch.dtype, **kw: Any) -
 
 
 def _cfg(**kw: Any) -> GeometryConfig:
-    measure_cfg = MeasureConfig(augment_samples=4, augment_families=["brightness"],
-                                density_probes=1, **kw)  # fmt: skip
+    measure_cfg = MeasureConfig(
+        augment_samples=4, augment_families=["brightness"], density_probes=1, **kw
+    )
     return GeometryConfig(max_samples=6, lanczos_max_steps=60, measure=measure_cfg, budget=None)
 
 
@@ -114,8 +130,13 @@ def test_bf16_true_view_measured_as_float32_of_the_same_values() -> None:
     half = measure(_view(backbone, head, torch.bfloat16), _cfg(), density=False)
     # the reference: float32 modules holding the bfloat16 values, fed the same (raised) inputs
     view = _view(backbone, head, torch.bfloat16)
-    ref_view = assemble_view(view.features.float(), float32_copy(head), _loss,
-                             float32_copy(backbone), view.images.float())  # fmt: skip
+    ref_view = assemble_view(
+        view.features.float(),
+        float32_copy(head),
+        _loss,
+        float32_copy(backbone),
+        view.images.float(),
+    )
     ref = measure(ref_view, _cfg(), density=False)
     assert half.failed == {} and half.parts == ["stats", "hessian", "augment"]
     timing = {k for k in ref.metrics if k.endswith("/seconds")}
@@ -134,8 +155,9 @@ def test_a_half_view_without_loss_of_outputs_keeps_stats_and_rho() -> None:
     view = dataclasses.replace(_view(backbone, head, torch.float16), loss_of_outputs=None)
     full = full_precision(view)
     assert full.features.dtype == torch.float32 and full.images.dtype == torch.float32
-    assert all(p.dtype == torch.float32 for p in [*full.head.parameters(),
-                                                  *full.backbone.parameters()])  # fmt: skip
+    assert all(
+        p.dtype == torch.float32 for p in [*full.head.parameters(), *full.backbone.parameters()]
+    )
     result = measure(view, _cfg(), density=False)
     assert result.parts == ["stats", "augment"]
     assert "without the view's loss_of_outputs" in result.failed["hessian"]
@@ -155,8 +177,11 @@ def test_each_part_fails_alone() -> None:
         def forward(self, x: Tensor) -> Tensor:
             raise RuntimeError("no tangents")
 
-    result = measure(dataclasses.replace(_view(backbone, head, torch.float32), backbone=Broken()),
-                     _cfg(), density=False)  # fmt: skip
+    result = measure(
+        dataclasses.replace(_view(backbone, head, torch.float32), backbone=Broken()),
+        _cfg(),
+        density=False,
+    )
     assert result.parts == ["stats", "hessian"]
     assert result.failed == {"augment": "RuntimeError: no tangents"}
     assert "heff/lambda_max" in result.metrics and "z/cond" in result.metrics
@@ -189,8 +214,14 @@ class MixedModule(pl.LightningModule):
         if Z is None:
             with torch.no_grad():
                 Z = torch.stack([self.backbone(v) for v in (x, x.flip(-1))])
-        return assemble_view(Z.float(), self.projector, _loss, self.backbone, x,
-                             features_dtype=str(Z.dtype).removeprefix("torch."))  # fmt: skip
+        return assemble_view(
+            Z.float(),
+            self.projector,
+            _loss,
+            self.backbone,
+            x,
+            features_dtype=str(Z.dtype).removeprefix("torch."),
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -204,15 +235,26 @@ def _loader(n: int = 16) -> Any:
 def test_bf16_mixed_records_say_precision_and_dtype(tmp_path: Path, restore_flags: Any) -> None:
     _set(True, True, "high")  # as Lightning advises on a GPU
     cfg = dataclasses.replace(_cfg(), every_n_steps=1, out_dir=str(tmp_path))
-    trainer = pl.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", max_steps=2,
-                         callbacks=[GeometryMonitor(cfg)], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision="bf16-mixed",
+        max_steps=2,
+        callbacks=[GeometryMonitor(cfg)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(MixedModule(), _loader())
     records = read_records(tmp_path)
     assert [r.step for r in records] == [0, 1, 2] and all(r.ok for r in records), records
-    user = {"cuda_matmul_allow_tf32": True, "cudnn_allow_tf32": True,
-            "float32_matmul_precision": "high"}  # fmt: skip
+    user = {
+        "cuda_matmul_allow_tf32": True,
+        "cudnn_allow_tf32": True,
+        "float32_matmul_precision": "high",
+    }
     for r in records:
         assert r.settings.precision == "bf16-mixed" and r.settings.dtype == "float32"
         assert r.settings.user_matmul == user and r.failed_parts == {}
@@ -225,8 +267,7 @@ class ProbeModule(MixedModule):
         return self.projector
 
 
-@pytest.mark.parametrize("precision", ["64-true", "32-true", "bf16-mixed", "bf16-true",
-                                       "16-true"])  # fmt: skip
+@pytest.mark.parametrize("precision", ["64-true", "32-true", "bf16-mixed", "bf16-true", "16-true"])
 def test_probes_under_every_cpu_precision(precision: str, tmp_path: Path) -> None:
     from PIL import Image
 
@@ -239,13 +280,24 @@ def test_probes_under_every_cpu_precision(precision: str, tmp_path: Path) -> Non
         for i in range(12):
             pixels = (torch.rand(8, 8, 3, generator=rng) * 127 + 128 * c).to(torch.uint8)
             Image.fromarray(pixels.numpy()).save(tmp_path / "data" / str(c) / f"{i}.png")
-    cfg = ProbesConfig(probes=["linear"], targets=["class"],
-                       orbits=OrbitsConfig(families=["brightness"], images=4, k=2))  # fmt: skip
+    cfg = ProbesConfig(
+        probes=["linear"],
+        targets=["class"],
+        orbits=OrbitsConfig(families=["brightness"], images=4, k=2),
+    )
     probes = ProbeCallback(cfg, tmp_path / "data", tmp_path, ((0.5,) * 3, (0.25,) * 3))
-    trainer = pl.Trainer(accelerator="cpu", devices=1, precision=precision, max_steps=1,
-                         callbacks=[probes], logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=tmp_path)  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=precision,
+        max_steps=1,
+        callbacks=[probes],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     with _no_probe_warning():
         trainer.fit(ProbeModule(), _loader())
     assert probes.result is not None and (tmp_path / "probes.json").is_file()

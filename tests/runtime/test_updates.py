@@ -63,9 +63,15 @@ def _reference() -> dict[str, float]:
 def test_epoch_means_match_plain_torch(tmp_path: Path) -> None:
     model = TinyHead(lr=LR, momentum=MOMENTUM)
     reference_state = copy.deepcopy(model.state_dict())
-    trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    trainer = pl.Trainer(
+        max_epochs=1,
+        callbacks=[UpdateSizeMonitor(tmp_path)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     trainer.fit(model, _data())
     (record,) = read_update_records(tmp_path)
     assert record.epoch == 0 and record.steps == STEPS
@@ -88,8 +94,9 @@ def test_epoch_means_match_plain_torch(tmp_path: Path) -> None:
 
 
 def test_unknown_schema_is_rejected(tmp_path: Path) -> None:
-    (tmp_path / "updates.jsonl").write_text(json.dumps({"schema": 9, "epoch": 0, "steps": 1,
-                                                        "metrics": {}}) + "\n")  # fmt: skip
+    (tmp_path / "updates.jsonl").write_text(
+        json.dumps({"schema": 9, "epoch": 0, "steps": 1, "metrics": {}}) + "\n"
+    )
     with pytest.raises(ValueError, match="unknown schema 9"):
         read_update_records(tmp_path)
 
@@ -99,8 +106,13 @@ class NoHead(TinyHead):
 
 
 def test_module_without_geometry_head_fails_at_setup(tmp_path: Path) -> None:
-    trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
-                         enable_progress_bar=False, accelerator="cpu")  # fmt: skip
+    trainer = pl.Trainer(
+        max_epochs=1,
+        callbacks=[UpdateSizeMonitor(tmp_path)],
+        logger=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+    )
     with pytest.raises(ValueError, match=r"NoHead: update sizes need .*geometry_head\(\)"):
         trainer.fit(NoHead(lr=LR, momentum=MOMENTUM), _data())
 
@@ -122,9 +134,15 @@ class TwoViews(TinyHead):
 def test_output_std_is_the_papers_statistic_of_the_steps_forward(tmp_path: Path) -> None:
     model = TwoViews(lr=LR, momentum=MOMENTUM)
     replay = copy.deepcopy(model)
-    trainer = pl.Trainer(max_epochs=1, callbacks=[UpdateSizeMonitor(tmp_path)], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    trainer = pl.Trainer(
+        max_epochs=1,
+        callbacks=[UpdateSizeMonitor(tmp_path)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     trainer.fit(model, _data())
     (record,) = read_update_records(tmp_path)
     # the paper's loop (experiments.py): std of F.normalize(cat(z1, z2)) after the forward

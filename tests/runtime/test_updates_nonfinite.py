@@ -50,8 +50,9 @@ def _reference() -> tuple[dict[str, float], int, int]:
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         parts = {"head": model.head, "backbone": model.backbone}
-        norms = {f"{p}/grad_norm": _norm([q.grad for q in m.parameters()])
-                 for p, m in parts.items()}  # fmt: skip
+        norms = {
+            f"{p}/grad_norm": _norm([q.grad for q in m.parameters()]) for p, m in parts.items()
+        }
         scale = scaler.get_scale()
         scaler.step(opt)
         scaler.update()
@@ -70,10 +71,18 @@ def test_skipped_steps_are_counted_not_averaged(tmp_path: Path) -> None:
     # Lightning maps precision="16-mixed" to bf16-mixed on a CPU; its float16 plugin, GradScaler
     # included, runs there when passed as such (on a GPU it is what "16-mixed" selects)
     plugin = MixedPrecision("16-mixed", "cpu")
-    trainer = pl.Trainer(accelerator="cpu", devices=1, plugins=[plugin], max_epochs=1,
-                         callbacks=[monitor], logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=tmp_path)  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        plugins=[plugin],
+        max_epochs=1,
+        callbacks=[monitor],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(TinyHead(lr=LR), _data())
     (record,) = read_update_records(tmp_path)
     ref, steps, skipped = _reference()

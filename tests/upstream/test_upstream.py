@@ -27,8 +27,12 @@ ROOT_REASON = (
     "SOLO_LEARN_ROOT is not set: point it at a clean git checkout of solo-learn main "
     "(commit 9187ea3) to run the upstream patch tests"
 )
-STAMP = {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-         "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}  # fmt: skip
+STAMP = {
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+}
 SUBSET = (
     "tests/utils/test_projectors.py",
     "tests/methods/test_projectors.py::test_default_projector_is_unchanged",
@@ -69,8 +73,13 @@ def patched(exported, solo_root: Path, tmp_path_factory: pytest.TempPathFactory)
 def runnable(patched: Path) -> Path:
     """The patched checkout, if solo-learn's own dependencies import here (else skip)."""
     env = {**os.environ, "PYTHONPATH": str(patched)}
-    proc = subprocess.run([sys.executable, "-c", "import solo.methods"], cwd=patched, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", "import solo.methods"],
+        cwd=patched,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         reason = (
@@ -94,8 +103,15 @@ class TestExport:
         assert set(REQUIRED_METHODS) <= set(exported.methods)
         text = exported.description.read_text()
         assert exported.description.name == PR_FILE
-        for needed in ("## Motivation", "## API", "## Backward compatibility", "## Tests",
-                       "52.27", "proj_activation", *REQUIRED_METHODS):  # fmt: skip
+        for needed in (
+            "## Motivation",
+            "## API",
+            "## Backward compatibility",
+            "## Tests",
+            "52.27",
+            "proj_activation",
+            *REQUIRED_METHODS,
+        ):
             assert needed in text, needed
         assert re.search(r"\$\w", text) is None  # every template field filled
         first = exported.patches[0].read_text()
@@ -105,8 +121,11 @@ class TestExport:
     def test_reproducible(self, exported, solo_root: Path, tmp_path: Path) -> None:
         again = export_series(solo_root, tmp_path / "again")
         assert [p.name for p in again.patches] == [p.name for p in exported.patches]
-        for a, b in zip([*again.patches, again.description],
-                        [*exported.patches, exported.description], strict=True):  # fmt: skip
+        for a, b in zip(
+            [*again.patches, again.description],
+            [*exported.patches, exported.description],
+            strict=True,
+        ):
             assert a.read_bytes() == b.read_bytes(), a.name
 
     def test_git_am_applies(self, patched: Path, solo_root: Path) -> None:
@@ -114,27 +133,49 @@ class TestExport:
         log = _git("log", "--format=%s", f"{base}..HEAD", cwd=patched).splitlines()
         assert len(log) == 4
         changed = _git("diff", "--name-only", base, "HEAD", cwd=patched).split()
-        for path in ("solo/utils/projectors.py", "tests/utils/test_projectors.py",
-                     "tests/methods/test_projectors.py", "docs/source/solo/projectors.rst",
-                     "scripts/pretrain/cifar/simclr_smooth.yaml", "solo/methods/simclr.py",
-                     "solo/methods/byol.py", "solo/methods/vicreg.py",
-                     "solo/methods/barlow_twins.py"):  # fmt: skip
+        for path in (
+            "solo/utils/projectors.py",
+            "tests/utils/test_projectors.py",
+            "tests/methods/test_projectors.py",
+            "docs/source/solo/projectors.rst",
+            "scripts/pretrain/cifar/simclr_smooth.yaml",
+            "solo/methods/simclr.py",
+            "solo/methods/byol.py",
+            "solo/methods/vicreg.py",
+            "solo/methods/barlow_twins.py",
+        ):
             assert path in changed, path
         text = (patched / "solo/methods/simclr.py").read_text()
         assert "nn.Sequential" not in text and "build_projector(" in text
 
     def test_contribution_rules(self, patched: Path, solo_root: Path) -> None:
         base = _git("rev-parse", "HEAD", cwd=solo_root).strip()
-        py = [p for p in _git("diff", "--name-only", base, "HEAD", cwd=patched).split()
-              if p.endswith(".py")]  # fmt: skip
+        py = [
+            p
+            for p in _git("diff", "--name-only", base, "HEAD", cwd=patched).split()
+            if p.endswith(".py")
+        ]
         for path in py:  # Python 3.8 syntax
             ast.parse((patched / path).read_text(), filename=path, feature_version=(3, 8))
         ruff = _ruff()
         if ruff is None:
             pytest.skip("ruff not installed: black formatting of the series not checked")
-        proc = subprocess.run([ruff, "format", "--isolated", "--line-length", "100",
-                               "--target-version", "py38", "--check", *py], cwd=patched,
-                              capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run(
+            [
+                ruff,
+                "format",
+                "--isolated",
+                "--line-length",
+                "100",
+                "--target-version",
+                "py38",
+                "--check",
+                *py,
+            ],
+            cwd=patched,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -163,8 +204,11 @@ class TestBackwardCompatibility:
         state = torch.load(tmp_path / "new.pt")
         state["simclr"]["projector"]["state"]["0.weight"][0, 0] += 1e-6
         torch.save(state, tmp_path / "tampered.pt")
-        (bad,) = [r for r in compare_projectors(tmp_path / "tampered.pt", tmp_path / "old.pt")
-                  if r.method == "simclr"]  # fmt: skip
+        (bad,) = [
+            r
+            for r in compare_projectors(tmp_path / "tampered.pt", tmp_path / "old.pt")
+            if r.method == "simclr"
+        ]
         assert not bad.same and "0.weight" in bad.note
 
     def test_new_unit_tests_pass(self, runnable: Path) -> None:

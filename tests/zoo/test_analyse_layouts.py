@@ -58,8 +58,11 @@ class _BarlowTwins(nn.Module):
         sizes = [2048, *map(int, projector.split("-"))]
         layers: list[nn.Module] = []
         for i in range(len(sizes) - 2):
-            layers += [nn.Linear(sizes[i], sizes[i + 1], bias=False), nn.BatchNorm1d(sizes[i + 1]),
-                       nn.ReLU(inplace=True)]  # fmt: skip
+            layers += [
+                nn.Linear(sizes[i], sizes[i + 1], bias=False),
+                nn.BatchNorm1d(sizes[i + 1]),
+                nn.ReLU(inplace=True),
+            ]
         layers.append(nn.Linear(sizes[-2], sizes[-1], bias=False))
         self.projector = nn.Sequential(*layers)
         self.bn = nn.BatchNorm1d(sizes[-1], affine=False)
@@ -70,8 +73,13 @@ class _DINOHead(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, hidden: int, bottleneck: int) -> None:
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden),
-                                 nn.GELU(), nn.Linear(hidden, bottleneck))  # fmt: skip
+        self.mlp = nn.Sequential(
+            nn.Linear(in_dim, hidden),
+            nn.GELU(),
+            nn.Linear(hidden, hidden),
+            nn.GELU(),
+            nn.Linear(hidden, bottleneck),
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # weight_norm: as DINO stores it
             self.last_layer = nn.utils.weight_norm(nn.Linear(bottleneck, out_dim, bias=False))
@@ -93,8 +101,14 @@ def _vit_small() -> nn.Module:
     import timm  # noqa: PLC0415 - the test's reference for DINO's vit_small
 
     return timm.models.vision_transformer.VisionTransformer(
-        patch_size=16, embed_dim=384, depth=12, num_heads=6, qkv_bias=True, num_classes=0,
-        dynamic_img_size=True)  # fmt: skip
+        patch_size=16,
+        embed_dim=384,
+        depth=12,
+        num_heads=6,
+        qkv_bias=True,
+        num_classes=0,
+        dynamic_img_size=True,
+    )
 
 
 def _ddp(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -128,9 +142,17 @@ def _write(kind: str, path: Path) -> tuple[nn.Module, nn.Module]:
     _randomise_bn(wrapper)
     teacher = wrapper.state_dict() if vit else _ddp(wrapper.state_dict())  # DDP only with BN
     args = argparse.Namespace(arch="vit_small" if vit else "resnet50", out_dim=16, patch_size=16)
-    torch.save({"student": _ddp(wrapper.state_dict()), "teacher": teacher, "optimizer": {},
-                "epoch": 100, "args": args, "dino_loss": {"center": torch.zeros(1, 16)}},
-               path)  # fmt: skip
+    torch.save(
+        {
+            "student": _ddp(wrapper.state_dict()),
+            "teacher": teacher,
+            "optimizer": {},
+            "epoch": 100,
+            "args": args,
+            "dino_loss": {"center": torch.zeros(1, 16)},
+        },
+        path,
+    )
     return wrapper.backbone.eval(), wrapper.head.eval()
 
 
@@ -204,8 +226,9 @@ class TestSafeReading:
 
     def test_safetensors_read_through_safetensors(self, tmp_path: Path) -> None:
         save_file({"a": torch.arange(3.0)}, str(tmp_path / "m.safetensors"))
-        torch.testing.assert_close(read_checkpoint(tmp_path / "m.safetensors")["a"],
-                                   torch.arange(3.0))  # fmt: skip
+        torch.testing.assert_close(
+            read_checkpoint(tmp_path / "m.safetensors")["a"], torch.arange(3.0)
+        )
 
 
 class TestAnalyse:

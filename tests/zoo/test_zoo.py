@@ -19,8 +19,13 @@ from solo_geometry.zoo.card import CARD_FILES, ZooCard
 from solo_geometry.zoo.folder import load_card_model, write_card
 from tests.shared import image_folder, small_settings
 
-SECTIONS = ("## Model", "## Intended use and limitations", "## Training recipe", "## Evaluation",
-            "## Geometry")  # fmt: skip
+SECTIONS = (
+    "## Model",
+    "## Intended use and limitations",
+    "## Training recipe",
+    "## Evaluation",
+    "## Geometry",
+)
 
 
 def _run(root: Path) -> Path:
@@ -32,9 +37,15 @@ def _run(root: Path) -> Path:
     state |= {f"projector.{k}": v for k, v in projector.state_dict().items()}
     (root / "checkpoints").mkdir(parents=True)
     torch.save({"state_dict": state, "epoch": 0}, root / "checkpoints" / "last.ckpt")
-    cfg = {"name": "simclr-test", "method": "simclr", "backbone": {"name": "resnet18"},
-           "data": {"dataset": "custom"}, "max_epochs": 1, "seed": 5,
-           "method_kwargs": {"proj_hidden_dim": 32, "proj_output_dim": 16}}  # fmt: skip
+    cfg = {
+        "name": "simclr-test",
+        "method": "simclr",
+        "backbone": {"name": "resnet18"},
+        "data": {"dataset": "custom"},
+        "max_epochs": 1,
+        "seed": 5,
+        "method_kwargs": {"proj_hidden_dim": 32, "proj_output_dim": 16},
+    }
     (root / "config.yaml").write_text(yaml.safe_dump(cfg))
     return root
 
@@ -68,13 +79,25 @@ class TestCardFolder:
         for section in SECTIONS:
             assert f"\n{section}\n" in readme
         record = ZooCard.read(card / "geometry.json")
-        want = {r["features"] + "/" + r["probe"] + "/" + r["target"]: round(r["accuracy"], 4)
-                for r in record.measurements["probes"]["rows"]}  # fmt: skip
-        got = {m["name"]: m["value"] for res in front["model-index"][0]["results"]
-               for m in res["metrics"]}  # fmt: skip
+        want = {
+            r["features"] + "/" + r["probe"] + "/" + r["target"]: round(r["accuracy"], 4)
+            for r in record.measurements["probes"]["rows"]
+        }
+        got = {
+            m["name"]: m["value"]
+            for res in front["model-index"][0]["results"]
+            for m in res["metrics"]
+        }
         assert got == want
-        for key in ("solo_geometry", "commit", "recipe_sha256", "seed", "torch", "lightning",
-                    "solo_learn"):  # fmt: skip
+        for key in (
+            "solo_geometry",
+            "commit",
+            "recipe_sha256",
+            "seed",
+            "torch",
+            "lightning",
+            "solo_learn",
+        ):
             assert key in record.provenance
         assert record.provenance["seed"] == 5
         assert record.settings["stats_images"] == 12
@@ -95,8 +118,10 @@ class TestCardFolder:
         run, data, _ = built
         (tmp_path / "out").mkdir()
         (tmp_path / "out" / "keep.txt").write_text("mine")
-        assert cli_main(["zoo", "card", str(run), "--out", str(tmp_path / "out"),
-                         "--data", str(data)]) == 2  # fmt: skip
+        assert (
+            cli_main(["zoo", "card", str(run), "--out", str(tmp_path / "out"), "--data", str(data)])
+            == 2
+        )
         assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
 
 

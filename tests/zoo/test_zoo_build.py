@@ -22,8 +22,17 @@ class TestQuickBuild:
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         out = tmp_path / "zoo"
-        argv = ["zoo", "build", "--quick", "--only", "byol-digits-smooth_mlp-swish", "--host",
-                "lightly", "--out", str(out)]  # fmt: skip
+        argv = [
+            "zoo",
+            "build",
+            "--quick",
+            "--only",
+            "byol-digits-smooth_mlp-swish",
+            "--host",
+            "lightly",
+            "--out",
+            str(out),
+        ]
         assert cli_main(argv) == 0
         card_dir = out / "cards" / "byol-digits-smooth_mlp-swish"
         card = ZooCard.read(card_dir / "geometry.json")

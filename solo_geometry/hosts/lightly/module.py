@@ -254,14 +254,18 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         ranks = len(contexts)
         fixed = [m for m in (predictor, getattr(self, "momentum_projector", None)) if m is not None]
         if ranks > 1 and sync_batch_norm(self) and any(has_batch_norm(m) for m in fixed):
-            raise ValueError("the lightly host is not measured across ranks under sync BatchNorm "
-                             "with a BatchNorm predictor or momentum head")  # fmt: skip
+            raise ValueError(
+                "the lightly host is not measured across ranks under sync BatchNorm "
+                "with a BatchNorm predictor or momentum head"
+            )
 
         def loss_of_outputs(H: Tensor) -> Tensor:
             pred = None if predictor is None else frozen_module(predictor, H.dtype, H.device)
             chunks = H.chunk(ranks, dim=1)  # R x (V, N, p)
-            losses = [objective(h, None if t is None else t.to(H), pred)
-                      for h, t in zip(chunks, contexts, strict=True)]  # fmt: skip
+            losses = [
+                objective(h, None if t is None else t.to(H), pred)
+                for h, t in zip(chunks, contexts, strict=True)
+            ]
             return torch.stack(losses).mean()
 
         return loss_of_outputs

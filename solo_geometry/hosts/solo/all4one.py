@@ -70,8 +70,14 @@ def _context(model: Any, crops: list[Tensor], batch: Any, step_feats: CapturedFe
         fresh = torch.get_rng_state()  # where the step's third call would start
     if states[2] is None:
         states = [None, None, fresh, None]
-    return {"keys": mz, "nn": [nn1, nn2], "rich": rich, "pos": pos, "rng": states[2:],
-            "cuda": cuda[2:]}  # fmt: skip
+    return {
+        "keys": mz,
+        "nn": [nn1, nn2],
+        "rich": rich,
+        "pos": pos,
+        "rng": states[2:],
+        "cuda": cuda[2:],
+    }
 
 
 def _strange(model: Any, ctx: Context, p2: Tensor, nn_: Tensor, i: int) -> Tensor:
@@ -123,11 +129,15 @@ def _nn_of(out: Any) -> list[Tensor]:
 
 
 ALL4ONE = LossSpec(
-    _context, _loss, momentum=True, keeps={"find_nn": _nn_of}, setup=keep_rng_states,
+    _context,
+    _loss,
+    momentum=True,
+    keeps={"find_nn": _nn_of},
+    setup=keep_rng_states,
     held="the predictors and the transformer; the momentum keys; the 5 neighbours the step "
     "chose from the queue and the transformer's embedding of them; the transformer's dropout "
     "masks (the random state before each call kept and replayed)",
     merge=None,
     ranks="its transformer's dropout masks are replayed per rank batch and cannot be joined "
     "into the global batch's",
-)  # fmt: skip
+)

@@ -113,8 +113,11 @@ def _check_folders(cfg: DictConfig) -> None:
     geometry = geometry_config(cfg)
     if geometry is not None:  # the folders the probes will stack: one image size
         select = OmegaConf.select
-        check_probe_images(geometry.probes, select(cfg, "data.train_path", default=None),
-                           select(cfg, "data.val_path", default=None))  # fmt: skip
+        check_probe_images(
+            geometry.probes,
+            select(cfg, "data.train_path", default=None),
+            select(cfg, "data.val_path", default=None),
+        )
 
 
 def _solo_parse(cfg: DictConfig, method: str) -> None:

@@ -131,9 +131,16 @@ def solo_command(config: Path, overrides: list[str], run: Path, cfg: DictConfig)
         print("solo-geometry: no GPU here, running on the CPU (accelerator=cpu)", flush=True)
         extra.append("accelerator=cpu")
     return [
-        sys.executable, "-m", ENTRY, "--config-path", str(config.parent),
-        "--config-name", config.stem, *overrides, *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        ENTRY,
+        "--config-path",
+        str(config.parent),
+        "--config-name",
+        config.stem,
+        *overrides,
+        *extra,
+    ]
 
 
 def _cuda_available() -> bool:
@@ -271,8 +278,11 @@ def launch(
     else:
         folder = RunFolder(resume.run.path.resolve())
         # hydra.output_subdir=null: the folder's .hydra/*.yaml are left as the run wrote them
-        overrides = [*overrides, f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'",
-                     "hydra.output_subdir=null"]  # fmt: skip
+        overrides = [
+            *overrides,
+            f"++resume_from_checkpoint='{resume.checkpoint.resolve()}'",
+            "hydra.output_subdir=null",
+        ]
     with writer_lock(folder):  # held for the trainer's life: one writer per run folder
         if resume is not None:
             folder.mark_incomplete("resuming")

@@ -161,24 +161,38 @@ def _barlow(model: Any, ctx: Context, H: Tensor) -> Tensor:
 _OWN = "nothing: a function of this batch's outputs only"
 
 SUPPORTED: dict[str, LossSpec] = {
-    "simclr": LossSpec(_index_context, _contrastive,
-                       held="nothing: the batch's other samples are its negatives"),
-    "supcon": LossSpec(_label_context, _contrastive,
-                       held="the labels (they say which samples are positives)"),
-    "byol": LossSpec(_momentum_context, _byol, momentum=True, targets=momentum_targets,
-                     held="the predictor; the momentum branch's targets (another network)"),
-    "mocov3": LossSpec(_momentum_context, _mocov3, momentum=True, targets=momentum_targets,
-                       held="the predictor; the momentum branch's keys (another network)"),
-    "simsiam": LossSpec(no_context, _simsiam,
-                        held="the predictor; the targets are H under stop-gradient, as in the "
-                        "step"),
+    "simclr": LossSpec(
+        _index_context, _contrastive, held="nothing: the batch's other samples are its negatives"
+    ),
+    "supcon": LossSpec(
+        _label_context, _contrastive, held="the labels (they say which samples are positives)"
+    ),
+    "byol": LossSpec(
+        _momentum_context,
+        _byol,
+        momentum=True,
+        targets=momentum_targets,
+        held="the predictor; the momentum branch's targets (another network)",
+    ),
+    "mocov3": LossSpec(
+        _momentum_context,
+        _mocov3,
+        momentum=True,
+        targets=momentum_targets,
+        held="the predictor; the momentum branch's keys (another network)",
+    ),
+    "simsiam": LossSpec(
+        no_context,
+        _simsiam,
+        held="the predictor; the targets are H under stop-gradient, as in the step",
+    ),
     "vicreg": LossSpec(no_context, _vicreg, held=_OWN),
     "vibcreg": LossSpec(no_context, _vibcreg, held=_OWN),
     "barlow_twins": LossSpec(no_context, _barlow, held=_OWN),
     **QUEUE_METHODS,
     **PROTOTYPE_METHODS,
     "all4one": ALL4ONE,
-}  # fmt: skip
+}
 
 UNSUPPORTED: dict[str, str] = {
     "mae": "a masked autoencoder: its loss reconstructs masked patches through a decoder, "

@@ -132,8 +132,11 @@ class GeometryMethod(GeometryHost):
             parent, _, name = path.rpartition(".")
             owner = attrgetter(parent)(model) if parent else model
             if hasattr(owner, name):
-                setattr(owner, name, build_configured_head(gcfg.head, model.features_dim,
-                                                           out_dim, hidden))  # fmt: skip
+                setattr(
+                    owner,
+                    name,
+                    build_configured_head(gcfg.head, model.features_dim, out_dim, hidden),
+                )
         self._sync_momentum()
 
     def _apply_init(self, gcfg: GeometryConfig) -> None:

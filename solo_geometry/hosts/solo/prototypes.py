@@ -139,21 +139,35 @@ def _each(out: Any) -> list[Tensor]:
 
 
 PROTOTYPE_METHODS: dict[str, LossSpec] = {
-    "dino": LossSpec(_dino_context, _dino, momentum=True, head="head", projector="head.mlp",
-                     snapshots=("dino_loss_func.center",), merge=_dino_merge,
-                     targets=_dino_teacher,
-                     held="the teacher's probabilities: the momentum head's logits, centred by "
-                     "the centre the step read (cloned as it starts: DINOLoss updates it in "
-                     "place) and sharpened at the epoch's teacher temperature. The measured head "
-                     "is DINOHead with its prototypes (H are the student's logits)"),
-    "swav": LossSpec(_swav_context, _swav, keeps={"get_assignments": _each},
-                     held="the Sinkhorn codes the step computed (no gradient, from the batch "
-                     "and the queue); the prototypes, a parameter of the loss beside the "
-                     "projector, held like a predictor"),
-    "deepclusterv2": LossSpec(_deepcluster_context, _deepcluster,
-                              merge=lambda cs: spec.merge_contexts(cs, dims={"assignments": 1}),
-                              held="the batch's k-means assignments and the prototypes (the "
-                              "k-means centroids of the epoch, not trained); before the first "
-                              "k-means (epoch 0) the loss is undefined: records skipped, saying "
-                              "so"),
-}  # fmt: skip
+    "dino": LossSpec(
+        _dino_context,
+        _dino,
+        momentum=True,
+        head="head",
+        projector="head.mlp",
+        snapshots=("dino_loss_func.center",),
+        merge=_dino_merge,
+        targets=_dino_teacher,
+        held="the teacher's probabilities: the momentum head's logits, centred by "
+        "the centre the step read (cloned as it starts: DINOLoss updates it in "
+        "place) and sharpened at the epoch's teacher temperature. The measured head "
+        "is DINOHead with its prototypes (H are the student's logits)",
+    ),
+    "swav": LossSpec(
+        _swav_context,
+        _swav,
+        keeps={"get_assignments": _each},
+        held="the Sinkhorn codes the step computed (no gradient, from the batch "
+        "and the queue); the prototypes, a parameter of the loss beside the "
+        "projector, held like a predictor",
+    ),
+    "deepclusterv2": LossSpec(
+        _deepcluster_context,
+        _deepcluster,
+        merge=lambda cs: spec.merge_contexts(cs, dims={"assignments": 1}),
+        held="the batch's k-means assignments and the prototypes (the "
+        "k-means centroids of the epoch, not trained); before the first "
+        "k-means (epoch 0) the loss is undefined: records skipped, saying "
+        "so",
+    ),
+}

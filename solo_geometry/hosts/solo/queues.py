@@ -162,16 +162,35 @@ _NN = (
 )
 
 QUEUE_METHODS: dict[str, LossSpec] = {
-    "mocov2plus": LossSpec(_queue_context, _mocov2plus, momentum=True, snapshots=("queue",),
-                           held=_QUEUE, merge=_queue_merge, targets=_queue_keys),
-    "ressl": LossSpec(_queue_context, _ressl, momentum=True, snapshots=("queue",),
-                      merge=_queue_merge, targets=_queue_keys,
-                      held=_QUEUE + "; only view 1's query enters the loss (view 2's rows of "
-                      "H_eff are zero)"),
-    "nnclr": LossSpec(_online_nn_context, _nnclr, keeps=_FIND_NN,
-                      held=_NN.format(of="the projections")),
-    "nnbyol": LossSpec(_momentum_nn_context, _nnbyol, momentum=True, keeps=_FIND_NN,
-                       held=_NN.format(of="the momentum keys")),
-    "nnsiam": LossSpec(_online_nn_context, _nnsiam, keeps=_FIND_NN,
-                       held=_NN.format(of="the projections")),
-}  # fmt: skip
+    "mocov2plus": LossSpec(
+        _queue_context,
+        _mocov2plus,
+        momentum=True,
+        snapshots=("queue",),
+        held=_QUEUE,
+        merge=_queue_merge,
+        targets=_queue_keys,
+    ),
+    "ressl": LossSpec(
+        _queue_context,
+        _ressl,
+        momentum=True,
+        snapshots=("queue",),
+        merge=_queue_merge,
+        targets=_queue_keys,
+        held=_QUEUE + "; only view 1's query enters the loss (view 2's rows of H_eff are zero)",
+    ),
+    "nnclr": LossSpec(
+        _online_nn_context, _nnclr, keeps=_FIND_NN, held=_NN.format(of="the projections")
+    ),
+    "nnbyol": LossSpec(
+        _momentum_nn_context,
+        _nnbyol,
+        momentum=True,
+        keeps=_FIND_NN,
+        held=_NN.format(of="the momentum keys"),
+    ),
+    "nnsiam": LossSpec(
+        _online_nn_context, _nnsiam, keeps=_FIND_NN, held=_NN.format(of="the projections")
+    ),
+}

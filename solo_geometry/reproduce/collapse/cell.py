@@ -104,34 +104,59 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
     return [
         "+geometry=on",
         f"name=collapse-{cell_id(cfg.head, cfg.norm, cfg.lr, cfg.seed)}",
-        "geometry.head.name=smooth_mlp", f"geometry.head.activation={CELL_ACTIVATIONS[cfg.head]}",
-        f"geometry.head.norm={cfg.norm}", "geometry.head.bias=false",
+        "geometry.head.name=smooth_mlp",
+        f"geometry.head.activation={CELL_ACTIVATIONS[cfg.head]}",
+        f"geometry.head.norm={cfg.norm}",
+        "geometry.head.bias=false",
         f"geometry.head.out_norm={str(cfg.norm == 'bn').lower()}",
         "geometry.predictor.name=smooth_mlp",  # follows the head's activation and norm
-        "geometry.init.pseudo_collapse=true", f"geometry.init.alpha={cfg.alpha}",
-        "geometry.probes.enabled=false", "geometry.measure.augment=false",
-        "geometry.measure.updates=true", f"geometry.every_n_steps={cfg.every_n_steps}",
-        "geometry.budget=null", f"geometry.max_samples={cfg.max_samples}",
-        "geometry.measure.density_probes=1", "geometry.report=false",
-        f"++seed={cfg.seed}", f"optimizer.lr={recipe_lr!r}",
+        "geometry.init.pseudo_collapse=true",
+        f"geometry.init.alpha={cfg.alpha}",
+        "geometry.probes.enabled=false",
+        "geometry.measure.augment=false",
+        "geometry.measure.updates=true",
+        f"geometry.every_n_steps={cfg.every_n_steps}",
+        "geometry.budget=null",
+        f"geometry.max_samples={cfg.max_samples}",
+        "geometry.measure.density_probes=1",
+        "geometry.report=false",
+        f"++seed={cfg.seed}",
+        f"optimizer.lr={recipe_lr!r}",
         f"optimizer.batch_size={cfg.batch_size}",
-        f"max_epochs={cfg.epochs}", f"++limit_train_batches={cfg.steps_per_epoch}",
+        f"max_epochs={cfg.epochs}",
+        f"++limit_train_batches={cfg.steps_per_epoch}",
         f"backbone.name={cfg.backbone}",
         *([] if cfg.stem == "auto" else [f"++backbone.stem={cfg.stem}"]),  # the lightly host's
         f"method_kwargs.proj_hidden_dim={cfg.proj_hidden_dim}",
         f"method_kwargs.proj_output_dim={cfg.proj_output_dim}",
         f"method_kwargs.pred_hidden_dim={cfg.pred_hidden_dim}",
         f"augmentations.0.crop_size={cfg.crop_size}",
-        f"data.dataset={cfg.dataset}", f"data.train_path={cfg.train_path}",
+        f"data.dataset={cfg.dataset}",
+        f"data.train_path={cfg.train_path}",
         f"data.val_path={data_val}" if data_val else "data.val_path=null",
-        "++enable_progress_bar=false", "++enable_model_summary=false", "++log_every_n_steps=1",
-    ]  # fmt: skip
+        "++enable_progress_bar=false",
+        "++enable_model_summary=false",
+        "++log_every_n_steps=1",
+    ]
 
 
 # Settings a finished cell must share with the sweep to be skipped (else it is retrained).
-PROTOCOL_KEYS = ("epochs", "steps_per_epoch", "batch_size", "every_n_steps", "max_samples",
-                 "alpha", "dataset", "train_path", "backbone", "stem", "proj_hidden_dim",
-                 "proj_output_dim", "pred_hidden_dim", "crop_size")  # fmt: skip
+PROTOCOL_KEYS = (
+    "epochs",
+    "steps_per_epoch",
+    "batch_size",
+    "every_n_steps",
+    "max_samples",
+    "alpha",
+    "dataset",
+    "train_path",
+    "backbone",
+    "stem",
+    "proj_hidden_dim",
+    "proj_output_dim",
+    "pred_hidden_dim",
+    "crop_size",
+)
 
 
 def cell_file(out: Path, cell: str) -> Path:
@@ -182,25 +207,29 @@ def run_cell(cfg: DictConfig) -> str:
     shutil.rmtree(runs_root, ignore_errors=True)
     start = time.perf_counter()
     with _outside_hydra():
-        host, run = pretrain(RECIPE, cell_overrides(cfg), host=cfg.host, runs_root=runs_root,
-                             solo_root=cfg.solo_root)  # fmt: skip
+        host, run = pretrain(
+            RECIPE, cell_overrides(cfg), host=cfg.host, runs_root=runs_root, solo_root=cfg.solo_root
+        )
     seconds = time.perf_counter() - start
     if not cfg.keep_checkpoints:
         shutil.rmtree(Path(run) / "checkpoints", ignore_errors=True)
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
     cell_cfg = {str(k): v for k, v in container.items()}
-    result = cell_record(Path(run), cell_cfg, host=host, seconds=seconds, root=out,
-                         factor=float(cfg.factor))  # fmt: skip
+    result = cell_record(
+        Path(run), cell_cfg, host=host, seconds=seconds, root=out, factor=float(cfg.factor)
+    )
     result["cell"] = cell_cfg
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, record)
     row = result["row"]
-    return (f"{cell}: std(H) epoch 0 {row['baseline_std']:.3g} -> last "
-            f"{row['std_curve'][-1]:.3g}, {row['outcome']} (epoch {row['escape_epoch']}, "
-            f"{row['steps']} steps, {seconds:.0f} s)")  # fmt: skip
+    return (
+        f"{cell}: std(H) epoch 0 {row['baseline_std']:.3g} -> last "
+        f"{row['std_curve'][-1]:.3g}, {row['outcome']} (epoch {row['escape_epoch']}, "
+        f"{row['steps']} steps, {seconds:.0f} s)"
+    )
 
 
 def check_cell_overrides(extra: Sequence[str]) -> None:

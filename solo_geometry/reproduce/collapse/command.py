@@ -34,7 +34,7 @@ from hydra.core.singleton import Singleton
 from solo_geometry.commands.pretrain import HOSTS, resolve_host
 from solo_geometry.commands.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
-from solo_geometry.inputs.datasets import make_digits
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
 from solo_geometry.reproduce.collapse.cell import (
     CellConfig,
@@ -79,9 +79,15 @@ _app = hydra.main(version_base=None, config_path=None, config_name="reproduce_co
 def grid_overrides(protocol: Protocol, base_lr: float = BASE_LR) -> list[list[str]]:
     """Each factorial block as Hydra multirun overrides (``head=a,b norm=... lr=... seed=...``)."""
     seeds = ",".join(str(s) for s in protocol.seeds)
-    return [[f"head={','.join(b.heads)}", f"norm={','.join(b.norms)}",
-             f"lr={','.join(f'{base_lr * f:g}' for f in b.lr_factors)}", f"seed={seeds}"]
-            for b in protocol.grid]  # fmt: skip
+    return [
+        [
+            f"head={','.join(b.heads)}",
+            f"norm={','.join(b.norms)}",
+            f"lr={','.join(f'{base_lr * f:g}' for f in b.lr_factors)}",
+            f"seed={seeds}",
+        ]
+        for b in protocol.grid
+    ]
 
 
 def _multirun(overrides: Sequence[str]) -> None:
@@ -148,8 +154,9 @@ def cell_host(host: str, backbone: str, stem: str = "auto") -> str:
     else:
         return host
     if host == "solo":
-        raise ValueError(f"--host solo: solo-learn has no {lacks}; use --host lightly or auto, "
-                         f"or {other}")  # fmt: skip
+        raise ValueError(
+            f"--host solo: solo-learn has no {lacks}; use --host lightly or auto, or {other}"
+        )
     if host == "auto":
         print(f"host: lightly (solo-learn has no {lacks})", flush=True)
     return "lightly"
@@ -221,25 +228,39 @@ def reproduce_collapse(
     dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
     hidden, output, pred = protocol.widths
     common = [
-        f"out={out}", f"train_path={train_path}", f"dataset={dataset}", f"data={data}",
-        f"host={host}", f"epochs={protocol.epochs}", f"steps_per_epoch={protocol.steps_per_epoch}",
-        f"batch_size={protocol.batch_size}", f"every_n_steps={protocol.every_n_steps}",
-        f"proj_hidden_dim={hidden}", f"proj_output_dim={output}", f"pred_hidden_dim={pred}",
-        f"crop_size={protocol.crop_size}", f"backbone={protocol.backbone}", f"stem={protocol.stem}",
+        f"out={out}",
+        f"train_path={train_path}",
+        f"dataset={dataset}",
+        f"data={data}",
+        f"host={host}",
+        f"epochs={protocol.epochs}",
+        f"steps_per_epoch={protocol.steps_per_epoch}",
+        f"batch_size={protocol.batch_size}",
+        f"every_n_steps={protocol.every_n_steps}",
+        f"proj_hidden_dim={hidden}",
+        f"proj_output_dim={output}",
+        f"pred_hidden_dim={pred}",
+        f"crop_size={protocol.crop_size}",
+        f"backbone={protocol.backbone}",
+        f"stem={protocol.stem}",
         f"factor={factor}",
-        f"threads={threads}", *launch_overrides(jobs, threads, extra),
+        f"threads={threads}",
+        *launch_overrides(jobs, threads, extra),
         f"hydra.sweep.dir={out / 'hydra'}",
-        "hydra.sweep.subdir=${hydra.job.num}", "hydra/job_logging=disabled",
-        "hydra/hydra_logging=disabled", *extra,
-    ]  # fmt: skip
+        "hydra.sweep.subdir=${hydra.job.num}",
+        "hydra/job_logging=disabled",
+        "hydra/hydra_logging=disabled",
+        *extra,
+    ]
     for block in grid_overrides(protocol):
         _multirun([*block, *common])
     cells = sorted(cell_id(*c) for c in protocol.cells())
     records = [json.loads(cell_file(out, c).read_text()) for c in cells]
     summary = summarise(records, quick=quick, protocol=describe(protocol), factor=factor)
     write_summary(out, summary)
-    extra_figures = [] if theirs is None else [
-        write_compare(out, summary_runs(summary), theirs, str(compare))]  # fmt: skip
+    extra_figures = (
+        [] if theirs is None else [write_compare(out, summary_runs(summary), theirs, str(compare))]
+    )
     write_page(out, summary, records, extra_figures)
     print_claims(summary)
     print(f"summary: {out / 'summary.json'}\npage:    {out / 'index.html'}", flush=True)
@@ -255,10 +276,21 @@ def collapse_experiment(out: Path, quick: bool) -> tuple[str, str]:
 
 def _run(args: argparse.Namespace) -> int:
     """Entry of ``solo-geometry reproduce collapse``."""
-    reproduce_collapse(args.out, quick=args.quick, scale=args.scale, grid=args.grid,
-                       data=args.data, data_root=args.data_root, host=args.host, jobs=args.jobs,
-                       threads=args.threads, factor=args.factor, compare=args.compare,
-                       trust_pickle=args.trust_pickle, extra=args.overrides)  # fmt: skip
+    reproduce_collapse(
+        args.out,
+        quick=args.quick,
+        scale=args.scale,
+        grid=args.grid,
+        data=args.data,
+        data_root=args.data_root,
+        host=args.host,
+        jobs=args.jobs,
+        threads=args.threads,
+        factor=args.factor,
+        compare=args.compare,
+        trust_pickle=args.trust_pickle,
+        extra=args.overrides,
+    )
     return 0
 
 
@@ -269,8 +301,9 @@ def add_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="SimSiam from pseudo-collapse: heads x norms x lrs x seeds (Hydra multirun)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--quick", action="store_true",
-                        help="the four heads without BN at the base lr, one seed")  # fmt: skip
+    parser.add_argument(
+        "--quick", action="store_true", help="the four heads without BN at the base lr, one seed"
+    )
     parser.add_argument(
         "--scale",
         choices=sorted(SCALES),
@@ -289,27 +322,46 @@ def add_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=2.0,
         help="escape at the first epoch mean >= FACTOR x the epoch-0 mean",
     )
-    parser.add_argument("--compare", type=Path, default=None, metavar="FILE",
-                        help="the authors' collapse_results.npy (or their curves as JSON) to "
-                             "draw beside ours")  # fmt: skip
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the authors' collapse_results.npy (or their curves as JSON) to draw beside ours",
+    )
     parser.add_argument(
         "--trust-pickle",
         action="store_true",
         help="allow --compare to load a .npy (a pickle: it runs code)",
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/reproduce/collapse"),
-                        help="sweep folder (default: runs/reproduce/collapse)")  # fmt: skip
-    parser.add_argument("--data", choices=DATA_CHOICES, default=None,
-                        help="digits (embedded; the cpu scale's) or CIFAR files already on disk "
-                             "(cifar10: the paper scale's)")  # fmt: skip
-    parser.add_argument("--data-root", type=Path, default=None,
-                        help="torchvision's CIFAR folder (never downloaded)")  # fmt: skip
-    parser.add_argument("--host", choices=HOSTS, default="auto",
-                        help="auto: solo-learn when importable, else lightly")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="cells at once (default: available cores // threads)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/reproduce/collapse"),
+        help="sweep folder (default: runs/reproduce/collapse)",
+    )
+    parser.add_argument(
+        "--data",
+        choices=DATA_CHOICES,
+        default=None,
+        help="digits (embedded; the cpu scale's) or CIFAR files already on disk "
+        "(cifar10: the paper scale's)",
+    )
+    parser.add_argument(
+        "--data-root", type=Path, default=None, help="torchvision's CIFAR folder (never downloaded)"
+    )
+    parser.add_argument(
+        "--host",
+        choices=HOSTS,
+        default="auto",
+        help="auto: solo-learn when importable, else lightly",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="cells at once (default: available cores // threads)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per cell")
-    parser.add_argument("overrides", nargs="*",
-                        help="Hydra overrides of the cell config, e.g. epochs=2")  # fmt: skip
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of the cell config, e.g. epochs=2"
+    )
     parser.set_defaults(func=_run)
     return parser

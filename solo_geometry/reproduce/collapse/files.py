@@ -40,9 +40,12 @@ _AUTHORS_KEY = re.compile(r"^(linear|relu|gelu|swish)(?:_bn_(True|False)_lr_(sma
 
 
 def authors_runs(
-    results: Mapping[str, Any], *, dataset: str, backbone: str,
+    results: Mapping[str, Any],
+    *,
+    dataset: str,
+    backbone: str,
     setup: Mapping[str, int] = AUTHORS_SETUP,
-) -> list[Run]:  # fmt: skip
+) -> list[Run]:
     """The authors' ``collapse_results.npy`` content as runs (either key layout).
 
     Args:
@@ -59,15 +62,28 @@ def authors_runs(
     for key, value in results.items():
         match = _AUTHORS_KEY.match(key)
         if match is None:
-            raise ValueError(f"unknown key {key!r} in the authors' collapse results; expected "
-                             "<act>_bn_<True|False>_lr_<small|base|large> or <act>, act in "
-                             "['gelu', 'linear', 'relu', 'swish']")  # fmt: skip
+            raise ValueError(
+                f"unknown key {key!r} in the authors' collapse results; expected "
+                "<act>_bn_<True|False>_lr_<small|base|large> or <act>, act in "
+                "['gelu', 'linear', 'relu', 'swish']"
+            )
         head, bn, lr = match.group(1), match.group(2), match.group(3) or "base"
         raw = value["raw"] if isinstance(value, Mapping) else value
         for seed, curve in enumerate(np.asarray(raw, dtype=float).tolist()):
-            runs.append(Run(dataset, backbone, head, "bn" if bn == "True" else "none", lr, seed,
-                            tuple(curve), int(setup["rows"]), int(setup["dim"]),
-                            int(setup["steps_per_epoch"])))  # fmt: skip
+            runs.append(
+                Run(
+                    dataset,
+                    backbone,
+                    head,
+                    "bn" if bn == "True" else "none",
+                    lr,
+                    seed,
+                    tuple(curve),
+                    int(setup["rows"]),
+                    int(setup["dim"]),
+                    int(setup["steps_per_epoch"]),
+                )
+            )
     return runs
 
 
@@ -80,14 +96,26 @@ def summary_runs(summary: Mapping[str, Any]) -> list[Run]:
     runs = []
     for row in summary["rows"]:
         if not row.get("std_curve"):
-            raise ValueError(f"summary row {row.get('head')}-{row.get('norm')}-lr{row.get('lr')}"
-                             f"-s{row.get('seed')} has no std_curve: rerun the sweep with this "
-                             "version")  # fmt: skip
-        runs.append(Run(row["dataset"], row["backbone"], row["head"], row["norm"],
-                        row.get("lr_name") or lr_name(float(row["lr"])), int(row["seed"]),
-                        tuple(row["std_curve"]), int(row["output_rows"]),
-                        int(row["output_dim"]), int(row["steps_per_epoch"]),
-                        row.get("m_neg_count_start")))  # fmt: skip
+            raise ValueError(
+                f"summary row {row.get('head')}-{row.get('norm')}-lr{row.get('lr')}"
+                f"-s{row.get('seed')} has no std_curve: rerun the sweep with this "
+                "version"
+            )
+        runs.append(
+            Run(
+                row["dataset"],
+                row["backbone"],
+                row["head"],
+                row["norm"],
+                row.get("lr_name") or lr_name(float(row["lr"])),
+                int(row["seed"]),
+                tuple(row["std_curve"]),
+                int(row["output_rows"]),
+                int(row["output_dim"]),
+                int(row["steps_per_epoch"]),
+                row.get("m_neg_count_start"),
+            )
+        )
     return runs
 
 
@@ -120,18 +148,25 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
     if isinstance(data, dict) and ("rows" in data or data.get("kind") == "collapse"):
         return summary_runs(read_result(path, "collapse").content)
     if isinstance(data, dict) and "results" in data and "provenance" in data:
-        return [run for name, results in data["results"].items()
-                for run in authors_runs(results, dataset=name.split("/")[0],
-                                        backbone=name.split("/")[1],
-                                        setup=data.get("setup", AUTHORS_SETUP))]  # fmt: skip
+        return [
+            run
+            for name, results in data["results"].items()
+            for run in authors_runs(
+                results,
+                dataset=name.split("/")[0],
+                backbone=name.split("/")[1],
+                setup=data.get("setup", AUTHORS_SETUP),
+            )
+        ]
     raise ValueError(
         f"{str(path)!r}: neither a collapse summary.json (rows) nor the authors' "
         "results (provenance, results), nor a .npy"
     )
 
 
-def verdicts_of_file(path: str | Path, *, trust_pickle: bool = False,
-                     factor: float = ESCAPE_FACTOR) -> list[Verdict]:  # fmt: skip
+def verdicts_of_file(
+    path: str | Path, *, trust_pickle: bool = False, factor: float = ESCAPE_FACTOR
+) -> list[Verdict]:
     """The claims judged on a file's runs (:func:`load_runs`), per backbone and data set.
 
     Raises:
@@ -150,23 +185,28 @@ def _run_verdicts(args: argparse.Namespace) -> int:
         print(json.dumps([v.as_json() for v in verdicts], indent=1))
         return 0
     for v in verdicts:
-        print(f"[{v['verdict']}] {v['id']} ({v['dataset']}, {v['backbone']}): {v['claim']}\n"
-              f"    {v['evidence']}")  # fmt: skip
+        print(
+            f"[{v['verdict']}] {v['id']} ({v['dataset']}, {v['backbone']}): {v['claim']}\n"
+            f"    {v['evidence']}"
+        )
     return 0
 
 
 def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
     """Register ``collapse`` under ``solo-geometry reproduce verdicts`` (:mod:`.verdicts`)."""
     collapse = kinds.add_parser(
-        "collapse", help="the collapse claims on our summary.json or the authors' results",
+        "collapse",
+        help="the collapse claims on our summary.json or the authors' results",
         description="Judge smooth_escape, relu_needs_bn and m_negative_at_start, per backbone "
-                    "and data set, on our summary.json, the authors' collapse_results.npy "
-                    "(read by the restricted unpickler) or their curves as JSON (tests/fixtures).",
-    )  # fmt: skip
+        "and data set, on our summary.json, the authors' collapse_results.npy "
+        "(read by the restricted unpickler) or their curves as JSON (tests/fixtures).",
+    )
     collapse.add_argument("file", type=Path, help="summary.json, collapse_results.npy or JSON")
-    collapse.add_argument("--json", action="store_true",
-                          help="a list of objects: id, claim, verdict, evidence, dataset, "
-                               "backbone")  # fmt: skip
+    collapse.add_argument(
+        "--json",
+        action="store_true",
+        help="a list of objects: id, claim, verdict, evidence, dataset, backbone",
+    )
     collapse.add_argument(
         "--factor",
         type=float,

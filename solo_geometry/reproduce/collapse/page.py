@@ -43,8 +43,11 @@ FIGURES = {
     "fig1_timescale_separation.png": "Relative update size: head (solid) vs backbone (dashed)",
 }
 COMPARE = "fig1_compare.png"  # with --compare FILE only
-TITLES = {**FIGURES, COMPARE: "This run (left) beside the authors' released curves (right), "
-                              "no BN, base lr: std / epoch-0 mean"}  # fmt: skip
+TITLES = {
+    **FIGURES,
+    COMPARE: "This run (left) beside the authors' released curves (right), "
+    "no BN, base lr: std / epoch-0 mean",
+}
 Records = Sequence[Mapping[str, Any]]
 
 
@@ -68,8 +71,16 @@ def _array(members: Sequence[Mapping[str, Any]], key: str, normalise: bool) -> n
     return np.vstack(rows)  # (seeds, epochs + 1)
 
 
-def _draw(ax: Any, members: Sequence[Mapping[str, Any]], key: str, *, label: str, colour: str,
-          style: str = "-", normalise: bool = False) -> None:  # fmt: skip
+def _draw(
+    ax: Any,
+    members: Sequence[Mapping[str, Any]],
+    key: str,
+    *,
+    label: str,
+    colour: str,
+    style: str = "-",
+    normalise: bool = False,
+) -> None:
     data = _array(members, key, normalise)
     x = np.arange(data.shape[1])
     with np.errstate(all="ignore"):
@@ -109,8 +120,15 @@ def write_figures(out: Path, records: Records) -> list[str]:
     def by_head(key: str, normalise: bool = False) -> Any:
         def draw(ax: Any) -> None:
             for (head, norm, _), members in main.items():
-                _draw(ax, members, key, label=f"{head} {norm}", colour=COLOURS[head],
-                      style="-" if norm == "none" else "--", normalise=normalise)  # fmt: skip
+                _draw(
+                    ax,
+                    members,
+                    key,
+                    label=f"{head} {norm}",
+                    colour=COLOURS[head],
+                    style="-" if norm == "none" else "--",
+                    normalise=normalise,
+                )
 
         return draw
 
@@ -118,25 +136,49 @@ def write_figures(out: Path, records: Records) -> list[str]:
         def draw(ax: Any) -> None:
             for (_, norm, lr), members in _group(records, head=head).items():
                 colour = COLOURS[head] if norm == "none" else "#9467bd"
-                _draw(ax, members, CURVE_KEY, label=f"{head} {norm} lr={lr:g}",
-                      colour=colour, style=_style(lr, base), normalise=True)  # fmt: skip
+                _draw(
+                    ax,
+                    members,
+                    CURVE_KEY,
+                    label=f"{head} {norm} lr={lr:g}",
+                    colour=colour,
+                    style=_style(lr, base),
+                    normalise=True,
+                )
 
         return draw
 
     def conditioning(ax: Any) -> None:
         for (head, norm, _), members in main.items():
             if norm == "none":
-                _draw(ax, members, "h/cond_paper", label=f"{head} (paper's clamp)",
-                      colour=COLOURS[head])  # fmt: skip
-                _draw(ax, members, "h/cond", label=f"{head} (numerical rank)",
-                      colour=COLOURS[head], style=":")  # fmt: skip
+                _draw(
+                    ax,
+                    members,
+                    "h/cond_paper",
+                    label=f"{head} (paper's clamp)",
+                    colour=COLOURS[head],
+                )
+                _draw(
+                    ax,
+                    members,
+                    "h/cond",
+                    label=f"{head} (numerical rank)",
+                    colour=COLOURS[head],
+                    style=":",
+                )
 
     def timescales(ax: Any) -> None:
         for (head, norm, _), members in main.items():
             if norm == "none":
                 _draw(ax, members, "head/rel_update", label=f"{head} head", colour=COLOURS[head])
-                _draw(ax, members, "backbone/rel_update", label=f"{head} backbone",
-                      colour=COLOURS[head], style="--")  # fmt: skip
+                _draw(
+                    ax,
+                    members,
+                    "backbone/rel_update",
+                    label=f"{head} backbone",
+                    colour=COLOURS[head],
+                    style="--",
+                )
 
     draws = {
         "fig1_collapse_instability.png": (by_head(CURVE_KEY, True), "std / epoch-0 mean"),
@@ -176,8 +218,9 @@ def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source:
     CIFAR-100, ResNet-18 and ViT-Tiny), never pooled across them.
     """
     groups = sorted({(r.dataset, r.backbone) for r in theirs})
-    fig, axes = plt.subplots(1, 1 + len(groups), figsize=(5.5 * (1 + len(groups)), 4),
-                             sharey=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, 1 + len(groups), figsize=(5.5 * (1 + len(groups)), 4), sharey=True, squeeze=False
+    )
     _compare_panel(axes[0, 0], ours, "this run")
     for ax, (dataset, backbone) in zip(axes[0, 1:], groups, strict=True):
         members = [r for r in theirs if (r.dataset, r.backbone) == (dataset, backbone)]

@@ -54,8 +54,10 @@ class Block:
 # The authors' 14 configurations (experiments.py ``activations_to_test``): linear and GELU
 # without BN at the base lr; Swish and ReLU x BN on/off x 3 lrs. Linear + BN is not among them
 # (their ProjectionHead builds no BN for "linear").
-PAPER_GRID = (Block(("linear", "gelu"), ("none",), (1.0,)),
-              Block(("swish", "relu"), CELL_NORMS, LR_FACTORS))  # fmt: skip
+PAPER_GRID = (
+    Block(("linear", "gelu"), ("none",), (1.0,)),
+    Block(("swish", "relu"), CELL_NORMS, LR_FACTORS),
+)
 FULL_GRID = (
     Block(tuple(CELL_ACTIVATIONS), CELL_NORMS, LR_FACTORS),
 )  # --grid full: the whole factorial
@@ -83,8 +85,14 @@ class Protocol:
 
     def cells(self, base_lr: float = BASE_LR) -> list[tuple[str, str, float, int]]:
         """Every ``(head, norm, lr, seed)`` of the grid, in order."""
-        return [(h, n, base_lr * f, s) for b in self.grid for h in b.heads for n in b.norms
-                for f in b.lr_factors for s in self.seeds]  # fmt: skip
+        return [
+            (h, n, base_lr * f, s)
+            for b in self.grid
+            for h in b.heads
+            for n in b.norms
+            for f in b.lr_factors
+            for s in self.seeds
+        ]
 
 
 # The CPU scale (docs/reproducing.md, "Collapse"; chosen by the pilots of
@@ -92,16 +100,39 @@ class Protocol:
 # batch 16, 34 epochs of 89 steps (the digits' 1,438 images // 16) = 3,026 steps per cell,
 # 0.058 CPU-s per step: the 42 cells in about 61 min of 2 idle cores. --quick stops at 26
 # epochs (2,314 steps) to fit its 5 minutes: 4 cells x 3,026 steps would take about 6.
-CPU = Protocol(epochs=34, steps_per_epoch=89, batch_size=16, every_n_steps=34 * 89,
-               seeds=SEEDS, crop_size=8, backbone="resnet20")  # fmt: skip
-QUICK = Protocol(epochs=26, steps_per_epoch=89, batch_size=16, every_n_steps=26 * 89,
-                 seeds=(0,), grid=QUICK_GRID, crop_size=8, backbone="resnet20")  # fmt: skip
+CPU = Protocol(
+    epochs=34,
+    steps_per_epoch=89,
+    batch_size=16,
+    every_n_steps=34 * 89,
+    seeds=SEEDS,
+    crop_size=8,
+    backbone="resnet20",
+)
+QUICK = Protocol(
+    epochs=26,
+    steps_per_epoch=89,
+    batch_size=16,
+    every_n_steps=26 * 89,
+    seeds=(0,),
+    grid=QUICK_GRID,
+    crop_size=8,
+    backbone="resnet20",
+)
 # --scale paper: the authors' setup (GPU): ResNet-18 with their CIFAR stem (experiments.py: 3x3
 # stride 1 padding 1, no max-pool; solo-learn's pads by 2) on CIFAR-10, batch 512, 50 epochs of
 # 97 steps, 2048-wide heads (predictor hidden 512). Their stem is the lightly host's.
-PAPER = Protocol(epochs=50, steps_per_epoch=97, batch_size=512, every_n_steps=97 * 10,
-                 seeds=SEEDS, widths=(2048, 2048, 512), crop_size=32, data="cifar10",
-                 stem="cifar_paper")  # fmt: skip
+PAPER = Protocol(
+    epochs=50,
+    steps_per_epoch=97,
+    batch_size=512,
+    every_n_steps=97 * 10,
+    seeds=SEEDS,
+    widths=(2048, 2048, 512),
+    crop_size=32,
+    data="cifar10",
+    stem="cifar_paper",
+)
 SCALES = {"cpu": CPU, "paper": PAPER}
 
 

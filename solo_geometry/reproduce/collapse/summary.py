@@ -49,11 +49,27 @@ __all__ = [
 ]
 
 # Monitor metrics kept per epoch (the mean over the epoch's records).
-SERIES_KEYS = ("h/normalized_std", "z/normalized_std", "h/cond", "h/cond_paper", "z/cond",
-               "z/cond_paper", "heff/lambda_min", "m/lambda_min", "m/neg_fraction")  # fmt: skip
+SERIES_KEYS = (
+    "h/normalized_std",
+    "z/normalized_std",
+    "h/cond",
+    "h/cond_paper",
+    "z/cond",
+    "z/cond_paper",
+    "heff/lambda_min",
+    "m/lambda_min",
+    "m/neg_fraction",
+)
 # Update-size metrics kept per epoch (updates.jsonl is already per epoch).
-UPDATE_KEYS = ("head/grad_norm", "backbone/grad_norm", "head/rel_update", "backbone/rel_update",
-               "head/step_ratio", "backbone/step_ratio", "timescale_ratio")  # fmt: skip
+UPDATE_KEYS = (
+    "head/grad_norm",
+    "backbone/grad_norm",
+    "head/rel_update",
+    "backbone/rel_update",
+    "head/step_ratio",
+    "backbone/step_ratio",
+    "timescale_ratio",
+)
 CURVE_KEY = "head/output_std"  # the paper's statistic, per epoch, from updates.jsonl
 
 
@@ -93,11 +109,14 @@ def _m_start(start: GeometryRecord) -> dict[str, Any]:
     else:
         count = max(1, round((frac or 0.0) * dim))
     return {
-        "m_lambda_min_start": lam, "floor_start": floor, "m_dim": dim,
-        "m_neg_count_start": count, "m_neg_mass_start": frac,
+        "m_lambda_min_start": lam,
+        "floor_start": floor,
+        "m_dim": dim,
+        "m_neg_count_start": count,
+        "m_neg_mass_start": frac,
         "m_neg_count_start_std": None if frac_std is None or dim is None else frac_std * dim,
         "heff_lambda_min_start": start.value("heff/lambda_min"),
-    }  # fmt: skip
+    }
 
 
 def _curve_fields(updates: Mapping[int, Any], epochs: int, factor: float) -> dict[str, Any]:
@@ -115,19 +134,30 @@ def _curve_fields(updates: Mapping[int, Any], epochs: int, factor: float) -> dic
     per_epoch = updates[0].steps
     esc = escape(curve, rows=rows, dim=dim, steps_per_epoch=per_epoch, factor=factor)
     return {
-        "outcome": esc.outcome, "escaped": esc.outcome == "escaped",
-        "escape_epoch": esc.escape_epoch, "escape_step": esc.escape_step,
-        "baseline_std": esc.baseline_std, "ceiling": esc.ceiling,
+        "outcome": esc.outcome,
+        "escaped": esc.outcome == "escaped",
+        "escape_epoch": esc.escape_epoch,
+        "escape_step": esc.escape_step,
+        "baseline_std": esc.baseline_std,
+        "ceiling": esc.ceiling,
         "final_ratio": curve[-1] / curve[0] if curve[0] else None,
-        "steps": sum(u.steps for u in updates.values()), "steps_per_epoch": per_epoch,
-        "output_rows": rows, "output_dim": dim, "std_curve": curve,
-    }  # fmt: skip
+        "steps": sum(u.steps for u in updates.values()),
+        "steps_per_epoch": per_epoch,
+        "output_rows": rows,
+        "output_dim": dim,
+        "std_curve": curve,
+    }
 
 
 def cell_record(
-    run: Path, cell: Mapping[str, Any], *, host: str, seconds: float, root: Path,
+    run: Path,
+    cell: Mapping[str, Any],
+    *,
+    host: str,
+    seconds: float,
+    root: Path,
     factor: float = ESCAPE_FACTOR,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The row and per-epoch series of one finished run, from its own files.
 
     Args:
@@ -151,13 +181,18 @@ def cell_record(
     series = _epoch_series(records, epochs, int(cell["steps_per_epoch"]))
     updates = {u.epoch: u for u in read_update_records(run)}
     for key in UPDATE_KEYS:
-        series[key] = [None] + [updates[e].metrics.get(key) if e in updates else None
-                                for e in range(epochs)]  # fmt: skip
+        series[key] = [None] + [
+            updates[e].metrics.get(key) if e in updates else None for e in range(epochs)
+        ]
     row = {
-        "head": cell["head"], "norm": cell["norm"], "lr": float(cell["lr"]),
+        "head": cell["head"],
+        "norm": cell["norm"],
+        "lr": float(cell["lr"]),
         "lr_name": lr_name(float(cell["lr"]), float(cell.get("base_lr", 0.05))),
-        "seed": int(cell["seed"]), "host": host,
-        "dataset": cell.get("data", "digits"), "backbone": cell.get("backbone", "resnet18"),
+        "seed": int(cell["seed"]),
+        "host": host,
+        "dataset": cell.get("data", "digits"),
+        "backbone": cell.get("backbone", "resnet18"),
         **_curve_fields(updates, epochs, factor),
         "start_std": records[0].value("h/normalized_std"),
         "final_std": records[-1].value("h/normalized_std"),
@@ -169,9 +204,10 @@ def cell_record(
         "timescale_ratio": _mean(series["timescale_ratio"][1:]),
         "head_grad_norm": _mean(series["head/grad_norm"][1:]),
         "backbone_grad_norm": _mean(series["backbone/grad_norm"][1:]),
-        "records": len(records), "seconds": seconds,
+        "records": len(records),
+        "seconds": seconds,
         "run": str(Path(run).resolve().relative_to(root.resolve())),
-    }  # fmt: skip
+    }
     series[CURVE_KEY] = row["std_curve"]
     return {"row": row, "series": series}
 
@@ -192,8 +228,14 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     table = []
     for (head, norm, lr), members in sorted(groups.items()):
         entry: dict[str, Any] = {"head": head, "norm": norm, "lr": lr, "seeds": len(members)}
-        for key in ("final_std", "final_ratio", "escape_epoch", "m_neg_count_start",
-                    "timescale_ratio", "final_cond_paper"):  # fmt: skip
+        for key in (
+            "final_std",
+            "final_ratio",
+            "escape_epoch",
+            "m_neg_count_start",
+            "timescale_ratio",
+            "final_cond_paper",
+        ):
             entry[key] = _stats([m[key] for m in members])
         entry["escaped"] = sum(m["outcome"] == "escaped" for m in members)
         entry["undecidable"] = sum(m["outcome"] == "undecidable" for m in members)
@@ -207,9 +249,13 @@ def _spearman(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
     for head in sorted({r["row"]["head"] for r in records}):
         result: dict[str, float | None] = {}
         for cond in ("h/cond", "h/cond_paper"):
-            pairs = [(s, c) for r in records if r["row"]["head"] == head
-                     for s, c in zip(r["series"]["h/normalized_std"], r["series"][cond],
-                                     strict=True) if s is not None and c is not None]  # fmt: skip
+            pairs = [
+                (s, c)
+                for r in records
+                if r["row"]["head"] == head
+                for s, c in zip(r["series"]["h/normalized_std"], r["series"][cond], strict=True)
+                if s is not None and c is not None
+            ]
             rho = spearmanr(*zip(*pairs, strict=True)).statistic if len(pairs) > 2 else None
             result[cond] = None if rho is None or math.isnan(rho) else float(rho)
         result["points"] = float(len(pairs))
@@ -218,9 +264,12 @@ def _spearman(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
 
 
 def summarise(
-    records: Sequence[Mapping[str, Any]], *, quick: bool, protocol: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    quick: bool,
+    protocol: Mapping[str, Any],
     factor: float = ESCAPE_FACTOR,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """summary.json's content: rows, table, Spearman per head, claims and the protocol."""
     rows = [dict(r["row"]) for r in records]
     return {
@@ -245,9 +294,11 @@ def _cell(stat: Mapping[str, Any], fmt: str = ".3g") -> str:
 
 def table_markdown(summary: Mapping[str, Any]) -> str:
     """The table over seeds as Markdown."""
-    lines = ["| head | norm | lr | seeds | escaped | undecidable | final std(H) | final / epoch 0 "
-             "| escape epoch | M neg. count at start | timescale ratio | cond_paper(H) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| head | norm | lr | seeds | escaped | undecidable | final std(H) | final / epoch 0 "
+        "| escape epoch | M neg. count at start | timescale ratio | cond_paper(H) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for t in summary["table"]:
         lines.append(
             f"| {t['head']} | {t['norm']} | {t['lr']:g} | {t['seeds']} | {t['escaped']} | "
@@ -270,8 +321,10 @@ def print_claims(summary: Mapping[str, Any]) -> None:
     print("Spearman rho(std(H), cond(H)) over epochs, per head:")
     for head, rho in summary["spearman"].items():
         fmt = {k: "-" if v is None else f"{v:+.3f}" for k, v in rho.items() if k != "points"}
-        print(f"  {head:>6}: numerical-rank cond {fmt['h/cond']}, paper's cond "
-              f"{fmt['h/cond_paper']} ({rho['points']:.0f} points)")  # fmt: skip
+        print(
+            f"  {head:>6}: numerical-rank cond {fmt['h/cond']}, paper's cond "
+            f"{fmt['h/cond_paper']} ({rho['points']:.0f} points)"
+        )
     print("\nThe paper's claims, from this run's numbers:")
     print_verdicts(summary["claims"])
 

@@ -65,14 +65,14 @@ BN_BAND = (0.25, 2.0)
 SMOOTH = ("gelu", "swish")
 CLAIMS = {
     "smooth_escape": "without BatchNorm at the base lr, GELU and Swish heads escape the collapsed "
-                     "start in at least 2 of 3 seeds and earlier than the linear head; ReLU "
-                     "never escapes",
+    "start in at least 2 of 3 seeds and earlier than the linear head; ReLU "
+    "never escapes",
     "relu_needs_bn": "ReLU relies on BatchNorm and the step size: without BatchNorm its final "
-                     f"std falls as the lr grows; with BatchNorm it stays within "
-                     f"{BN_BAND[0]:g} to {BN_BAND[1]:g} x its epoch-0 level",
+    f"std falls as the lr grows; with BatchNorm it stays within "
+    f"{BN_BAND[0]:g} to {BN_BAND[1]:g} x its epoch-0 level",
     "m_negative_at_start": "at the collapsed start M has eigenvalues below the floor for smooth "
-                           "heads and none for linear and ReLU heads without BatchNorm",
-}  # fmt: skip
+    "heads and none for linear and ReLU heads without BatchNorm",
+}
 
 
 def lr_name(lr: float, base_lr: float = BASE_LR) -> str:
@@ -95,9 +95,13 @@ class Escape:
 
 
 def escape(
-    curve: Sequence[float], *, rows: int, dim: int, steps_per_epoch: int,
+    curve: Sequence[float],
+    *,
+    rows: int,
+    dim: int,
+    steps_per_epoch: int,
     factor: float = ESCAPE_FACTOR,
-) -> Escape:  # fmt: skip
+) -> Escape:
     """The escape of one per-epoch curve (epoch 0 first; module docstring).
 
     Raises:
@@ -134,8 +138,13 @@ class Run:
 
     def escape(self, factor: float = ESCAPE_FACTOR) -> Escape:
         """This run's escape at ``factor``."""
-        return escape(self.curve, rows=self.rows, dim=self.dim,
-                      steps_per_epoch=self.steps_per_epoch, factor=factor)  # fmt: skip
+        return escape(
+            self.curve,
+            rows=self.rows,
+            dim=self.dim,
+            steps_per_epoch=self.steps_per_epoch,
+            factor=factor,
+        )
 
     def ratios(self) -> list[float]:
         """The curve over its epoch-0 mean."""
@@ -151,13 +160,17 @@ def _verdict(cid: str, verdict: str, evidence: str) -> Verdict:
 
 
 def _epochs(escapes: Sequence[Escape]) -> str:
-    return "[" + ", ".join("-" if e.escape_epoch is None else str(e.escape_epoch)
-                           for e in escapes) + "]"  # fmt: skip
+    return (
+        "["
+        + ", ".join("-" if e.escape_epoch is None else str(e.escape_epoch) for e in escapes)
+        + "]"
+    )
 
 
 def _median_epoch(escapes: Sequence[Escape]) -> float:
-    return statistics.median(math.inf if e.escape_epoch is None else e.escape_epoch
-                             for e in escapes)  # fmt: skip
+    return statistics.median(
+        math.inf if e.escape_epoch is None else e.escape_epoch for e in escapes
+    )
 
 
 def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
@@ -166,11 +179,14 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
     smooth = [h for h in SMOOTH if cells[h]]
     missing = [h for h in ("linear", "relu") if not cells[h]] + ([] if smooth else list(SMOOTH))
     if missing:
-        return _verdict("smooth_escape", "undecidable",
-                        f"no runs without BN at the base lr for {missing}")  # fmt: skip
+        return _verdict(
+            "smooth_escape", "undecidable", f"no runs without BN at the base lr for {missing}"
+        )
     esc = {h: [r.escape(factor) for r in cells[h]] for h in cells if cells[h]}
-    parts = [f"{h} {sum(e.outcome == 'escaped' for e in es)}/{len(es)} at epochs {_epochs(es)}"
-             for h, es in esc.items()]  # fmt: skip
+    parts = [
+        f"{h} {sum(e.outcome == 'escaped' for e in es)}/{len(es)} at epochs {_epochs(es)}"
+        for h, es in esc.items()
+    ]
     evidence = f"escaped (>= {factor:g} x epoch 0), no BN, base lr: " + "; ".join(parts)
     undecided = [h for h, es in esc.items() if any(e.outcome == "undecidable" for e in es)]
     if undecided:
@@ -180,8 +196,11 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
             f"{evidence}; {factor:g} x epoch 0 is above the ceiling for {undecided}",
         )
     linear_median = _median_epoch(esc["linear"])
-    held = all(3 * sum(e.outcome == "escaped" for e in esc[h]) >= 2 * len(esc[h])
-               and _median_epoch(esc[h]) < linear_median for h in smooth)  # fmt: skip
+    held = all(
+        3 * sum(e.outcome == "escaped" for e in esc[h]) >= 2 * len(esc[h])
+        and _median_epoch(esc[h]) < linear_median
+        for h in smooth
+    )
     held = held and not any(e.outcome == "escaped" for e in esc["relu"])
     return _verdict("smooth_escape", "held" if held else "not held", evidence)
 
@@ -193,9 +212,11 @@ def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
     plain = {lr: rs for lr, rs in plain.items() if rs}
     bn = _select(runs, "relu", "bn")
     if len(plain) < 2 or not bn:
-        return _verdict("relu_needs_bn", "undecidable",
-                        f"ReLU runs without BN at {sorted(plain)} (needs 2 lrs or more), "
-                        f"with BN: {len(bn)}")  # fmt: skip
+        return _verdict(
+            "relu_needs_bn",
+            "undecidable",
+            f"ReLU runs without BN at {sorted(plain)} (needs 2 lrs or more), with BN: {len(bn)}",
+        )
     finals = {lr: statistics.fmean(r.ratios()[-1] for r in rs) for lr, rs in plain.items()}
     levels = list(finals.values())
     falls = all(a > b for a, b in zip(levels, levels[1:], strict=False))
@@ -219,13 +240,17 @@ def m_negative_at_start(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> V
     neg_f = [r.m_neg_count_start for r in flat]
     evidence = f"M's negative count at start: smooth {neg_s}, linear/ReLU without BN {neg_f}"
     if not (smooth and flat):
-        return _verdict("m_negative_at_start", "undecidable", "no smooth or no linear/ReLU "
-                        "runs without BN")  # fmt: skip
+        return _verdict(
+            "m_negative_at_start", "undecidable", "no smooth or no linear/ReLU runs without BN"
+        )
     if all(c is None for c in neg_s + neg_f):
         return _verdict("m_negative_at_start", "undecidable", "no run records M at the start")
     if any(c is None for c in neg_s + neg_f):
-        return _verdict("m_negative_at_start", "undecidable",
-                        f"{evidence} (None: an extreme of M did not converge)")  # fmt: skip
+        return _verdict(
+            "m_negative_at_start",
+            "undecidable",
+            f"{evidence} (None: an extreme of M did not converge)",
+        )
     held = all(c > 0 for c in neg_s) and all(c == 0 for c in neg_f)  # type: ignore[operator]
     return _verdict("m_negative_at_start", "held" if held else "not held", evidence)
 

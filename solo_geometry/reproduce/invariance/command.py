@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from solo_geometry.extras import require
-from solo_geometry.inputs.datasets import load_image_folder, make_digits
+from solo_geometry.inputs.datasets import load_image_folder
+from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce.invariance.data import (
     DATASETS,

@@ -66,8 +66,16 @@ def _paper_probes_html(paper: dict[str, Any]) -> str:
     rows = []
     for probe in ("linear", "mlp"):
         (z, h), pub = paper[probe], PUBLISHED[f"rotation_{probe}"]
-        rows.append((probe, f"{z:.4f}", f"{h:.4f}", f"{z - h:+.4f}", paper["n"],
-                     f"{pub[0]:.4f} / {pub[1]:.4f}"))  # fmt: skip
+        rows.append(
+            (
+                probe,
+                f"{z:.4f}",
+                f"{h:.4f}",
+                f"{z - h:+.4f}",
+                paper["n"],
+                f"{pub[0]:.4f} / {pub[1]:.4f}",
+            )
+        )
     return _table(("probe", "Z", "H", "Z - H", "held-out images", "paper Z / H"), rows)
 
 

@@ -97,8 +97,10 @@ def _per_seed(
 
 def _compression_rule(e: dict[str, Any]) -> tuple[str, str]:
     m, se, n = e["log_ratio"]
-    text = (f"{e['compression']:.2f}x (log ratio per orbit {m:.2f} +- {se:.2f}, {n} orbits; "
-            f"H rows' cosine with their mean {e['h_cosine_to_mean']:.3f})")  # fmt: skip
+    text = (
+        f"{e['compression']:.2f}x (log ratio per orbit {m:.2f} +- {se:.2f}, {n} orbits; "
+        f"H rows' cosine with their mean {e['h_cosine_to_mean']:.3f})"
+    )
     return judge(m, se), text
 
 
