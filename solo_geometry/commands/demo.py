@@ -66,6 +66,8 @@ class DemoSettings:
     # The end-of-fit probes: which (geometry.probes.probes) and images per orbit family.
     probes: tuple[str, ...] = ("linear", "mlp")
     orbit_images: int = 32
+    # Batches of solo-learn's online-classifier validation per epoch; None: the whole val split.
+    limit_val_batches: int | None = None
 
 
 # 6 epochs of 45 BYOL steps of 32 images (the whole train split each epoch), a measurement
@@ -97,6 +99,7 @@ QUICK = DemoSettings(
     budget=None,  # the tiny run is shorter than one measurement: measure every step regardless
     probes=("linear",),  # the MLP probe trains to convergence: the full form's
     orbit_images=8,
+    limit_val_batches=2,  # the whole split's 23 batches were half the quick form's time
 )
 
 
@@ -109,6 +112,7 @@ def demo_overrides(data_dir: Path, settings: DemoSettings) -> list[str]:
         f"data.num_workers={s.num_workers}",
         f"max_epochs={s.max_epochs}",
         f"++limit_train_batches={s.limit_train_batches}",
+        *([] if s.limit_val_batches is None else [f"++limit_val_batches={s.limit_val_batches}"]),
         f"optimizer.batch_size={s.batch_size}",
         "+geometry=on",
         "geometry.head.name=smooth_mlp",

@@ -75,6 +75,7 @@ def recipe_dict(method: str, data_dir: Path) -> dict[str, Any]:
         "wandb": {"enabled": False},
         "max_epochs": 1,
         "limit_train_batches": 2,
+        "limit_val_batches": 1,  # solo-learn's online classifier: one batch, not 359 digits
         "devices": [0],
         "accelerator": "cpu",
         "strategy": "auto",  # solo-learn passes strategy=None to Lightning when it is absent

@@ -142,9 +142,7 @@ class TestResumeAfterKill:
         """``solo-geometry pretrain --resume RUN`` after a SIGKILL inside a record."""
         recipe = _recipe(tmp_path / "recipes", digits)
         base = [sys.executable, "-c", CLI, "pretrain", "--config", str(recipe), "--host", host]
-        _finish([*base, "--runs-root", str(tmp_path / "whole"), *CHEAP], tmp_path / "whole.log")
-        assert [r.step for r in _whole_records(_only_run(tmp_path / "whole"))] == STEPS
-
+        # no uninterrupted run to compare with: STEPS are its steps by the cadence (CHEAP)
         _kill_inside_record([*base, "--runs-root", str(tmp_path / "runs"), *CHEAP], tmp_path)
         run = _only_run(tmp_path / "runs")
         text = RunFolder(run).geometry.read_text()

@@ -99,7 +99,11 @@ def _stage(text: str) -> float:
 
 def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]) -> list[str]:
     """Hydra overrides turning the recipe into one run of this reproduction."""
-    limit = [] if s.limit_batches is None else [f"++limit_train_batches={s.limit_batches}"]
+    limit = (
+        []
+        if s.limit_batches is None
+        else [f"++limit_train_batches={s.limit_batches}", f"++limit_val_batches={s.limit_batches}"]
+    )
     return [
         f"data.dataset={data.dataset}",
         f"data.train_path={data.train_path.resolve()}",
