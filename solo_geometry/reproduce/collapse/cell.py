@@ -34,7 +34,6 @@ from solo_geometry.reproduce.collapse.protocol import (
     CELL_NORMS,
     QUICK,
 )
-from solo_geometry.reproduce.collapse.result import CellRecord
 from solo_geometry.reproduce.collapse.summary import cell_record
 
 __all__ = [
@@ -164,13 +163,14 @@ def cell_file(out: Path, cell: str) -> Path:
     return out / "cells" / f"{cell}.json"
 
 
-def _finished(record: Path, cfg: DictConfig) -> bool:
-    """Whether the cell's record exists, of a cell trained with this sweep's protocol."""
+def _finished(record: Path, cfg: DictConfig) -> dict[str, object] | None:
+    """The stored record (plain) of a cell trained with this sweep's protocol, else None."""
     if not record.is_file():
-        return False
-    cell = CellRecord.from_json(json.loads(record.read_text()), where=str(record)).cell
-    default = CellConfig()  # a key a record lacks: its default
-    return all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)
+        return None
+    stored = json.loads(record.read_text())
+    cell, default = stored.get("cell", {}), CellConfig()  # a key a record lacks: its default
+    same = all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)
+    return stored if same else None
 
 
 @contextlib.contextmanager
@@ -197,7 +197,7 @@ def run_cell(cfg: DictConfig) -> str:
     out = Path(cfg.out)
     cell = cell_id(cfg.head, cfg.norm, float(cfg.lr), int(cfg.seed))
     record = cell_file(out, cell)
-    if _finished(record, cfg):
+    if _finished(record, cfg) is not None:
         return f"{cell}: finished earlier, skipped"
     torch.set_num_threads(int(cfg.threads))
     os.environ["OMP_NUM_THREADS"] = str(cfg.threads)  # the solo host's subprocess
