@@ -69,15 +69,17 @@ def main() -> None:
         args.out, host=args.host, jobs=1, protocol=protocol, compare=args.compare
     )
     wall, cpu = time.perf_counter() - start, _cpu() - cpu0
-    steps_run = sum(r["steps"] for r in summary["rows"])
-    per_step = [r["seconds"] / r["steps"] for r in summary["rows"]]
+    rows = summary.to_json()["rows"]  # the rows as summary.json holds them
+    assert isinstance(rows, list)
+    steps_run = sum(r["steps"] for r in rows)
+    per_step = [r["seconds"] / r["steps"] for r in rows]
     cost = sum(per_step) / len(per_step)
     print(
         f"\npilot: {len(per_step)} cells, {wall:.0f} s wall, {cpu:.0f} CPU-s "
         f"({cpu / steps_run:.4f} CPU-s per step, setup included), load average "
         f"{os.getloadavg()[0]:.2f}, protocol {protocol}"
     )
-    for r, c in zip(summary["rows"], per_step, strict=True):
+    for r, c in zip(rows, per_step, strict=True):
         ratios = [round(v / r["baseline_std"], 3) for v in r["std_curve"]]
         print(
             f"  {r['head']:>6}: {c:.3f} s/step, baseline {r['baseline_std']:.4g} (ceiling "

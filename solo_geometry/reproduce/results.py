@@ -7,15 +7,28 @@ test indexes them as before). ``summary.json`` (the collapse sweep) and ``invari
 kind and :data:`RESULT_VERSION`, writes atomically (a temporary file, then a rename) and
 turns non-finite floats into ``null``; :func:`read_result` alone reads them back. Files
 written before the stamp (no ``version``) still read: they are version 0, same layout.
+
+The files' content is typed: frozen dataclasses (:class:`JsonRecord`) whose fields are the
+file's keys in the file's order. :func:`to_plain` and :func:`from_plain` are their one codec:
+a dataclass becomes an object field by field (tuples lists, verdicts their objects), and an
+object becomes the dataclass by its field types, checked, a missing key taking the field's
+default (so files of an older layout still read); keys it does not know are ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import types
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Self, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from solo_geometry.run.atomic import write_text
 
@@ -23,9 +36,12 @@ __all__ = [
     "KINDS",
     "RESULT_VERSION",
     "VERDICTS",
+    "JsonRecord",
     "ResultFile",
     "Verdict",
+    "from_plain",
     "read_result",
+    "to_plain",
     "write_result",
 ]
 
@@ -120,15 +136,102 @@ class ResultFile:
         return tuple(self.content.get("claims") or ())  # type: ignore[arg-type]
 
 
-def _plain(value: object) -> object:
-    """Verdicts to objects, tuples to lists and non-finite floats to None, recursively."""
+def to_plain(value: object, *, finite: bool = True) -> object:
+    """Dataclasses and verdicts to objects, tuples to lists, recursively.
+
+    Args:
+        value: what to write.
+        finite: non-finite floats become None (JSON has no NaN); False keeps them.
+    """
     if isinstance(value, Verdict):
         return value.as_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: to_plain(v, finite=finite) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+        return [to_plain(v, finite=finite) for v in value]
+    if finite and isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+_T = TypeVar("_T")
+_SCALARS: dict[type, tuple[type, ...]] = {
+    float: (int, float),
+    int: (int,),
+    str: (str,),
+    bool: (bool,),
+}
+
+
+def _decode_union(args: tuple[object, ...], value: object, where: str) -> object:
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in (a for a in args if a is not type(None)):
+        try:
+            return _decode(arg, value, where)
+        except ValueError as err:
+            errors.append(str(err))
+    raise ValueError("; ".join(errors))
+
+
+def _decode(tp: object, value: object, where: str) -> object:
+    """``value`` read as type ``tp`` (module docstring); ValueError naming ``where``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        return _decode_union(args, value, where)
+    if origin is tuple and isinstance(value, list | tuple):
+        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Mapping) and isinstance(value, Mapping):
+        return {str(k): _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if tp is Verdict:
+        return value if isinstance(value, Verdict) else Verdict.from_json(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return from_plain(tp, value, where)
+    if isinstance(tp, type) and tp in _SCALARS:
+        if isinstance(value, _SCALARS[tp]) and (tp is bool or not isinstance(value, bool)):
+            return value
+    name = getattr(tp, "__name__", str(tp))
+    raise ValueError(f"{where}: expected {name}, got {value!r}")
+
+
+def from_plain(cls: type[_T], obj: object, where: str = "") -> _T:
+    """The dataclass ``cls`` from its plain object, checked field by field (module docstring).
+
+    Raises:
+        ValueError: not an object, a required key missing or a value of another type; the
+            message names the key's path under ``where``.
+    """
+    where = where or cls.__name__
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in obj:
+            values[f.name] = _decode(hints[f.name], obj[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where} lacks {f.name!r}")
+    return cls(**values)
+
+
+class JsonRecord:
+    """A frozen dataclass of a result file, written and read through :func:`to_plain`."""
+
+    def to_json(self, *, finite: bool = True) -> dict[str, object]:
+        """The plain object (non-finite floats None unless ``finite`` is False)."""
+        plain = to_plain(self, finite=finite)
+        assert isinstance(plain, dict)  # a dataclass is always an object
+        return plain
+
+    @classmethod
+    def from_json(cls, obj: object, where: str = "") -> Self:
+        """The record from its plain object (:func:`from_plain`)."""
+        return from_plain(cls, obj, where)
 
 
 def _check_kind(kind: str) -> str:
@@ -137,7 +240,9 @@ def _check_kind(kind: str) -> str:
     return KINDS[kind]
 
 
-def write_result(folder: Path, kind: str, content: Mapping[str, object]) -> Path:
+def write_result(
+    folder: Path, kind: str, content: Mapping[str, object] | DataclassInstance
+) -> Path:
     """Write ``content`` as ``folder/<KINDS[kind]>``, stamped with its kind and version.
 
     The file appears whole or not at all (a temporary file renamed over it).
@@ -149,7 +254,9 @@ def write_result(folder: Path, kind: str, content: Mapping[str, object]) -> Path
         ValueError: an unknown kind.
     """
     path = Path(folder) / _check_kind(kind)
-    stamped = {"kind": kind, "version": RESULT_VERSION, **_plain(content)}  # type: ignore[dict-item]
+    plain = to_plain(content)
+    assert isinstance(plain, dict)  # a mapping or a dataclass is always an object
+    stamped = {"kind": kind, "version": RESULT_VERSION, **plain}
     return write_text(path, json.dumps(stamped, indent=1, allow_nan=False))
 
 

@@ -21,6 +21,7 @@ from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import reproduce_collapse
 from solo_geometry.reproduce.collapse.page import FIGURES, page_body
 from solo_geometry.reproduce.collapse.protocol import Block, Protocol
+from solo_geometry.reproduce.collapse.result import read_summary
 from solo_geometry.reproduce.collapse.summary import cell_record
 from solo_geometry.reproduce.paper import write_page
 from tests.shared import write_fake_cifar
@@ -104,7 +105,8 @@ class TestSweep:
     def test_rows_match_run_folders(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep
         on_disk = json.loads((out / "summary.json").read_text())
-        assert on_disk["rows"] == summary["rows"]
+        assert on_disk["rows"] == summary.to_json()["rows"]
+        assert read_summary(out).to_json() == summary.to_json()  # the one reader, the same
         assert {(r["head"], r["norm"]) for r in on_disk["rows"]} == {
             ("linear", "none"),
             ("swish", "none"),
@@ -126,32 +128,32 @@ class TestSweep:
 
     def test_cell_record_recomputed_in_process(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep
-        for row in summary["rows"]:
+        for row in summary.rows:
             cell = {
-                "head": row["head"],
-                "norm": row["norm"],
-                "lr": row["lr"],
+                "head": row.head,
+                "norm": row.norm,
+                "lr": row.lr,
                 "seed": 0,
                 "epochs": TINY.epochs,
                 "steps_per_epoch": TINY.steps_per_epoch,
             }
-            got = cell_record(out / row["run"], cell, host="lightly", seconds=0.0, root=out)
-            for key, value in _expected_row(out / row["run"]).items():
+            got = cell_record(out / str(row.run), cell, host="lightly", seconds=0.0, root=out)
+            for key, value in _expected_row(out / str(row.run)).items():
                 if key != "lr_recorded" and value is not None and not isinstance(value, str):
-                    assert got["row"][key] == pytest.approx(value, rel=1e-12), key
+                    assert getattr(got.row, key) == pytest.approx(value, rel=1e-12), key
             # the series: step 0, then one record per epoch (every_n_steps = steps per epoch)
             stds = [
                 r["metrics"]["h/normalized_std"]
-                for r in _lines(out / row["run"] / "geometry.jsonl")
+                for r in _lines(out / str(row.run) / "geometry.jsonl")
                 if r["status"] == "ok"
             ]
-            assert got["series"]["h/normalized_std"] == pytest.approx(stds, rel=1e-12)
+            assert got.series["h/normalized_std"] == pytest.approx(stds, rel=1e-12)
 
     def test_linear_head_has_no_negative_curvature_at_start(
         self, sweep: tuple[Path, dict, str]
     ) -> None:
-        rows = {r["head"]: r for r in sweep[1]["rows"]}
-        assert rows["linear"]["m_neg_count_start"] == 0  # M = 0 for a linear head (DESIGN 3)
+        rows = {r.head: r for r in sweep[1].rows}
+        assert rows["linear"].m_neg_count_start == 0  # M = 0 for a linear head (DESIGN 3)
 
     def test_page_and_table(self, sweep: tuple[Path, dict, str]) -> None:
         out, summary, _ = sweep
@@ -167,7 +169,7 @@ class TestSweep:
             assert (out / f"{name}.png").stat().st_size > 1000
             assert f"{name}.png" in page
         assert "| linear | none | 0.05 | 1 |" in (out / "table.md").read_text()
-        assert set(summary["spearman"]) == {"linear", "swish"}
+        assert set(summary.spearman) == {"linear", "swish"}
 
     def test_section_of_the_paper_page(self, sweep: tuple[Path, dict, str]) -> None:
         # ``reproduce all`` puts the collapse page's body, figures under collapse/, in paper.html
@@ -179,18 +181,18 @@ class TestSweep:
         text = page.read_text()
         sources = re.findall(r"src='([^']+)'", text)
         assert len(sources) == len(FIGURES) and all((out.parent / s).is_file() for s in sources)
-        assert all(html.escape(c["verdict"]) in text for c in summary["claims"])
+        assert all(html.escape(c.verdict) in text for c in summary.claims)
 
     def test_claims_printed_from_the_rows(self, sweep: tuple[Path, dict, str]) -> None:
         _, summary, printed = sweep
-        rows = {r["head"]: r for r in summary["rows"]}
-        first = summary["claims"][0]
+        rows = {r.head: r for r in summary.rows}
+        first = summary.claims[0]
         # no ReLU cell in this grid: the claim cannot be judged, and says which cells are missing
         assert (first["id"], first["verdict"]) == ("smooth_escape", "undecidable")
         assert "relu" in first["evidence"]
         assert "[undecidable] smooth_escape (digits, resnet20)" in printed
-        third = summary["claims"][2]
-        counts = (rows["swish"]["m_neg_count_start"], rows["linear"]["m_neg_count_start"])
+        third = summary.claims[2]
+        counts = (rows["swish"].m_neg_count_start, rows["linear"].m_neg_count_start)
         if None not in counts:
             want3 = "held" if counts[0] > 0 and counts[1] == 0 else "not held"
             assert third["verdict"] == want3
@@ -200,7 +202,7 @@ class TestSweep:
     ) -> None:
         out, summary, _ = sweep
         (out / "cells" / "linear-none-lr0.05-s0.json").unlink()  # as if interrupted
-        kept = out / next(r["run"] for r in summary["rows"] if r["head"] == "swish")
+        kept = out / next(str(r.run) for r in summary.rows if r.head == "swish")
         # the cells print from joblib's worker processes: fresh ones, so that capfd sees them
         get_reusable_executor().shutdown(wait=True)
         again = reproduce_collapse(
@@ -218,9 +220,10 @@ class TestSweep:
         assert "linear-none-lr0.05-s0: std(H) epoch 0" in printed  # trained again
         assert re.search(r"\[sweep\] [12]/2 done \(\d+ s\): linear-none-lr0.05-s0", printed)
         assert kept.is_dir()
-        swish = [r for r in again["rows"] if r["head"] == "swish"]
-        assert swish == [r for r in summary["rows"] if r["head"] == "swish"]
-        assert math.isfinite(next(r for r in again["rows"] if r["head"] == "linear")["final_std"])
+        swish = [r for r in again.rows if r.head == "swish"]
+        assert swish == [r for r in summary.rows if r.head == "swish"]
+        linear = next(r for r in again.rows if r.head == "linear")
+        assert linear.final_std is not None and math.isfinite(linear.final_std)
 
 
 class TestBadInput:
@@ -292,7 +295,7 @@ class TestSoloHost:
             grid=(Block(("swish",), ("none",), (1.0,)),),
         )
         summary = reproduce_collapse(tmp_path, quick=True, host="solo", jobs=1, protocol=one)
-        (row,) = summary["rows"]
+        (row,) = [r.to_json() for r in summary.rows]
         assert row["host"] == "solo"
         want = _expected_row(tmp_path / row["run"])
         assert row["final_std"] == pytest.approx(want["final_std"], rel=1e-12)

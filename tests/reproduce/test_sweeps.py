@@ -106,10 +106,10 @@ def test_collapse_sweep_on_submitit_local(tmp_path: Path) -> None:
     )
     extra = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"]
     summary = reproduce_collapse(tmp_path, quick=True, host="lightly", protocol=two, extra=extra)
-    assert sorted(r["head"] for r in summary["rows"]) == ["linear", "swish"]
-    for row in summary["rows"]:
-        cell = json.loads((tmp_path / "cells" / f"{row['head']}-none-lr0.05-s0.json").read_text())
-        assert cell["row"]["final_std"] == row["final_std"] and row["steps"] == 2
+    assert sorted(r.head for r in summary.rows) == ["linear", "swish"]
+    for row in summary.rows:
+        cell = json.loads((tmp_path / "cells" / f"{row.head}-none-lr0.05-s0.json").read_text())
+        assert cell["row"]["final_std"] == row.final_std and row.steps == 2
     jobs = [p for p in (tmp_path / "hydra" / ".submitit").iterdir() if p.name != "%j"]
     assert len(jobs) == 2  # one submitit job per cell, each with its own logs
     logs = "".join(log.read_text() for log in (tmp_path / "hydra" / ".submitit").rglob("*.out"))

@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from hydra.core.config_store import ConfigStore
@@ -164,8 +163,8 @@ def cell_file(out: Path, cell: str) -> Path:
     return out / "cells" / f"{cell}.json"
 
 
-def _finished(record: Path, cfg: DictConfig) -> dict[str, Any] | None:
-    """The stored result of a cell trained with this sweep's protocol, else None."""
+def _finished(record: Path, cfg: DictConfig) -> dict[str, object] | None:
+    """The stored record (plain) of a cell trained with this sweep's protocol, else None."""
     if not record.is_file():
         return None
     stored = json.loads(record.read_text())
@@ -198,8 +197,7 @@ def run_cell(cfg: DictConfig) -> str:
     out = Path(cfg.out)
     cell = cell_id(cfg.head, cfg.norm, float(cfg.lr), int(cfg.seed))
     record = cell_file(out, cell)
-    stored = _finished(record, cfg)
-    if stored is not None:
+    if _finished(record, cfg) is not None:
         return f"{cell}: finished earlier, skipped"
     torch.set_num_threads(int(cfg.threads))
     os.environ["OMP_NUM_THREADS"] = str(cfg.threads)  # the solo host's subprocess
@@ -219,16 +217,15 @@ def run_cell(cfg: DictConfig) -> str:
     result = cell_record(
         Path(run), cell_cfg, host=host, seconds=seconds, root=out, factor=float(cfg.factor)
     )
-    result["cell"] = cell_cfg
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
+    tmp.write_text(json.dumps(result.to_json(finite=False), indent=1))
     os.replace(tmp, record)
-    row = result["row"]
+    row = result.row
     return (
-        f"{cell}: std(H) epoch 0 {row['baseline_std']:.3g} -> last "
-        f"{row['std_curve'][-1]:.3g}, {row['outcome']} (epoch {row['escape_epoch']}, "
-        f"{row['steps']} steps, {seconds:.0f} s)"
+        f"{cell}: std(H) epoch 0 {row.baseline_std:.3g} -> last "
+        f"{row.std_curve[-1]:.3g}, {row.outcome} (epoch {row.escape_epoch}, "
+        f"{row.steps} steps, {seconds:.0f} s)"
     )
 
 

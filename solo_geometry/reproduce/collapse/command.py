@@ -26,7 +26,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.singleton import Singleton
@@ -54,6 +53,7 @@ from solo_geometry.reproduce.collapse.protocol import (
     describe,
     protocol_of,
 )
+from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary
 from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
 
 __all__ = [  # the cell's names are re-exported from .cell
@@ -178,7 +178,7 @@ def reproduce_collapse(
     trust_pickle: bool = False,
     protocol: Protocol | None = None,
     extra: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> CollapseSummary:
     """Run (or resume) the sweep, then summarise it, draw the page and print the verdicts.
 
     Args:
@@ -255,7 +255,9 @@ def reproduce_collapse(
     for block in grid_overrides(protocol):
         _multirun([*block, *common])
     cells = sorted(cell_id(*c) for c in protocol.cells())
-    records = [json.loads(cell_file(out, c).read_text()) for c in cells]
+    records = [
+        CellRecord.from_json(json.loads(cell_file(out, c).read_text()), where=c) for c in cells
+    ]
     summary = summarise(records, quick=quick, protocol=describe(protocol), factor=factor)
     write_summary(out, summary)
     extra_figures = (

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
+from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
-from solo_geometry.reproduce.results import Verdict, read_result
+from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
     "AUTHORS_SETUP",
@@ -87,33 +88,34 @@ def authors_runs(
     return runs
 
 
-def summary_runs(summary: Mapping[str, Any]) -> list[Run]:
+def summary_runs(summary: CollapseSummary) -> list[Run]:
     """The runs of our ``summary.json`` (rows with ``std_curve``).
 
     Raises:
-        ValueError: if a row lacks the per-epoch curve (a summary written before it existed).
+        ValueError: if a row lacks the per-epoch curve or its sizes (a summary written before
+            they existed).
     """
     runs = []
-    for row in summary["rows"]:
-        if not row.get("std_curve"):
+    for row in summary.rows:
+        rows, dim, per_epoch = row.output_rows, row.output_dim, row.steps_per_epoch
+        if not row.std_curve or rows is None or dim is None or per_epoch is None:
             raise ValueError(
-                f"summary row {row.get('head')}-{row.get('norm')}-lr{row.get('lr')}"
-                f"-s{row.get('seed')} has no std_curve: rerun the sweep with this "
-                "version"
+                f"summary row {row.head}-{row.norm}-lr{row.lr}-s{row.seed} has no std_curve "
+                "(or its sizes): rerun the sweep with this version"
             )
         runs.append(
             Run(
-                row["dataset"],
-                row["backbone"],
-                row["head"],
-                row["norm"],
-                row.get("lr_name") or lr_name(float(row["lr"])),
-                int(row["seed"]),
-                tuple(row["std_curve"]),
-                int(row["output_rows"]),
-                int(row["output_dim"]),
-                int(row["steps_per_epoch"]),
-                row.get("m_neg_count_start"),
+                row.dataset,
+                row.backbone,
+                row.head,
+                row.norm,
+                row.lr_name or lr_name(row.lr),
+                row.seed,
+                row.std_curve,
+                rows,
+                dim,
+                per_epoch,
+                row.m_neg_count_start,
             )
         )
     return runs
@@ -146,7 +148,7 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
         return authors_runs(results, dataset=dataset, backbone=backbone)
     data = json.loads(path.read_text())
     if isinstance(data, dict) and ("rows" in data or data.get("kind") == "collapse"):
-        return summary_runs(read_result(path, "collapse").content)
+        return summary_runs(read_summary(path))
     if isinstance(data, dict) and "results" in data and "provenance" in data:
         return [
             run

@@ -15,7 +15,7 @@ optimiser steps.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after selecting the non-interact
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary  # noqa: E402
 from solo_geometry.reproduce.collapse.summary import CURVE_KEY, table_markdown  # noqa: E402
 from solo_geometry.reproduce.collapse.verdicts import Run  # noqa: E402
 from solo_geometry.run.atomic import save_figure, write_text
@@ -48,23 +49,24 @@ TITLES = {
     COMPARE: "This run (left) beside the authors' released curves (right), "
     "no BN, base lr: std / epoch-0 mean",
 }
-Records = Sequence[Mapping[str, Any]]
+Records = Sequence[CellRecord]
+Group = tuple[str, str, float]  # head, norm, lr
 
 
-def _group(records: Records, **match: Any) -> dict[tuple, list[Mapping[str, Any]]]:
-    """Records matching ``match``, grouped by (head, norm, lr)."""
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+def _group(records: Records, **match: str | float) -> dict[Group, list[CellRecord]]:
+    """Records whose rows match ``match`` (field: value), grouped by (head, norm, lr)."""
+    groups: dict[Group, list[CellRecord]] = {}
     for r in records:
-        row = r["row"]
-        if all(row[k] == v for k, v in match.items()):
-            groups.setdefault((row["head"], row["norm"], row["lr"]), []).append(r)
+        row = r.row
+        if all(getattr(row, k) == v for k, v in match.items()):
+            groups.setdefault((row.head, row.norm, row.lr), []).append(r)
     return dict(sorted(groups.items()))
 
 
-def _array(members: Sequence[Mapping[str, Any]], key: str, normalise: bool) -> np.ndarray:
+def _array(members: Records, key: str, normalise: bool) -> np.ndarray:
     rows = []
     for r in members:
-        values = np.array([np.nan if v is None else v for v in r["series"][key]], dtype=float)
+        values = np.array([np.nan if v is None else v for v in r.series[key]], dtype=float)
         if normalise:
             values = values / values[0] if values[0] else values * np.nan
         rows.append(values)
@@ -73,7 +75,7 @@ def _array(members: Sequence[Mapping[str, Any]], key: str, normalise: bool) -> n
 
 def _draw(
     ax: Any,
-    members: Sequence[Mapping[str, Any]],
+    members: Records,
     key: str,
     *,
     label: str,
@@ -108,7 +110,7 @@ def _figure(path: Path, title: str, ylabel: str, draw: Any) -> None:
 
 
 def _base_lr(records: Records) -> float:
-    lrs = sorted({r["row"]["lr"] for r in records})
+    lrs = sorted({r.row.lr for r in records})
     return lrs[len(lrs) // 2]
 
 
@@ -231,25 +233,25 @@ def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source:
     return COMPARE
 
 
-def page_body(summary: Mapping[str, Any], figures: Sequence[str], prefix: str = "") -> str:
+def page_body(summary: CollapseSummary, figures: Sequence[str], prefix: str = "") -> str:
     """The page's HTML body; figure paths relative to the page, under ``prefix``."""
     claims = "".join(
-        f"<li><b>{html.escape(c['verdict'])}</b> {html.escape(c['id'])} "
-        f"({html.escape(c['dataset'])}, {html.escape(c['backbone'])}): "
-        f"{html.escape(c['claim'])}<br>"
-        f"<small>{html.escape(c['evidence'])}</small></li>"
-        for c in summary["claims"]
+        f"<li><b>{html.escape(c.verdict)}</b> {html.escape(c.id)} "
+        f"({html.escape(str(c.dataset))}, {html.escape(str(c.backbone))}): "
+        f"{html.escape(c.claim)}<br>"
+        f"<small>{html.escape(c.evidence)}</small></li>"
+        for c in summary.claims
     )
     rho = "".join(
         f"<tr><td>{h}</td><td>{v['h/cond']}</td><td>{v['h/cond_paper']}</td></tr>"
-        for h, v in summary["spearman"].items()
+        for h, v in summary.spearman.items()
     )
     images = "".join(
         f"<h3>{html.escape(TITLES[f])}</h3><img src='{prefix}{f}' alt='{f}'>" for f in figures
     )
     return (
-        f"<p>Escape criterion: {html.escape(summary['escape_criterion'])}. "
-        f"Protocol: {html.escape(str(summary['protocol']))}</p>"
+        f"<p>Escape criterion: {html.escape(summary.escape_criterion)}. "
+        f"Protocol: {html.escape(str(summary.protocol))}</p>"
         f"<h2>The paper's claims, from this run</h2><ul>{claims}</ul>"
         f"<h2>Mean +- std over seeds</h2><pre>{html.escape(table_markdown(summary))}</pre>"
         "<h2>Spearman rho(std(H), cond(H)) per head</h2><table border=1>"
@@ -258,7 +260,7 @@ def page_body(summary: Mapping[str, Any], figures: Sequence[str], prefix: str = 
     )
 
 
-def _page(summary: Mapping[str, Any], figures: Sequence[str]) -> str:
+def _page(summary: CollapseSummary, figures: Sequence[str]) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>collapse</title></head><body>"
         "<h1>Collapse experiment (pseudo-collapse, alpha 0.1)</h1>"
@@ -267,7 +269,7 @@ def _page(summary: Mapping[str, Any], figures: Sequence[str]) -> str:
 
 
 def write_page(
-    out: Path, summary: Mapping[str, Any], records: Records, extra: Sequence[str] = ()
+    out: Path, summary: CollapseSummary, records: Records, extra: Sequence[str] = ()
 ) -> Path:
     """Draw the figures and write ``<out>/index.html`` (with ``extra`` figures); its path."""
     figures = [*(write_figures(out, records) if records else []), *extra]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "ALPHA",
@@ -153,6 +152,6 @@ def protocol_of(quick: bool, scale: str, grid: str) -> Protocol:
     return dataclasses.replace(SCALES[scale], grid=GRIDS[grid])
 
 
-def describe(protocol: Protocol) -> dict[str, Any]:
+def describe(protocol: Protocol) -> dict[str, object]:
     """The protocol as plain JSON values (summary.json)."""
     return json.loads(json.dumps(dataclasses.asdict(protocol)))

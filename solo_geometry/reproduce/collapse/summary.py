@@ -27,17 +27,24 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from scipy.stats import spearmanr
 
 from solo_geometry.reproduce.collapse.files import summary_runs as _runs
+from solo_geometry.reproduce.collapse.result import (
+    CellRecord,
+    CollapseRow,
+    CollapseSummary,
+    Stat,
+    TableRow,
+)
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
-from solo_geometry.reproduce.results import write_result
+from solo_geometry.reproduce.results import Verdict, write_result
 from solo_geometry.run.atomic import write_text
 from solo_geometry.run.records import GeometryRecord, read_records
-from solo_geometry.runtime.updates import read_update_records
+from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 
 __all__ = [
     "SERIES_KEYS",
@@ -80,14 +87,14 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 def _epoch_series(
     records: Sequence[GeometryRecord], epochs: int, steps_per_epoch: int
-) -> dict[str, list]:
+) -> dict[str, list[float | None]]:
     """SERIES_KEYS after each epoch, from the monitor's records.
 
     Index 0 is the start record (step 0); index e >= 1 the mean of the records at steps
     (e - 1) S < step <= e S, S steps per epoch (the final record is the last epoch's).
     """
     start, later = records[0], records[1:]
-    series: dict[str, list] = {k: [start.value(k)] for k in SERIES_KEYS}
+    series: dict[str, list[float | None]] = {k: [start.value(k)] for k in SERIES_KEYS}
     for epoch in range(1, epochs + 1):
         lo, hi = (epoch - 1) * steps_per_epoch, epoch * steps_per_epoch
         chunk = [r for r in later if lo < r.step <= hi]
@@ -96,7 +103,7 @@ def _epoch_series(
     return series
 
 
-def _m_start(start: GeometryRecord) -> dict[str, Any]:
+def _m_start(start: GeometryRecord) -> dict[str, object]:
     """M's negative part at the collapsed start (module docstring)."""
     floor, dim = start.settings.floor, start.settings.dim
     lam, frac = start.value("m/lambda_min"), start.value("m/neg_fraction")
@@ -119,7 +126,9 @@ def _m_start(start: GeometryRecord) -> dict[str, Any]:
     }
 
 
-def _curve_fields(updates: Mapping[int, Any], epochs: int, factor: float) -> dict[str, Any]:
+def _curve_fields(
+    updates: Mapping[int, UpdateRecord], epochs: int, factor: float
+) -> dict[str, object]:
     """The row's curve, its escape and the steps behind it (module docstring).
 
     Raises:
@@ -149,27 +158,36 @@ def _curve_fields(updates: Mapping[int, Any], epochs: int, factor: float) -> dic
     }
 
 
+def _number(cell: Mapping[str, object], key: str, default: float | None = None) -> float:
+    """The cell config's number ``key`` (``default`` when absent).
+
+    Raises:
+        ValueError: naming the key, when it is absent without a default or not a number.
+    """
+    value = cell.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"cell option {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
 def cell_record(
     run: Path,
-    cell: Mapping[str, Any],
+    cell: Mapping[str, object],
     *,
     host: str,
     seconds: float,
     root: Path,
     factor: float = ESCAPE_FACTOR,
-) -> dict[str, Any]:
+) -> CellRecord:
     """The row and per-epoch series of one finished run, from its own files.
 
     Args:
         run: the run folder.
-        cell: the cell's config (head, norm, lr, seed, epochs, ...).
+        cell: the cell's config (head, norm, lr, seed, epochs, ...), kept in the record.
         host: the host that trained it.
         seconds: its wall time.
         root: the sweep folder (the row stores the run folder relative to it).
         factor: the escape factor (x the epoch-0 mean).
-
-    Returns:
-        ``{"row": {...}, "series": {...}}``.
 
     Raises:
         ValueError: if the run has no ok measurement at step 0, or no per-step output std.
@@ -177,23 +195,25 @@ def cell_record(
     records = read_records(run, ok_only=True)
     if not records or records[0].step != 0:
         raise ValueError(f"run {str(run)!r}: no ok measurement at step 0 (the collapsed start)")
-    epochs = int(cell["epochs"])
-    series = _epoch_series(records, epochs, int(cell["steps_per_epoch"]))
+    epochs, lr = int(_number(cell, "epochs")), _number(cell, "lr")
+    series = _epoch_series(records, epochs, int(_number(cell, "steps_per_epoch")))
     updates = {u.epoch: u for u in read_update_records(run)}
     for key in UPDATE_KEYS:
-        series[key] = [None] + [
+        per_epoch: list[float | None] = [
             updates[e].metrics.get(key) if e in updates else None for e in range(epochs)
         ]
+        series[key] = [None, *per_epoch]
+    curve = _curve_fields(updates, epochs, factor)
     row = {
         "head": cell["head"],
         "norm": cell["norm"],
-        "lr": float(cell["lr"]),
-        "lr_name": lr_name(float(cell["lr"]), float(cell.get("base_lr", 0.05))),
-        "seed": int(cell["seed"]),
+        "lr": lr,
+        "lr_name": lr_name(lr, _number(cell, "base_lr", 0.05)),
+        "seed": int(_number(cell, "seed")),
         "host": host,
         "dataset": cell.get("data", "digits"),
         "backbone": cell.get("backbone", "resnet18"),
-        **_curve_fields(updates, epochs, factor),
+        **curve,
         "start_std": records[0].value("h/normalized_std"),
         "final_std": records[-1].value("h/normalized_std"),
         "final_std_z": records[-1].value("z/normalized_std"),
@@ -208,52 +228,56 @@ def cell_record(
         "seconds": seconds,
         "run": str(Path(run).resolve().relative_to(root.resolve())),
     }
-    series[CURVE_KEY] = row["std_curve"]
-    return {"row": row, "series": series}
+    typed = CollapseRow.from_json(row, where=f"run {str(run)!r}")
+    series[CURVE_KEY] = list(typed.std_curve)
+    return CellRecord(typed, {k: tuple(v) for k, v in series.items()}, dict(cell))
 
 
-def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
+def _stats(values: Sequence[float | None]) -> Stat:
     vals = [float(v) for v in values if v is not None]
     if not vals:
-        return {"mean": None, "std": None, "n": 0}
+        return Stat(None, None, 0)
     std = statistics.pstdev(vals) if len(vals) > 1 else 0.0
-    return {"mean": sum(vals) / len(vals), "std": std, "n": len(vals)}
+    return Stat(sum(vals) / len(vals), std, len(vals))
 
 
-def _table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _table(rows: Sequence[CollapseRow]) -> tuple[TableRow, ...]:
     """Mean and std over seeds per head x norm x lr."""
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, str, float], list[CollapseRow]] = {}
     for row in rows:
-        groups.setdefault((row["head"], row["norm"], row["lr"]), []).append(row)
+        groups.setdefault((row.head, row.norm, row.lr), []).append(row)
     table = []
     for (head, norm, lr), members in sorted(groups.items()):
-        entry: dict[str, Any] = {"head": head, "norm": norm, "lr": lr, "seeds": len(members)}
-        for key in (
-            "final_std",
-            "final_ratio",
-            "escape_epoch",
-            "m_neg_count_start",
-            "timescale_ratio",
-            "final_cond_paper",
-        ):
-            entry[key] = _stats([m[key] for m in members])
-        entry["escaped"] = sum(m["outcome"] == "escaped" for m in members)
-        entry["undecidable"] = sum(m["outcome"] == "undecidable" for m in members)
-        table.append(entry)
-    return table
+        table.append(
+            TableRow(
+                head,
+                norm,
+                lr,
+                len(members),
+                final_std=_stats([m.final_std for m in members]),
+                final_ratio=_stats([m.final_ratio for m in members]),
+                escape_epoch=_stats([m.escape_epoch for m in members]),
+                m_neg_count_start=_stats([m.m_neg_count_start for m in members]),
+                timescale_ratio=_stats([m.timescale_ratio for m in members]),
+                final_cond_paper=_stats([m.final_cond_paper for m in members]),
+                escaped=sum(m.outcome == "escaped" for m in members),
+                undecidable=sum(m.outcome == "undecidable" for m in members),
+            )
+        )
+    return tuple(table)
 
 
-def _spearman(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+def _spearman(records: Sequence[CellRecord]) -> dict[str, dict[str, float | None]]:
     """Spearman's rho between std(H) and cond(H) over every epoch of each head's runs."""
     out: dict[str, dict[str, float | None]] = {}
-    for head in sorted({r["row"]["head"] for r in records}):
+    for head in sorted({r.row.head for r in records}):
         result: dict[str, float | None] = {}
         for cond in ("h/cond", "h/cond_paper"):
             pairs = [
                 (s, c)
                 for r in records
-                if r["row"]["head"] == head
-                for s, c in zip(r["series"]["h/normalized_std"], r["series"][cond], strict=True)
+                if r.row.head == head
+                for s, c in zip(r.series["h/normalized_std"], r.series[cond], strict=True)
                 if s is not None and c is not None
             ]
             rho = spearmanr(*zip(*pairs, strict=True)).statistic if len(pairs) > 2 else None
@@ -264,75 +288,72 @@ def _spearman(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
 
 
 def summarise(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[CellRecord],
     *,
     quick: bool,
-    protocol: Mapping[str, Any],
+    protocol: Mapping[str, object],
     factor: float = ESCAPE_FACTOR,
-) -> dict[str, Any]:
+) -> CollapseSummary:
     """summary.json's content: rows, table, Spearman per head, claims and the protocol."""
-    rows = [dict(r["row"]) for r in records]
-    return {
-        "escape_criterion": f"first epoch whose mean per-step std of the normalised projector "
+    rows = tuple(r.row for r in records)
+    summary = CollapseSummary(
+        escape_criterion=f"first epoch whose mean per-step std of the normalised projector "
         f"output reaches {factor:g} x the epoch-0 mean; undecidable where "
         "that is above the ceiling sqrt(M / ((M - 1) d))",
-        "factor": factor,
-        "quick": quick,
-        "protocol": dict(protocol),
-        "rows": rows,
-        "table": _table(rows),
-        "spearman": _spearman(records),
-        "claims": judge(_runs({"rows": rows}), factor),
-    }
+        factor=factor,
+        quick=quick,
+        protocol=dict(protocol),
+        rows=rows,
+        table=_table(rows),
+        spearman=_spearman(records),
+    )
+    return replace(summary, claims=tuple(judge(_runs(summary), factor)))
 
 
-def _cell(stat: Mapping[str, Any], fmt: str = ".3g") -> str:
-    if stat["mean"] is None:
+def _cell(stat: Stat, fmt: str = ".3g") -> str:
+    if stat.mean is None or stat.std is None:
         return "-"
-    return f"{stat['mean']:{fmt}} +- {stat['std']:{fmt}}"
+    return f"{stat.mean:{fmt}} +- {stat.std:{fmt}}"
 
 
-def table_markdown(summary: Mapping[str, Any]) -> str:
+def table_markdown(summary: CollapseSummary) -> str:
     """The table over seeds as Markdown."""
     lines = [
         "| head | norm | lr | seeds | escaped | undecidable | final std(H) | final / epoch 0 "
         "| escape epoch | M neg. count at start | timescale ratio | cond_paper(H) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for t in summary["table"]:
+    for t in summary.table:
         lines.append(
-            f"| {t['head']} | {t['norm']} | {t['lr']:g} | {t['seeds']} | {t['escaped']} | "
-            f"{t['undecidable']} | {_cell(t['final_std'])} | {_cell(t['final_ratio'])} | "
-            f"{_cell(t['escape_epoch'], '.2g')} | {_cell(t['m_neg_count_start'], '.4g')} | "
-            f"{_cell(t['timescale_ratio'])} | {_cell(t['final_cond_paper'])} |"
+            f"| {t.head} | {t.norm} | {t.lr:g} | {t.seeds} | {t.escaped} | "
+            f"{t.undecidable} | {_cell(t.final_std)} | {_cell(t.final_ratio)} | "
+            f"{_cell(t.escape_epoch, '.2g')} | {_cell(t.m_neg_count_start, '.4g')} | "
+            f"{_cell(t.timescale_ratio)} | {_cell(t.final_cond_paper)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out: Path, summary: Mapping[str, Any]) -> None:
+def write_summary(out: Path, summary: CollapseSummary) -> None:
     """Write ``summary.json`` and ``table.md`` into the sweep folder."""
     write_result(out, "collapse", summary)
     write_text(out / "table.md", table_markdown(summary))
 
 
-def print_claims(summary: Mapping[str, Any]) -> None:
+def print_claims(summary: CollapseSummary) -> None:
     """Print the table, Spearman's rho per head and each claim's verdict."""
     print(table_markdown(summary))
     print("Spearman rho(std(H), cond(H)) over epochs, per head:")
-    for head, rho in summary["spearman"].items():
+    for head, rho in summary.spearman.items():
         fmt = {k: "-" if v is None else f"{v:+.3f}" for k, v in rho.items() if k != "points"}
         print(
             f"  {head:>6}: numerical-rank cond {fmt['h/cond']}, paper's cond "
-            f"{fmt['h/cond_paper']} ({rho['points']:.0f} points)"
+            f"{fmt['h/cond_paper']} ({rho['points'] or 0:.0f} points)"
         )
     print("\nThe paper's claims, from this run's numbers:")
-    print_verdicts(summary["claims"])
+    print_verdicts(summary.claims)
 
 
-def print_verdicts(verdicts: Sequence[Mapping[str, Any]]) -> None:
+def print_verdicts(verdicts: Sequence[Verdict]) -> None:
     """Print each claim's verdict with its evidence, per backbone and data set."""
     for c in verdicts:
-        print(
-            f"  [{c['verdict']}] {c['id']} ({c['dataset']}, {c['backbone']}): {c['claim']}\n"
-            f"      {c['evidence']}"
-        )
+        print(f"  [{c.verdict}] {c.id} ({c.dataset}, {c.backbone}): {c.claim}\n      {c.evidence}")
