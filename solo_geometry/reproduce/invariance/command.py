@@ -116,6 +116,7 @@ def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]
         f"method_kwargs.proj_output_dim={s.width}",
         "++log_every_n_steps=1",
         *limit,
+        *([f"augmentations.0.crop_size={s.digits_size}"] if data.dataset == "custom" else []),
         *extra,
     ]
 
@@ -257,7 +258,7 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
 
 def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSettings) -> _Data:
     if dataset == "digits":
-        root = make_digits(out / "data" / "digits")
+        root = make_digits(out / "data" / "digits", size=s.digits_size)
         folders = (root / "train", root / "val")
         train, test = subset_folders(folders, out / "data" / "digits_probes", s.probe_images)
         name, pretrain = "custom", root / "train"

@@ -32,6 +32,9 @@ class InvarianceSettings:
         probe_images: images per probe split (train, held-out): CIFAR's exported subsets; on
             the digits a stratified subset where smaller than the split (quick form only).
         num_workers: data-loading workers.
+        digits_size: side in pixels of the embedded digits' images (CIFAR's are 32): the
+            recipe's crop size too. 32 in both forms; a test may take 16, a quarter of the
+            convolutions.
     """
 
     batch_size: int
@@ -46,6 +49,7 @@ class InvarianceSettings:
     mlp_patience: int
     probe_images: tuple[int, int]
     num_workers: int
+    digits_size: int = 32
 
 
 # The CPU scale, sized for benchmarks/bench_invariance.py --full under 45 minutes on 2 cores
