@@ -86,7 +86,6 @@ E2E_MODULES = frozenset(
         "tests/hosts/test_lightly_host.py",
         "tests/hosts/test_lightly_simsiam.py",
         "tests/hosts/test_solo_e2e.py",
-        "tests/hosts/test_solo_helpers.py",
         "tests/hosts/test_solo_methods_e2e.py",
         "tests/hosts/test_solo_methods_extra.py",
         "tests/hosts/test_solo_precision.py",

@@ -29,7 +29,7 @@ import torch
 from PIL import Image
 
 sys.path[:0] = [str(Path(__file__).parent / "hosts"), str(Path(__file__).parent)]
-from test_lightly_support import write_recipe  # noqa: E402
+from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.cli import main  # noqa: E402
 from solo_geometry.commands.pretrain import solo_available  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts.test_solo_helpers import solo_root
+from tests.hosts.solo_helpers import solo_root
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "bench_gpu.py"

@@ -26,7 +26,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "hosts"))
 from fault_hooks import REASONS, faulty, hooked_env  # noqa: E402
-from test_lightly_support import write_recipe  # noqa: E402
+from lightly_support import write_recipe  # noqa: E402
 
 import solo_geometry.runtime.monitor as monitor_module  # noqa: E402
 from solo_geometry.inputs.digits import make_digits  # noqa: E402

@@ -31,8 +31,8 @@ from solo_geometry.run.run_folder import RunFolder
 
 
 def _support() -> ModuleType:
-    path = Path(__file__).parent.parent / "hosts" / "test_lightly_support.py"
-    spec = importlib.util.spec_from_file_location("test_lightly_support", path)
+    path = Path(__file__).parent.parent / "hosts" / "lightly_support.py"
+    spec = importlib.util.spec_from_file_location("lightly_support", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -420,8 +420,8 @@ class TestMlpProbeConverges:
         from solo_geometry.hosts.lightly import launch
         from solo_geometry.inputs.digits import make_digits
 
-        path = Path(__file__).parent.parent / "hosts" / "test_lightly_support.py"
-        spec = importlib.util.spec_from_file_location("test_lightly_support", path)
+        path = Path(__file__).parent.parent / "hosts" / "lightly_support.py"
+        spec = importlib.util.spec_from_file_location("lightly_support", path)
         assert spec is not None and spec.loader is not None
         support = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(support)

@@ -370,7 +370,7 @@ class TestRealRun:
     def test_report_and_probe_of_a_real_run(self, tmp_path: Path) -> None:
         pytest.importorskip("lightly", reason="the lightly host needs lightly")
         support = pytest.importorskip(
-            "tests.hosts.test_lightly_support", reason="tests/hosts helpers not importable"
+            "tests.hosts.lightly_support", reason="tests/hosts helpers not importable"
         )
         from solo_geometry.cli import main as cli_main
         from solo_geometry.hosts.lightly import launch

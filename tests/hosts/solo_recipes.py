@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from test_solo_helpers import solo_root
+from solo_helpers import solo_root
 from torch import Tensor
 from torch.autograd.functional import hessian, jacobian
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_solo_helpers import RECIPES, SOLO_REASON, env, tail, write_digits
+from solo_helpers import RECIPES, SOLO_REASON, env, tail, write_digits
 
 from solo_geometry.run.records import GeometryRecord, read_records
 from tests.shared import digits_subset

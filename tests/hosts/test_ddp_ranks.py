@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_solo_helpers import SOLO_REASON, env
+from solo_helpers import SOLO_REASON, env
 
 ENTRY = Path(__file__).with_name("ddp_ranks_entry.py")
 KEYS = [f"{op}/{q}" for op in ("heff", "gn") for q in ("lambda_min", "lambda_max")]

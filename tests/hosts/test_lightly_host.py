@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from capture_checks import assert_view_reuses_training_step  # noqa: E402
-from test_lightly_support import write_recipe  # noqa: E402
+from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord  # noqa: E402

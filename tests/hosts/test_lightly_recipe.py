@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_lightly_support import AUGMENTATION, recipe_dict  # noqa: E402
+from lightly_support import AUGMENTATION, recipe_dict  # noqa: E402
 
 from solo_geometry.hosts.lightly.data import build_pipeline  # noqa: E402
 from solo_geometry.hosts.lightly.nodes import (  # noqa: E402
@@ -139,6 +139,7 @@ class TestNodes:
         assert parsed.augmentations == (want, want)
         assert parsed.trainer == {
             "limit_train_batches": 2,
+            "limit_val_batches": 1,
             "devices": 1,
             "accelerator": "cpu",
             "strategy": "auto",

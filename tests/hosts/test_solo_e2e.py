@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_solo_helpers import (
+from solo_helpers import (
     GEOMETRY_TINY,
     METHODS4,
     RECIPES,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 from capture_checks import assert_view_reuses_training_step
+from solo_helpers import RECIPES, SOLO_REASON, write_digits
 from solo_recipes import ssl_loss
-from test_solo_helpers import RECIPES, SOLO_REASON, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)

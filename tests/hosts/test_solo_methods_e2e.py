@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 from solo_recipes import CPU, recipe
-from test_solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 
 from solo_geometry.run.records import read_records
 from solo_geometry.run.run_folder import RunFolder

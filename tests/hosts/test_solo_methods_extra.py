@@ -13,6 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from solo_helpers import GEOMETRY_CHEAP, NEW_METHODS, SOLO_REASON, write_digits
 from solo_recipes import (
     assert_hvps_match_dense,
     assert_same_state,
@@ -22,7 +23,6 @@ from solo_recipes import (
     ssl_loss,
     state_of,
 )
-from test_solo_helpers import GEOMETRY_CHEAP, NEW_METHODS, SOLO_REASON, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import torch
+from solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 from solo_recipes import CPU, batch, cifar_overrides, recipe
-from test_solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 

@@ -107,7 +107,7 @@ def test_tiny_comparison_and_its_table() -> None:
 def test_runs_on_a_solo_recipe(tmp_path: Path) -> None:
     _need_peers()
     sys.path.insert(0, str(ROOT / "tests" / "hosts"))
-    from test_solo_helpers import solo_root
+    from solo_helpers import solo_root
 
     out = tmp_path / "peers.json"
     rows, dens = bench_peers.main(

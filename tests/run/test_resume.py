@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
-from test_lightly_support import recipe_dict, write_recipe  # noqa: E402
+from lightly_support import recipe_dict, write_recipe  # noqa: E402
 
 from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402

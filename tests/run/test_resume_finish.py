@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
-from test_lightly_support import write_recipe  # noqa: E402
+from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import read_records  # noqa: E402

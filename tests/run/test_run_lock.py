@@ -20,7 +20,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
-from test_lightly_support import write_recipe  # noqa: E402
+from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.lock import RunFolderBusy, writer_lock  # noqa: E402
