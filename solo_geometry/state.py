@@ -17,6 +17,10 @@ from torch import nn
 
 __all__ = ["preserved_state"]
 
+# Buffers an enclosing guard already saved (by id): a nested guard (the host's feature forward
+# inside the monitor's record) restores modes, grad and RNG but copies each buffer once only.
+_SAVED: set[int] = set()
+
 
 @contextmanager
 def preserved_state(*modules: nn.Module) -> Iterator[None]:
@@ -29,9 +33,14 @@ def preserved_state(*modules: nn.Module) -> Iterator[None]:
 
     Yields:
         Nothing; the block runs with a forked RNG (CPU and the current CUDA device).
+
+    Nested guards save each buffer once: an inner guard leaves the buffers an outer one holds
+    to the outer one (a record copies them once however many parts run under a guard).
     """
     modes = [(m, m.training) for module in modules for m in module.modules()]
-    buffers = [(b, b.detach().clone()) for module in modules for b in module.buffers()]
+    held = {id(b): b for module in modules for b in module.buffers() if id(b) not in _SAVED}
+    buffers = [(b, b.detach().clone()) for b in held.values()]
+    _SAVED.update(held)
     grad_enabled = torch.is_grad_enabled()
     cuda = [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=cuda):
@@ -44,3 +53,4 @@ def preserved_state(*modules: nn.Module) -> Iterator[None]:
             with torch.no_grad():
                 for buf, saved in buffers:
                     buf.copy_(saved)
+            _SAVED.difference_update(held)

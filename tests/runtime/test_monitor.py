@@ -97,6 +97,20 @@ class TestHelpers:
         assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
         assert torch.equal(rng, torch.get_rng_state())
 
+    def test_nested_guards_save_each_buffer_once(self) -> None:
+        model = BoringGeometry()
+        var = model.backbone[1].running_var
+        before = var.clone()
+        with preserved_state(model):
+            var.mul_(2)  # the outer guard saved the value before this
+            with preserved_state(model), preserved_state(model.backbone):
+                var.mul_(3)
+                model.eval()
+            # the inner guards restored the modes but left the buffer to the outer one:
+            # they copied no buffer (a record saves them once)
+            assert model.training and torch.equal(var, before * 6)
+        assert torch.equal(var, before)
+
     def test_kept_detaches_and_raises_half_precision(self) -> None:
         x = torch.randn(3, 4, requires_grad=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):  # *-mixed: an autocast output
