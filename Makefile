@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=23" "setuptools>=64,<81" wheel
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -e ".[lightly,umap,dev,docs]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e ".[lightly,umap,dev,docs,bench]" --config-settings editable_mode=compat
 	touch $@
 
 setup: $(VENV)/.installed

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> tuple[list[Row], list[DensityRow]]:
         problem = {method: recipe_problem(method, args.solo_root, args.batch_size)}
         more, more_dens = run(problem, args.samples, args.small)
         rows, dens = rows + more, dens + more_dens
-        print(table(more), flush=True)
+        print(table(more), file=sys.stderr, flush=True)  # progress; the one table is below
     print("\n" + table(rows) + "\n\n" + density_table(dens), flush=True)
     if args.json:
         found = {"extremes": [asdict(r) for r in rows], "densities": [asdict(d) for d in dens]}
