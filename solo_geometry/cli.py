@@ -44,6 +44,7 @@ from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.preempt import Preempted
 from solo_geometry.run.records import RecordsWarning
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.sink import Unwritten
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
@@ -278,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warnings(f"{args.command}{action}")
             return int(args.func(args) or 0)
+    except Unwritten as err:  # trained to the end, a file could not be written: exit 3
+        sys.stdout.flush()
+        print(f"solo-geometry {args.command}: {err}", file=sys.stderr, flush=True)
+        return err.status
     except Preempted as err:  # a scheduler's signal: checkpointed, never exit 0
         sys.stdout.flush()
         print(f"solo-geometry {args.command}: {err}", file=sys.stderr)

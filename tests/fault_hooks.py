@@ -10,6 +10,9 @@ solo-learn's ``main_pretrain`` it starts) through a ``sitecustomize.py`` that
 * ``SG_PAUSE_AT=<step>``: before the record of that step is written, the file ``SG_PAUSE_MARK``
   is created and the process waits (up to a minute) for the file ``SG_PAUSE_GO``, so a test's
   signal lands inside a known step;
+* ``SG_FULL_AT=<step>``: the disk is full for the record of that step: the process's file-size
+  limit (``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored) is set to the file's size plus 100 bytes while
+  it is appended, so the operating system's own write stops part way (``EFBIG``), then lifted;
 * ``SG_FAULTS=kind,kind,...``: the n-th measurement meets the n-th fault (cycling): ``oom``
   (``torch.OutOfMemoryError`` raised inside the measurement), ``error`` (a RuntimeError),
   ``nan_features`` (the backbone features all NaN), ``nan_loss`` (the loss closures NaN),
@@ -94,6 +97,26 @@ def pausing(append: Callable[..., Any], step: int, mark: Path, go: Path) -> Call
     return append_record
 
 
+def filling(append: Callable[..., Any], step: int) -> Callable[..., Any]:
+    """``RunFolder.append_record`` whose write of the record of ``step`` meets a full disk."""
+    import resource
+    import signal
+
+    def append_record(self: Any, record: Any) -> None:
+        if record.step != step or record.final:
+            return append(self, record)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        before = resource.getrlimit(resource.RLIMIT_FSIZE)
+        limit = self.geometry.stat().st_size + 100
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, before[1]))
+        try:
+            return append(self, record)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, before)
+
+    return append_record
+
+
 def install() -> None:
     """Install the hooks the environment asks for (called by the generated sitecustomize)."""
     if os.environ.get("SG_TEAR_AT"):
@@ -111,6 +134,12 @@ def install() -> None:
             Path(os.environ["SG_PAUSE_MARK"]),
             Path(os.environ["SG_PAUSE_GO"]),
         )
+    if os.environ.get("SG_FULL_AT"):
+        from solo_geometry.run.run_folder import RunFolder
+
+        RunFolder.append_record = filling(  # type: ignore[method-assign]
+            RunFolder.append_record, int(os.environ["SG_FULL_AT"])
+        )
     if os.environ.get("SG_FAULTS"):
         import solo_geometry.runtime.monitor as monitor
 
@@ -123,7 +152,7 @@ def hooked_env(folder: Path, **variables: str) -> dict[str, str]:
     Args:
         folder: where ``sitecustomize.py`` is written.
         variables: ``SG_TEAR_AT``, ``SG_TEAR_MARK``, ``SG_PAUSE_AT``, ``SG_PAUSE_MARK``,
-            ``SG_PAUSE_GO``, ``SG_FAULTS``.
+            ``SG_PAUSE_GO``, ``SG_FULL_AT``, ``SG_FAULTS``.
 
     Returns:
         ``os.environ`` with ``PYTHONPATH`` = folder, this tests folder, the repository, and the

@@ -38,6 +38,7 @@ from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.precision import exact_matmul, float32_copy, holds_dtype
+from solo_geometry.runtime.sink import note_unwritten, one_line
 from solo_geometry.runtime.updates import UpdateSizeMonitor
 from solo_geometry.runtime.view import backbone_and_head
 from solo_geometry.state import preserved_state
@@ -179,6 +180,8 @@ class ProbeCallback(Callback):
             rank_zero_info(f"solo-geometry: probes written to {run.probes}")
         except Exception as err:  # noqa: BLE001 - probes never fail a finished run
             rank_zero_warn(f"solo-geometry: probes failed: {type(err).__name__}: {err}")
+            if isinstance(err, OSError):  # a full disk: the run ends non-zero (sink.py)
+                note_unwritten(trainer, f"{one_line(err)}; no probes.json")
 
 
 class ReportCallback(Callback):
@@ -211,6 +214,8 @@ class ReportCallback(Callback):
             rank_zero_info(f"solo-geometry: report written to {self.index}")
         except Exception as err:  # noqa: BLE001 - the report never fails a finished run
             rank_zero_warn(f"solo-geometry: report failed: {type(err).__name__}: {err}")
+            if isinstance(err, OSError):
+                note_unwritten(trainer, f"{one_line(err)}; no report")
 
 
 def geometry_callbacks(

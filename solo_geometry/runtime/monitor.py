@@ -46,7 +46,7 @@ from solo_geometry.runtime.finish import first_train_batch, lacks_final_record
 from solo_geometry.runtime.measure import RunContext, checked, measure, outputs
 from solo_geometry.runtime.precision import exact_matmul, full_precision
 from solo_geometry.runtime.schedule import MonitorState
-from solo_geometry.runtime.sink import log_record, write_record
+from solo_geometry.runtime.sink import exit_unwritten, log_record, one_line, write_record
 from solo_geometry.runtime.view import GeometryAware
 from solo_geometry.state import preserved_state
 
@@ -61,12 +61,10 @@ class GeometryMonitor(Callback):
     monitor's state, so a resumed run continues the file with no gap and no duplicate (records
     after the checkpoint's step are dropped, a torn last line repaired).
 
-    Logged metrics: every numeric metric of the record under ``geometry/`` (the names of
-    docs/run-folder.md: ``heff/``, ``gn/``, ``m/`` extremes and convergence, ``z/`` and ``h/``
-    statistics and quality metrics, ``cka/z_h``, ``whitening/``, ``metric/``, ``rho/<family>``,
-    ``head/weight_norm``), with ``geometry/n_skipped`` (records skipped so far),
-    ``geometry/seconds`` (the record's measuring time) and ``geometry/alert`` (the collapse
-    state of :mod:`solo_geometry.runtime.alert`: 0 healthy, 1 dimensional, 2 complete).
+    Logged metrics: every numeric metric of the record under ``geometry/`` (docs/run-folder.md),
+    with ``geometry/n_skipped``, ``geometry/seconds`` and ``geometry/alert`` (0 healthy,
+    1 dimensional, 2 complete: :mod:`solo_geometry.runtime.alert`). A failed write is warned
+    once and kept in ``unwritten``; with ``exit_on_unwritten`` the fit's end exits 3.
 
     Args:
         config: the ``geometry`` config node (validated); None for the defaults.
@@ -94,6 +92,8 @@ class GeometryMonitor(Callback):
         self.trained = False  # whether this fit ran its training loop
         self._warned: set[str] = set()
         self._run: RunFolder | None = None
+        self.unwritten: str | None = None  # the first failed write; exit_on_unwritten: exit 3
+        self.exit_on_unwritten = False
         # what is owed, pending, queued between the hooks (runtime/schedule.py)
         self.state = MonitorState(
             self.config.every_n_steps, self.config.stats.queue, self.config.measure.stats
@@ -102,8 +102,7 @@ class GeometryMonitor(Callback):
         self.alert = CollapseAlert(self.config.alert)  # the collapse state across records
 
     @property
-    def run(self) -> RunFolder | None:
-        """The run folder of ``geometry.jsonl``, known after ``setup``."""
+    def run(self) -> RunFolder | None:  # noqa: D102 - the run folder, known after setup
         return self._run
 
     @override
@@ -127,6 +126,7 @@ class GeometryMonitor(Callback):
                 rank_zero_warn(f"GeometryMonitor: overwriting {self._run.geometry} (not resumed)")
             self._run.start_records(self.last_step if self._resumed else None)
         except OSError as err:  # an unwritable folder never stops training
+            self.unwritten = self.unwritten or f"{one_line(err)}; no record was written"
             self._warn_once(
                 "write",
                 f"GeometryMonitor: cannot write {self._run.geometry}: "
@@ -251,14 +251,15 @@ class GeometryMonitor(Callback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """A resume whose checkpoint ended training (no loop ran): the final record it lacks."""
-        if self.trained or not self._resumed or not lacks_final_record(trainer, self._run):
-            return
-        batch = first_train_batch(trainer)
-        if batch is not None:
-            self.on_train_start(trainer, pl_module)  # the records up to the checkpoint's
-            batch = move_data_to_device(batch, pl_module.device)
-            self._record(trainer, pl_module, batch, step=trainer.global_step, final=True)
+        """A resume that ran no loop: the final record it lacks; then a failed write's exit."""
+        if not self.trained and self._resumed and lacks_final_record(trainer, self._run):
+            batch = first_train_batch(trainer)
+            if batch is not None:
+                self.on_train_start(trainer, pl_module)  # the records up to the checkpoint's
+                batch = move_data_to_device(batch, pl_module.device)
+                self._record(trainer, pl_module, batch, step=trainer.global_step, final=True)
+        if self.unwritten and self.exit_on_unwritten and trainer.is_global_zero:
+            exit_unwritten(self.unwritten)  # one line, exit 3: training is over
 
     def _over_budget(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         """Write the final record as skipped: it would break the time budget, stats are off."""
@@ -394,5 +395,6 @@ class GeometryMonitor(Callback):
         if record.ok:
             self.last = {"step": record.step, **record.metrics}
         if trainer.is_global_zero:
-            write_record(self._run, record, self._warn_once)
+            failed = write_record(self._run, record, self._warn_once)
+            self.unwritten = self.unwritten or failed
         log_record(trainer, pl_module, record, self.alert.scalars(record), self._warn_once)

@@ -6,30 +6,74 @@ warned once (through the monitor's ``warn`` callable) and the measurements go on
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
+from typing import NoReturn
 
 import lightning.pytorch as pl
 
 from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
 
-__all__ = ["log_record", "write_record"]
+__all__ = [
+    "UNWRITTEN_STATUS",
+    "Unwritten",
+    "exit_unwritten",
+    "log_record",
+    "note_unwritten",
+    "one_line",
+    "write_record",
+]
 
 Warn = Callable[[str, str], None]
+# The exit status of a run that trained to the end but could not write all its files (a full
+# disk): not 0 (something is missing), not 2 (no bad input), not 128 + n (no signal).
+UNWRITTEN_STATUS = 3
 
 
-def write_record(run: RunFolder | None, record: GeometryRecord, warn: Warn) -> None:
-    """Append ``record`` to the run's ``geometry.jsonl`` (rank zero's call); never raises."""
+class Unwritten(Exception):
+    """A finished run some of whose files could not be written; the message is one line."""
+
+    status = UNWRITTEN_STATUS
+
+
+def exit_unwritten(message: str) -> NoReturn:
+    """Print ``message`` as the last line on stderr and exit :data:`UNWRITTEN_STATUS`."""
+    sys.stdout.flush()
+    print(f"solo-geometry: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(UNWRITTEN_STATUS)
+
+
+def one_line(err: Exception) -> str:
+    """An error's message without the ``[Errno n]`` prefix an ``OSError`` prints."""
+    return err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+
+
+def note_unwritten(trainer: pl.Trainer, message: str) -> None:
+    """Tell the run's monitor (any callback with ``unwritten``) of the first failed write."""
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if hasattr(callback, "unwritten") and callback.unwritten is None:
+            callback.unwritten = message
+
+
+def write_record(run: RunFolder | None, record: GeometryRecord, warn: Warn) -> str | None:
+    """Append ``record`` to the run's ``geometry.jsonl`` (rank zero's call); never raises.
+
+    Returns:
+        None, or the one line saying what could not be written (the file is as before).
+    """
     if run is None:
-        return
+        return None
     try:
         run.append_record(record)
+        return None
     except (OSError, ValueError) as err:  # an unwritable folder never stops training
         warn(
             "write",
             f"GeometryMonitor: cannot write {run.geometry}: {err!r}; "
             "measurements continue, unrecorded",
         )
+        return f"{one_line(err)}; the record of step {record.step} is missing (and any after it)"
 
 
 def scalars_of(record: GeometryRecord, extra: Mapping[str, float]) -> dict[str, float]:

@@ -37,6 +37,7 @@ from solo_geometry.run.lock import writer_lock
 from solo_geometry.run.preempt import clear_marker, preempted_error, read_marker
 from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.runtime.sink import UNWRITTEN_STATUS
 
 __all__ = [
     "ENTRY",
@@ -228,7 +229,7 @@ def _train(
         status, received = _run_trainer(argv, _environment(root))
         if received is not None or read_marker(folder) is not None:
             raise preempted_error(folder, received)
-        if status != 0:
+        if status not in (0, UNWRITTEN_STATUS):
             raise LaunchError(f"solo-learn's {ENTRY}.py exited with status {status}")
         if not folder.config.exists():
             hydra_cfg = run / ".hydra" / "config.yaml"
@@ -240,6 +241,8 @@ def _train(
         kept = folder.finish(ok=ok)
         if not ok:
             print(f"solo-geometry: run stopped; folder {'kept' if kept else 'removed'}: {run}")
+    if status == UNWRITTEN_STATUS:  # the trainer said which write failed, in one line
+        raise SystemExit(UNWRITTEN_STATUS)
 
 
 def launch(

@@ -42,6 +42,7 @@ from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import geometry_callbacks
 from solo_geometry.runtime.chunks import ranks_of, sync_batch_norm
+from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.preempt import PreemptionCallback
 
 __all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
@@ -277,6 +278,9 @@ class GeometryMethod(GeometryHost):
             val_dir=select(model.cfg, "data.val_path", default=None),
             normalization=self.geometry_normalization(),
         )
+        for callback in callbacks:  # solo-learn's main_pretrain.py: a failed write exits 3
+            if isinstance(callback, GeometryMonitor):
+                callback.exit_on_unwritten = True
         run_dir = self.geometry_run_dir
         return [*callbacks, PreemptionCallback(run_dir)] if run_dir else callbacks
 
