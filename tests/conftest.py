@@ -101,6 +101,8 @@ E2E_MODULES = frozenset(
         "tests/run/test_resume.py",
         "tests/run/test_resume_finish.py",
         "tests/reproduce/test_sweeps.py",
+        "tests/reproduce/test_collapse.py",
+        "tests/run/test_run_lock.py",
         "tests/upstream/test_upstream.py",
         "tests/zoo/test_zoo_build.py",
     }
