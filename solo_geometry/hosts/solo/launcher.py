@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -119,15 +120,27 @@ def check_recipe(config: Path | str, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+def quoted(path: Path) -> str:
+    """``path`` as a quoted Hydra override value (an apostrophe in a folder name included).
+
+    Hydra's grammar escapes a quote with a backslash, and backslashes only where they precede a
+    quote or end the value; other backslashes stand as they are.
+    """
+    text = re.sub(
+        r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), str(path)
+    )
+    return f"'{text}'"
+
+
 def solo_command(config: Path, overrides: list[str], run: Path, cfg: DictConfig) -> list[str]:
     """The command line running solo-learn's ``main_pretrain`` module for one run."""
     extra = [
-        f"hydra.run.dir='{run}'",
-        f"checkpoint.dir='{RunFolder(run).checkpoints}'",
-        f"++default_root_dir='{run}'",  # Lightning's own logs, not in the caller's cwd
+        f"hydra.run.dir={quoted(run)}",
+        f"checkpoint.dir={quoted(RunFolder(run).checkpoints)}",
+        f"++default_root_dir={quoted(run)}",  # Lightning's own logs, not in the caller's cwd
     ]
     if "geometry" in cfg:
-        extra.append(f"geometry.out_dir='{run}'")
+        extra.append(f"geometry.out_dir={quoted(run)}")
     if not _cuda_available() and str(cfg.get("accelerator", "")) in ("gpu", "cuda"):
         print("solo-geometry: no GPU here, running on the CPU (accelerator=cpu)", flush=True)
         extra.append("accelerator=cpu")
