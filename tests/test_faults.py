@@ -136,10 +136,16 @@ class TestLightlyHostFaults:
         off = _lightly(recipe, ["+geometry=off"], tmp_path / "off")
         blocked = tmp_path / "blocked"
         blocked.write_text("a file where the geometry folder should be")
-        on = _lightly(recipe, [*GEOMETRY, f"geometry.out_dir={blocked / 'run'}"], tmp_path / "on")
+        from solo_geometry.runtime.sink import Unwritten
+
+        overrides = [*GEOMETRY, f"geometry.out_dir={blocked / 'run'}"]
+        with pytest.raises(Unwritten, match="no record was written") as failed:
+            _lightly(recipe, overrides, tmp_path / "on")  # trained to the end, then exit 3
+        assert str(blocked / "run") in str(failed.value)
         ours = [w for w in recwarn if "cannot write" in str(w.message)]
         assert len(ours) == 1, [str(w.message) for w in recwarn]
         assert str(blocked / "run") in str(ours[0].message)
+        (on,) = (tmp_path / "on").iterdir()
         _assert_same(
             _weights(off / "checkpoints" / "last.ckpt"), _weights(on / "checkpoints" / "last.ckpt")
         )

@@ -45,8 +45,12 @@ def exit_unwritten(message: str) -> NoReturn:
 
 
 def one_line(err: Exception) -> str:
-    """An error's message without the ``[Errno n]`` prefix an ``OSError`` prints."""
-    return err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    """An error's message without the ``[Errno n]`` prefix an ``OSError`` prints, its file named."""
+    if not isinstance(err, OSError) or not err.strerror:
+        return str(err)
+    if err.filename is None or str(err.filename) in err.strerror:  # WriteError names it
+        return err.strerror
+    return f"cannot write {str(err.filename)!r}: {err.strerror}"
 
 
 def note_unwritten(trainer: pl.Trainer, message: str) -> None:
