@@ -22,6 +22,7 @@ __all__ = [
     "log_record",
     "note_unwritten",
     "one_line",
+    "unwritten_in",
     "write_record",
 ]
 
@@ -51,6 +52,12 @@ def one_line(err: Exception) -> str:
     if err.filename is None or str(err.filename) in err.strerror:  # WriteError names it
         return err.strerror
     return f"cannot write {str(err.filename)!r}: {err.strerror}"
+
+
+def unwritten_in(trainer: pl.Trainer) -> str | None:
+    """The first failed write the run's monitor kept (a callback's ``unwritten``), or None."""
+    found = (getattr(c, "unwritten", None) for c in trainer.callbacks)  # type: ignore[attr-defined]
+    return next((message for message in found if message), None)
 
 
 def note_unwritten(trainer: pl.Trainer, message: str) -> None:

@@ -41,7 +41,7 @@ from solo_geometry.run.resume import ResumePoint
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import check_probe_images, geometry_callbacks
 from solo_geometry.runtime.preempt import PreemptionCallback
-from solo_geometry.runtime.sink import Unwritten
+from solo_geometry.runtime.sink import Unwritten, unwritten_in
 
 __all__ = ["HOST", "RUN_ENV", "build_callbacks", "launch", "prepare", "run_recipe"]
 
@@ -201,9 +201,9 @@ def run_recipe(
         finally:
             os.environ.pop(RUN_ENV, None)
         run.finish(ok=True)
-    failed = [c.unwritten for c in trainer.callbacks if getattr(c, "unwritten", None)]  # type: ignore[attr-defined]
+    failed = unwritten_in(trainer)
     if failed:  # trained and checkpointed, but a file is missing: one line, exit 3 (cli.py)
-        raise Unwritten(failed[0])
+        raise Unwritten(failed)
     return run.path
 
 
