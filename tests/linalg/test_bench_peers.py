@@ -103,6 +103,21 @@ def test_tiny_comparison_and_its_table() -> None:
     assert "W1 / scale" in bench_peers.density_table(dens)
 
 
+def test_density_part_alone_and_its_ratios() -> None:
+    _need_peers()
+    rows, dens = bench_peers.run({"toy": _problem()}, samples=4, small=2, parts="density")
+    assert not rows and len(dens) == 3
+    ours = next(d for d in dens if d.method.startswith("ours"))
+    text = bench_peers.density_table(dens).splitlines()
+    assert next(t for t in text if "| ours" in t).endswith("| - | - | - |")
+    for d in dens:
+        if d is not ours:
+            line = next(t for t in text if f"| {d.method} |" in t)
+            expected = f"| {ours.hvps / d.hvps:.2f} | {ours.seconds / d.seconds:.2f} | "
+            assert line.endswith(expected + f"{ours.w1 / d.w1:.2f} |"), line
+    assert bench_peers.run({"toy": _problem()}, samples=4, small=2, parts="extremes")[1] == []
+
+
 @pytest.mark.slow
 def test_runs_on_a_solo_recipe(tmp_path: Path) -> None:
     _need_peers()

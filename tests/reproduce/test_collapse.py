@@ -170,6 +170,9 @@ class TestSweep:
             assert f"{name}.png" in page
         assert "| linear | none | 0.05 | 1 |" in (out / "table.md").read_text()
         assert set(summary.spearman) == {"linear", "swish"}
+        alert = (out / "alert.md").read_text()  # the alert replayed on each cell's curve
+        assert "| digits, " in alert and "decidable runs" in alert
+        assert "The collapse alert, replayed per epoch" in page
 
     def test_section_of_the_paper_page(self, sweep: tuple[Path, dict, str]) -> None:
         # ``reproduce all`` puts the collapse page's body, figures under collapse/, in paper.html

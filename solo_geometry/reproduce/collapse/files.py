@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
+from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 from solo_geometry.reproduce.results import Verdict
@@ -183,6 +184,9 @@ def verdicts_of_file(
 def _run_verdicts(args: argparse.Namespace) -> int:
     """Entry of ``solo-geometry reproduce verdicts collapse FILE``."""
     verdicts = verdicts_of_file(args.file, trust_pickle=args.trust_pickle, factor=args.factor)
+    if args.alert:
+        print(alert_markdown(load_runs(args.file, trust_pickle=args.trust_pickle), args.factor))
+        return 0
     if args.json:
         print(json.dumps([v.as_json() for v in verdicts], indent=1))
         return 0
@@ -208,6 +212,12 @@ def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
         "--json",
         action="store_true",
         help="a list of objects: id, claim, verdict, evidence, dataset, backbone",
+    )
+    collapse.add_argument(
+        "--alert",
+        action="store_true",
+        help="print the collapse alert replayed on each run's curve (geometry.alert's defaults) "
+        "against its outcome, instead of the claims",
     )
     collapse.add_argument(
         "--factor",

@@ -26,6 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402 - after selecting the non-interact
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from solo_geometry.reproduce.collapse.alerts import alert_markdown  # noqa: E402
+from solo_geometry.reproduce.collapse.files import summary_runs  # noqa: E402
 from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary  # noqa: E402
 from solo_geometry.reproduce.collapse.summary import CURVE_KEY, table_markdown  # noqa: E402
 from solo_geometry.reproduce.collapse.verdicts import Run  # noqa: E402
@@ -233,6 +235,13 @@ def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source:
     return COMPARE
 
 
+def _alert(summary: CollapseSummary) -> str:
+    try:
+        return alert_markdown(summary_runs(summary), summary.factor)
+    except ValueError as error:  # a summary from before the per-epoch curves
+        return str(error)
+
+
 def page_body(summary: CollapseSummary, figures: Sequence[str], prefix: str = "") -> str:
     """The page's HTML body; figure paths relative to the page, under ``prefix``."""
     claims = "".join(
@@ -254,6 +263,8 @@ def page_body(summary: CollapseSummary, figures: Sequence[str], prefix: str = ""
         f"Protocol: {html.escape(str(summary.protocol))}</p>"
         f"<h2>The paper's claims, from this run</h2><ul>{claims}</ul>"
         f"<h2>Mean +- std over seeds</h2><pre>{html.escape(table_markdown(summary))}</pre>"
+        "<h2>The collapse alert, replayed per epoch</h2>"
+        f"<pre>{html.escape(_alert(summary))}</pre>"
         "<h2>Spearman rho(std(H), cond(H)) per head</h2><table border=1>"
         f"<tr><th>head</th><th>numerical rank</th><th>paper's clamp</th></tr>{rho}</table>"
         f"<h2>Figures</h2>{images}"

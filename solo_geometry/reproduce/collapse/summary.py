@@ -32,6 +32,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs as _runs
 from solo_geometry.reproduce.collapse.result import (
     CellRecord,
@@ -334,9 +335,10 @@ def table_markdown(summary: CollapseSummary) -> str:
 
 
 def write_summary(out: Path, summary: CollapseSummary) -> None:
-    """Write ``summary.json`` and ``table.md`` into the sweep folder."""
+    """Write ``summary.json``, ``table.md`` and ``alert.md`` (:mod:`.alerts`) into ``out``."""
     write_result(out, "collapse", summary)
     write_text(out / "table.md", table_markdown(summary))
+    write_text(out / "alert.md", alert_markdown(_runs(summary), summary.factor))
 
 
 def print_claims(summary: CollapseSummary) -> None:
@@ -351,6 +353,8 @@ def print_claims(summary: CollapseSummary) -> None:
         )
     print("\nThe paper's claims, from this run's numbers:")
     print_verdicts(summary.claims)
+    print("\nThe collapse alert replayed per epoch (geometry.alert's defaults):")
+    print(alert_markdown(_runs(summary), summary.factor))
 
 
 def print_verdicts(verdicts: Sequence[Verdict]) -> None:

@@ -1,0 +1,146 @@
+"""The collapse alert replayed on a sweep's runs: its state per epoch against the run's outcome.
+
+The monitor's alert (:mod:`solo_geometry.runtime.alert`) at its defaults, fed one record per
+epoch with the run's curve (the per-epoch std the escape is judged on, :mod:`.verdicts`) on M
+rows of width d. The runs' files hold no per-epoch effective rank, so the rank is given as d and
+``dimensional`` is not exercised here. Beside the states:
+
+* the theory's diagnosis from M at the collapsed start: a negative count above 0 is a strict
+  saddle, 0 no negative curvature, and ``unknown`` where the file holds no M (the authors');
+* the lead time: optimiser steps from the first epoch whose state is not ``healthy`` to the
+  epoch the curve is lowest, positive when the warning came before the minimum (negative when
+  the run started collapsed and its std only rose after the warning);
+* agreement: a run "left" when it ends ``healthy`` after a ``complete`` state; the state agrees
+  with the outcome when a run that escaped left and one that did not escape did not
+  (undecidable runs are not counted).
+
+``solo-geometry reproduce verdicts collapse FILE --alert`` prints the table for any file
+:func:`~.files.load_runs` reads; ``reproduce collapse`` writes it to ``alert.md``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from solo_geometry.config import AlertConfig
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run
+from solo_geometry.runtime.alert import CollapseAlert
+
+__all__ = ["AlertReplay", "alert_markdown", "replay", "replay_run"]
+
+
+def replay(
+    curve: Sequence[float], rows: int, dim: int, cfg: AlertConfig | None = None
+) -> list[str]:
+    """The alert's state after each epoch of a per-epoch std curve (rank unknown: given as d).
+
+    Args:
+        curve: the per-epoch std, epoch 0 first.
+        rows: M, the rows the std is taken over.
+        dim: d, their width.
+        cfg: the alert's thresholds (default: ``geometry.alert``'s defaults).
+
+    Returns:
+        One state of :data:`~solo_geometry.runtime.alert.STATES` per epoch.
+    """
+    alert = CollapseAlert(cfg or AlertConfig())
+    metrics = {"h/effective_rank": float(dim), "h/n_samples": rows, "h/dim": dim}
+    with warnings.catch_warnings():  # the monitor's rank-zero warning, once per change
+        warnings.simplefilter("ignore")
+        return [
+            alert.observe(epoch, {**metrics, "h/normalized_std": std}, None)["state"]
+            for epoch, std in enumerate(curve)
+        ]
+
+
+@dataclass(frozen=True)
+class AlertReplay:
+    """One run's replayed alert (module docstring); epochs index the curve, 0 the start."""
+
+    run: Run
+    outcome: str  # the run's escape outcome at the factor
+    states: tuple[str, ...]
+    first_warning: int | None  # first epoch not healthy (None: never warned)
+    left: int | None  # the epoch it became healthy after complete, if it ends healthy
+    minimum: int  # the epoch the curve is lowest
+    lead_steps: int | None  # (minimum - first_warning) x steps per epoch
+    diagnosis: str  # "strict saddle", "no negative curvature" or "unknown"
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether leaving ``complete`` matches escaping (None for an undecidable run)."""
+        if self.outcome == "undecidable":
+            return None
+        return (self.left is not None) == (self.outcome == "escaped")
+
+
+def _diagnosis(count: int | None) -> str:
+    if count is None:
+        return "unknown"
+    return "strict saddle" if count > 0 else "no negative curvature"
+
+
+def replay_run(
+    run: Run, factor: float = ESCAPE_FACTOR, cfg: AlertConfig | None = None
+) -> AlertReplay:
+    """The alert replayed on one run, with its outcome, lead time and diagnosis."""
+    states = tuple(replay(run.curve, run.rows, run.dim, cfg))
+    first = next((e for e, s in enumerate(states) if s != "healthy"), None)
+    left = None
+    if "complete" in states and states[-1] == "healthy":
+        last_complete = max(e for e, s in enumerate(states) if s == "complete")
+        left = last_complete + 1
+    minimum = min(range(len(run.curve)), key=lambda e: run.curve[e])
+    lead = None if first is None else (minimum - first) * run.steps_per_epoch
+    return AlertReplay(
+        run,
+        run.escape(factor).outcome,
+        states,
+        first,
+        left,
+        minimum,
+        lead,
+        _diagnosis(run.m_neg_count_start),
+    )
+
+
+def _epochs(values: Sequence[int | None]) -> str:
+    return ", ".join("-" if v is None else str(v) for v in values)
+
+
+def _count(replays: Sequence[AlertReplay], test: Callable[[AlertReplay], bool]) -> str:
+    return f"{sum(1 for r in replays if test(r))}/{len(replays)}"
+
+
+def alert_markdown(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> str:
+    """The replayed alert per configuration as Markdown, with the agreement over all runs."""
+    replays = [replay_run(r, factor) for r in runs]
+    groups: dict[tuple[str, ...], list[AlertReplay]] = {}
+    for r in replays:
+        key = (r.run.dataset, r.run.backbone, r.run.head, r.run.norm, r.run.lr)
+        groups.setdefault(key, []).append(r)
+    lines = [
+        "| data, backbone | head | norm | lr | escaped | warned (epoch) | ends complete "
+        "| left complete (epoch) | lead to the std's minimum (steps) | diagnosis at start |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (data, backbone, head, norm, lr), group in groups.items():
+        diagnoses = sorted({r.diagnosis for r in group})
+        lines.append(
+            f"| {data}, {backbone} | {head} | {norm} | {lr} "
+            f"| {_count(group, lambda r: r.outcome == 'escaped')} "
+            f"| {_epochs([r.first_warning for r in group])} "
+            f"| {_count(group, lambda r: r.states[-1] == 'complete')} "
+            f"| {_epochs([r.left for r in group])} "
+            f"| {_epochs([r.lead_steps for r in group])} | {', '.join(diagnoses)} |"
+        )
+    judged = [r for r in replays if r.agrees is not None]
+    agree = sum(1 for r in judged if r.agrees)
+    lines.append(
+        f"\nThe state agrees with the outcome (left `complete` if and only if escaped at "
+        f"{factor:g}x) in {agree} of {len(judged)} decidable runs "
+        f"({len(replays) - len(judged)} undecidable)."
+    )
+    return "\n".join(lines) + "\n"
