@@ -28,6 +28,7 @@ to the dense spectrum over the scale, against products.
 Usage::
 
     PYTHONPATH=. python benchmarks/bench_peers.py --solo-root /work/solo-learn
+    PYTHONPATH=. python benchmarks/bench_peers.py --solo-root /work/solo-learn --parts density
 """
 
 from __future__ import annotations
@@ -260,23 +261,49 @@ def table(rows: list[Row]) -> str:
 
 
 def density_table(rows: list[DensityRow]) -> str:
-    lines = ["| recipe | method | HVPs | wall s | W1 / scale |", "|---|---|---|---|---|"]
-    lines += [
-        f"| {r.recipe} | {r.method} | {r.hvps} | {r.seconds:.2f} | {r.w1:.2e} |" for r in rows
+    """Markdown table, with ours / theirs ratios of products, time and W1 per recipe."""
+    lines = [
+        "| recipe | method | HVPs | wall s | W1 / scale | HVPs ours/theirs | time ours/theirs "
+        "| W1 ours/theirs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    mine = {r.recipe: r for r in rows if r.method.startswith("ours")}
+    for r in rows:
+        base = mine.get(r.recipe)
+        ratios = ["-", "-", "-"]
+        if base is not None and r is not base:
+            pairs = ((base.hvps, r.hvps), (base.seconds, r.seconds), (base.w1, r.w1))
+            ratios = [f"{a / b:.2f}" if b else "-" for a, b in pairs]
+        lines.append(
+            f"| {r.recipe} | {r.method} | {r.hvps} | {r.seconds:.2f} | {r.w1:.2e} | "
+            + " | ".join(ratios)
+            + " |"
+        )
     return "\n".join(lines)
 
 
-def run(problems: dict[str, Problem], samples: int, small: int) -> tuple[list, list]:
-    """Extremes on both blocks (small skipped at 0) and densities on the small one."""
+PARTS = ("all", "extremes", "density")
+
+
+def run(
+    problems: dict[str, Problem], samples: int, small: int, parts: str = "all"
+) -> tuple[list, list]:
+    """Extremes on both blocks (small skipped at 0) and densities on the small one.
+
+    ``parts="extremes"`` skips the densities; ``parts="density"`` computes only the small
+    block's dense spectrum and the densities (no extremes rows).
+    """
     rows: list[Row] = []
     dens: list[DensityRow] = []
     for recipe, problem in problems.items():
-        rows += extremes(recipe, problem, samples, dense=False)[0]
-        if small > 0:
+        if parts != "density":
+            rows += extremes(recipe, problem, samples, dense=False)[0]
+        if small > 0 and parts == "density":
+            dens += densities(recipe, problem, small, reference(problem, small, dense=True)[0])
+        elif small > 0:
             more, eigs = extremes(recipe, problem, small, dense=True)
             rows += more
-            dens += densities(recipe, problem, small, eigs)
+            dens += densities(recipe, problem, small, eigs) if parts == "all" else []
     return rows, dens
 
 
@@ -288,6 +315,9 @@ def main(argv: list[str] | None = None) -> tuple[list[Row], list[DensityRow]]:
     parser.add_argument("--samples", type=int, default=16, help="the default block's samples")
     parser.add_argument("--small", type=int, default=1, help="dense block's samples (0: none)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--parts", choices=PARTS, default="all", help="extremes, densities (small block) or all"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -295,10 +325,12 @@ def main(argv: list[str] | None = None) -> tuple[list[Row], list[DensityRow]]:
     dens: list[DensityRow] = []
     for method in args.recipes:
         problem = {method: recipe_problem(method, args.solo_root, args.batch_size)}
-        more, more_dens = run(problem, args.samples, args.small)
+        more, more_dens = run(problem, args.samples, args.small, args.parts)
         rows, dens = rows + more, dens + more_dens
-        print(table(more), file=sys.stderr, flush=True)  # progress; the one table is below
-    print("\n" + table(rows) + "\n\n" + density_table(dens), flush=True)
+        progress = table(more) if more else density_table(more_dens)
+        print(progress, file=sys.stderr, flush=True)  # progress; the one table is below
+    tables = ([table(rows)] if rows else []) + ([density_table(dens)] if dens else [])
+    print("\n" + "\n\n".join(tables), flush=True)
     if args.json:
         found = {"extremes": [asdict(r) for r in rows], "densities": [asdict(d) for d in dens]}
         args.json.write_text(json.dumps(found, indent=1))
