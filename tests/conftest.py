@@ -1,5 +1,7 @@
 """Shared test fixtures: the four SSL losses written out by hand, as functions of H (V, N, p).
 
+And ``digits``: the size-32 digits on disk, built once per session for every module that reads it.
+
 Also the run's count of solo-learn tests (marked ``solo``), printed in the terminal summary, so a
 CI log says whether the solo-learn host was tested at all.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,6 +78,22 @@ def ssl_loss(request: pytest.FixtureRequest) -> Callable[[Tensor], Tensor]:
 def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
     """All four hand-written SSL losses by name."""
     return SSL_LOSSES
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded digits written to disk at size 32 (train/ and val/ image folders), read-only.
+
+    Built once per test session and shared by the pytest-xdist workers (``build_once``). Its
+    tests carry no ``shared`` marker: the build takes seconds, so a worker that waits for it
+    loses little, while the marker would move the long cases that read it after the others.
+    A test that changes files of the data writes its own copy (``make_digits`` on a tmp_path).
+    """
+    from solo_geometry.inputs.digits import make_digits
+    from tests.shared import build_once
+
+    out = build_once(tmp_path_factory, "digits32", lambda f: make_digits(f / "digits", size=32))
+    return out / "digits"
 
 
 # The modules whose tests run a real recipe (a pretrain through the CLI, solo-learn's

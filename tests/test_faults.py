@@ -29,7 +29,6 @@ from fault_hooks import REASONS, faulty, hooked_env  # noqa: E402
 from lightly_support import write_recipe  # noqa: E402
 
 import solo_geometry.runtime.monitor as monitor_module  # noqa: E402
-from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
 from tests.monitor_helpers import fit_boring, small_config, training_state  # noqa: E402
@@ -71,11 +70,6 @@ def _assert_same(a: dict[str, Tensor], b: dict[str, Tensor]) -> None:
     assert a.keys() == b.keys()
     differ = [k for k in a if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k])]
     assert differ == [], differ
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)
 
 
 class TestMonitorFaults:

@@ -40,7 +40,9 @@ def _support() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def run_both(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ProbeTable, LoadedModel]:
+def run_both(
+    tmp_path_factory: pytest.TempPathFactory, digits: Path
+) -> tuple[Path, ProbeTable, LoadedModel]:
     """One tiny SimCLR run with ``geometry.probes.protocol=both``.
 
     Its probes fit on the recipe's train folder and score on its val folder.
@@ -49,7 +51,7 @@ def run_both(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ProbeTable
     from solo_geometry.hosts.lightly import launch
 
     tmp = tmp_path_factory.mktemp("protocol")
-    data = make_digits(tmp / "digits", size=32)
+    data = digits
     checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
     recipe = _support().write_recipe(tmp / "recipes", "simclr", data, checkpoint=checkpoint)
     overrides = [

@@ -410,7 +410,7 @@ class TestMlpProbeConverges:
     MLP reads 0.41 (seeds 0-3: 0.365-0.387 vs 0.387-0.412; scikit-learn 0.407 +- 0.010).
     """
 
-    def test_within_noise_of_sklearn(self, tmp_path: Path) -> None:
+    def test_within_noise_of_sklearn(self, tmp_path: Path, digits: Path) -> None:
         pytest.importorskip("lightly", reason="the lightly host needs lightly")
         import importlib.util
 
@@ -418,14 +418,13 @@ class TestMlpProbeConverges:
         from sklearn.preprocessing import StandardScaler
 
         from solo_geometry.hosts.lightly import launch
-        from solo_geometry.inputs.digits import make_digits
 
         path = Path(__file__).parent.parent / "hosts" / "lightly_support.py"
         spec = importlib.util.spec_from_file_location("lightly_support", path)
         assert spec is not None and spec.loader is not None
         support = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(support)
-        data = make_digits(tmp_path / "digits", size=32)
+        data = digits
         recipe = support.write_recipe(tmp_path / "recipes", "byol", data)
         probes = [
             "geometry.probes.targets=[class]",

@@ -367,16 +367,15 @@ class TestReportCommand:
 class TestRealRun:
     """A real short run (lightly host, 2 steps) through probe command and report."""
 
-    def test_report_and_probe_of_a_real_run(self, tmp_path: Path) -> None:
+    def test_report_and_probe_of_a_real_run(self, tmp_path: Path, digits: Path) -> None:
         pytest.importorskip("lightly", reason="the lightly host needs lightly")
         support = pytest.importorskip(
             "tests.hosts.lightly_support", reason="tests/hosts helpers not importable"
         )
         from solo_geometry.cli import main as cli_main
         from solo_geometry.hosts.lightly import launch
-        from solo_geometry.inputs.digits import make_digits
 
-        data = make_digits(tmp_path / "digits", size=32)
+        data = digits
         recipe = support.write_recipe(tmp_path / "recipes", "byol", data)
         run = launch(
             recipe,

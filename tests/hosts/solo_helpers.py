@@ -124,10 +124,3 @@ def main_pretrain(method: str, overrides: list[str], cwd: Path) -> subprocess.Co
 def tail(proc: subprocess.CompletedProcess) -> str:
     """The end of a subprocess's output, for assertion messages."""
     return proc.stdout[-3000:] + "\n--- stderr ---\n" + proc.stderr[-5000:]
-
-
-def write_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded digits data written to disk (train/ and val/ image folders)."""
-    from solo_geometry.inputs.digits import make_digits
-
-    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from solo_helpers import RECIPES, SOLO_REASON, env, tail, write_digits
+from solo_helpers import RECIPES, SOLO_REASON, env, tail
 
 from solo_geometry.run.records import GeometryRecord, read_records
 from tests.shared import digits_subset
@@ -113,10 +113,10 @@ def _solo(method: str, overrides: list[str], run_dir: Path, fault: bool = False)
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def few_digits(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> Path:
     """180 of the digits (12 train and 6 val images a class): the end-of-fit probes' folders."""
     few = tmp_path_factory.mktemp("few")
-    return digits_subset(write_digits(tmp_path_factory), few, {"train": 12, "val": 6})
+    return digits_subset(digits, few, {"train": 12, "val": 6})
 
 
 def _check_faulty(records: list[GeometryRecord], log: str) -> None:
@@ -134,10 +134,10 @@ def _check_faulty(records: list[GeometryRecord], log: str) -> None:
 class TestSoloDDP:
     """solo-learn's own main_pretrain.py and SimCLR under 2-process CPU DDP."""
 
-    def test_fault_on_one_rank_is_skipped_on_all(self, digits: Path, tmp_path: Path) -> None:
+    def test_fault_on_one_rank_is_skipped_on_all(self, few_digits: Path, tmp_path: Path) -> None:
         run_dir = tmp_path / "run"
         pytest.importorskip("solo", reason=SOLO_REASON)
-        data = [f"data.train_path={digits / 'train'}", f"data.val_path={digits / 'val'}"]
+        data = [f"data.train_path={few_digits / 'train'}", f"data.val_path={few_digits / 'val'}"]
         args = [
             "--config-path",
             str(RECIPES),
@@ -165,9 +165,9 @@ class TestSoloDDP:
         ],
     )
     def test_two_ranks_equal_one_rank(
-        self, digits: Path, tmp_path: Path, method: str, head: list[str]
+        self, few_digits: Path, tmp_path: Path, method: str, head: list[str]
     ) -> None:
-        common = [*SAME_BATCH, *head, f"data.train_path={digits / 'train'}"]
+        common = [*SAME_BATCH, *head, f"data.train_path={few_digits / 'train'}"]
         one = _solo(method, [*common, "optimizer.batch_size=8", "++devices=[0]"], tmp_path / "1")
         two = _solo(method, [*common, "optimizer.batch_size=4", "++devices=[0,1]"], tmp_path / "2")
         _check_equal(read_records(one), read_records(two))
@@ -199,7 +199,7 @@ RTOL = {0: 1e-12, 1: 1e-4}
 class TestLightlyDDP:
     """The lightly host (``solo-geometry pretrain --host lightly``) under 2-process CPU DDP."""
 
-    def test_fault_on_one_rank_is_skipped_on_all(self, digits: Path, tmp_path: Path) -> None:
+    def test_fault_on_one_rank_is_skipped_on_all(self, few_digits: Path, tmp_path: Path) -> None:
         recipe = RECIPES / "simclr.yaml"
         args = [
             "--config",
@@ -209,7 +209,7 @@ class TestLightlyDDP:
             *TINY,
             *DDP,
             *FAULTY,
-            f"data.train_path={digits / 'train'}",
+            f"data.train_path={few_digits / 'train'}",
             "data.val_path=null",
             "geometry.probes.enabled=false",
         ]

@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
@@ -48,11 +47,6 @@ BLOCK_SOLO = textwrap.dedent(
     sys.exit(main(sys.argv[1:]))
     """
 )
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)
 
 
 @pytest.fixture(scope="module")

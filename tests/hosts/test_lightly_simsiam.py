@@ -23,7 +23,6 @@ from solo_geometry.hosts.lightly.losses import Objective, build_predictor, build
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.nodes import SimSiamKwargs
 from solo_geometry.hosts.lightly.recipe import parse_recipe
-from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.heads import SmoothMLPHead, build_configured_predictor
 from solo_geometry.models.solo_mlp import solo_projector
 
@@ -184,9 +183,8 @@ class _Rates(pl.Callback):
 
 
 class TestStaticPredictorRate:
-    def test_predictor_keeps_base_rate_under_warmup_cosine(self, tmp_path: Path) -> None:
+    def test_predictor_keeps_base_rate_under_warmup_cosine(self, digits: Path) -> None:
         """solo-learn's ``static_lr``: SimSiam's predictor is not scheduled, the rest is."""
-        digits = make_digits(tmp_path / "digits", size=32)
         raw = OmegaConf.load(RECIPE)
         raw.data.train_path, raw.data.val_path = str(digits / "train"), None
         raw.optimizer.batch_size = 8

@@ -23,7 +23,6 @@ from solo_helpers import (
     run,
     solo_root,
     tail,
-    write_digits,
 )
 
 from solo_geometry.run.records import GeometryRecord, read_records
@@ -87,11 +86,6 @@ def _refused(args: list[str], cwd: Path, capsys: pytest.CaptureFixture[str]) -> 
         except SystemExit as exit_:
             status = exit_.code
     return status, capsys.readouterr().err, cwd / "runs"
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_digits(tmp_path_factory)
 
 
 def _data(digits_dir: Path) -> list[str]:

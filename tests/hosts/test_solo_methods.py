@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from capture_checks import assert_view_reuses_training_step
-from solo_helpers import RECIPES, SOLO_REASON, write_digits
+from solo_helpers import RECIPES, SOLO_REASON
 from solo_recipes import ssl_loss
 
 pytest.importorskip("solo", reason=SOLO_REASON)
@@ -72,11 +72,6 @@ def _batch(n: int = 8, views: int = 2, seed: int = 0) -> list[Any]:
 
 
 GEOMETRY_ON = ["+geometry=on", "geometry.probes.enabled=false"]
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_digits(tmp_path_factory)
 
 
 class TestInstall:

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
+from solo_helpers import SOLO_REASON, env, run, solo_root, tail
 from solo_recipes import CPU, recipe
 
 from solo_geometry.run.records import read_records
@@ -46,9 +46,8 @@ METHODS = [
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def folders(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> Path:
     """Digits of 2 classes as image folders: train 2 x 8 (two batches of 8), val 2 x 12."""
-    digits = write_digits(tmp_path_factory)
     out = tmp_path_factory.mktemp("folders")
     for split, n in (("train", 8), ("val", 12)):
         for cls in sorted(p for p in (digits / split).iterdir() if p.is_dir())[:2]:

@@ -13,7 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from solo_helpers import GEOMETRY_CHEAP, NEW_METHODS, SOLO_REASON, write_digits
+from solo_helpers import GEOMETRY_CHEAP, NEW_METHODS, SOLO_REASON
 from solo_recipes import (
     assert_hvps_match_dense,
     assert_same_state,
@@ -38,11 +38,6 @@ install()
 
 NEW = NEW_METHODS
 GEOMETRY = [*GEOMETRY_CHEAP, "geometry.every_n_steps=1", "geometry.measure.augment=false"]
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_digits(tmp_path_factory)
 
 
 def _model(method: str, overrides: list[str], digits: Path) -> Any:

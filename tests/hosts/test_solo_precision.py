@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from solo_helpers import SOLO_REASON, env, run, solo_root, tail, write_digits
+from solo_helpers import SOLO_REASON, env, run, solo_root, tail
 from solo_recipes import CPU, batch, cifar_overrides, recipe
 
 pytest.importorskip("solo", reason=SOLO_REASON)
@@ -40,11 +40,6 @@ from solo_geometry.runtime.measure import measure  # noqa: E402
 install()
 
 RECIPES = ["simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino"]
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_digits(tmp_path_factory)
 
 
 def _view(method: str, digits: Path) -> Any:

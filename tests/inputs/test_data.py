@@ -21,32 +21,32 @@ def _digest(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
+def digits16(tmp_path_factory):
     return make_digits(tmp_path_factory.mktemp("d") / "digits", size=16)
 
 
 class TestMakeDigits:
-    def test_layout_and_images(self, digits):
-        train = sorted((digits / "train").rglob("*.png"))
-        val = sorted((digits / "val").rglob("*.png"))
+    def test_layout_and_images(self, digits16):
+        train = sorted((digits16 / "train").rglob("*.png"))
+        val = sorted((digits16 / "val").rglob("*.png"))
         assert len(train) + len(val) == 1797
         assert {p.parent.name for p in train} == {str(c) for c in range(10)}
         img = Image.open(train[0])
         assert img.mode == "RGB" and img.size == (16, 16)
 
-    def test_split_is_stratified_80_20(self, digits):
+    def test_split_is_stratified_80_20(self, digits16):
         from sklearn.datasets import load_digits
 
         total = Counter(load_digits().target.tolist())
-        val = Counter(int(p.parent.name) for p in (digits / "val").rglob("*.png"))
+        val = Counter(int(p.parent.name) for p in (digits16 / "val").rglob("*.png"))
         for c, n in total.items():
             assert abs(val[c] - 0.2 * n) <= 1
-        names = {p.name for p in (digits / "train").rglob("*.png")}
-        assert not names & {p.name for p in (digits / "val").rglob("*.png")}
+        names = {p.name for p in (digits16 / "train").rglob("*.png")}
+        assert not names & {p.name for p in (digits16 / "val").rglob("*.png")}
 
-    def test_deterministic_bytes(self, digits, tmp_path):
+    def test_deterministic_bytes(self, digits16, tmp_path):
         again = make_digits(tmp_path / "again", size=16)
-        assert _digest(again) == _digest(digits)
+        assert _digest(again) == _digest(digits16)
 
     def test_rerun_is_a_no_op_and_other_size_rewrites(self, tmp_path):
         out = make_digits(tmp_path / "d", size=8)
@@ -129,9 +129,9 @@ def _decodes(path: Path) -> bool:
 class TestCheckImageFolder:
     """The one data-folder check both hosts run before the first step."""
 
-    def test_digits_pass_and_every_file_decodes(self, digits: Path) -> None:
-        assert check_image_folder(digits / "train", "data.train_path") == digits / "train"
-        assert all(_decodes(f) for f in (digits / "train").rglob("*.png"))
+    def test_digits_pass_and_every_file_decodes(self, digits16: Path) -> None:
+        assert check_image_folder(digits16 / "train", "data.train_path") == digits16 / "train"
+        assert all(_decodes(f) for f in (digits16 / "train").rglob("*.png"))
 
     @pytest.mark.parametrize(
         ("name", "content"),

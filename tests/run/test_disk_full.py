@@ -82,8 +82,6 @@ from fault_hooks import hooked_env  # noqa: E402
 from lightly_support import write_recipe  # noqa: E402
 from solo_helpers import GEOMETRY_TINY, RECIPES, TINY, solo_root  # noqa: E402
 
-from solo_geometry.inputs.digits import make_digits  # noqa: E402
-
 HAS_SOLO = importlib.util.find_spec("solo") is not None
 CLI = "import sys\nfrom solo_geometry.cli import main\nsys.exit(main(sys.argv[1:]))"
 
@@ -99,8 +97,9 @@ def _check_whole(geometry: Path) -> None:
     "host",
     ["lightly", pytest.param("solo", marks=pytest.mark.skipif(not HAS_SOLO, reason="no solo"))],
 )
-def test_a_full_disk_is_one_line_and_exit_3_on_both_hosts(host: str, tmp_path: Path) -> None:
-    digits = make_digits(tmp_path / "digits", size=32)
+def test_a_full_disk_is_one_line_and_exit_3_on_both_hosts(
+    host: str, tmp_path: Path, digits: Path
+) -> None:
     env = hooked_env(tmp_path / "hooks", SG_FULL_AT="1")
     if host == "solo":
         run = tmp_path / "run"

@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
 from lightly_support import recipe_dict, write_recipe  # noqa: E402
 
-from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
@@ -56,11 +55,6 @@ HOSTS = [
         "solo", marks=[pytest.mark.solo, pytest.mark.skipif(not HAS_SOLO, reason=SOLO_REASON)]
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_digits(tmp_path_factory.mktemp("data") / "digits", size=32)
 
 
 def _recipe(folder: Path, digits: Path) -> Path:

@@ -23,7 +23,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.inputs.digits import make_digits  # noqa: E402
 from solo_geometry.run.records import read_records  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 from tests.shared import digits_subset  # noqa: E402
@@ -73,10 +72,10 @@ def _finish(args: list[str], log: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("host", HOSTS)
-def test_resume_after_the_last_checkpoint_finishes_the_run(host: str, tmp_path: Path) -> None:
-    few = digits_subset(
-        make_digits(tmp_path / "digits", size=32), tmp_path / "few", {"train": 4, "val": 3}
-    )
+def test_resume_after_the_last_checkpoint_finishes_the_run(
+    host: str, tmp_path: Path, digits: Path
+) -> None:
+    few = digits_subset(digits, tmp_path / "few", {"train": 4, "val": 3})
     checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
     recipe = write_recipe(tmp_path / "recipes", "simclr", few, checkpoint=checkpoint)
     runs = tmp_path / "runs"
