@@ -15,12 +15,13 @@ file that names a function is an error, not a call.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
+from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
 from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
 
 __all__ = ["KNOWN_FILES", "TEST_IMAGES", "paper_evidence", "read_npy_dict"]
@@ -31,7 +32,7 @@ _DEPTH = re.compile(r"geometric_ablation_depth_(\d+)\.npz$")
 TEST_IMAGES = {"cifar10": 10000, "cifar100": 10000}
 
 
-def read_npy_dict(path: str | Path) -> dict[str, Any]:
+def read_npy_dict(path: str | Path) -> Mapping[str, object]:
     """A dict saved by ``np.save``, read by the restricted unpickler (no code from the file runs).
 
     Raises:
@@ -60,11 +61,31 @@ def _files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _orbits(d: dict[str, Any] | Any) -> OrbitSummary:
-    return OrbitSummary.from_arrays(d["orbits_z"], d["orbits_h"], d["orbit_ids"], d["orbit_labels"])
+def _array(d: Mapping[str, object], key: str, path: Path) -> np.ndarray:
+    """``d[key]`` as an array; ValueError naming the file and the key."""
+    if key not in d:
+        raise ValueError(f"{str(path)!r} lacks {key!r}")
+    return np.asarray(d[key])
 
 
-def paper_evidence(paths: list[str | Path]) -> dict[str, Any]:
+def _number(d: Mapping[str, object], key: str, path: Path) -> float:
+    return float(_array(d, key, path))
+
+
+def _orbits(d: Mapping[str, object], path: Path) -> OrbitSummary:
+    keys = ("orbits_z", "orbits_h", "orbit_ids", "orbit_labels")
+    return OrbitSummary.from_arrays(*(_array(d, k, path) for k in keys))
+
+
+def _probes(d: Mapping[str, object], f: Path) -> ProbeEvidence:
+    return ProbeEvidence(
+        linear=(_number(d, "backbone_acc_linear", f), _number(d, "head_acc_linear", f)),
+        mlp=(_number(d, "backbone_acc_mlp", f), _number(d, "head_acc_mlp", f)),
+        n=TEST_IMAGES.get(str(d.get("dataset"))),
+    )
+
+
+def paper_evidence(paths: list[str | Path]) -> Evidence:
     """Evidence from the authors' arrays (folders are searched for the known file names).
 
     The orbit tables are the paper's code's (the head fed unit z): reading ``unit_z`` only.
@@ -72,33 +93,21 @@ def paper_evidence(paths: list[str | Path]) -> dict[str, Any]:
     Raises:
         ValueError: a path that is missing or unknown, or a file that cannot be read.
     """
-    ev: dict[str, Any] = {
-        "source": "authors' arrays",
-        "files": [],
-        "probes": {},
-        "orbits": {},
-        "curvature": None,
-        "depth": {},
-    }
+    ev = Evidence(source="authors' arrays")
     for f in _files([Path(p) for p in paths]):
-        ev["files"].append(str(f))
+        ev.files.append(str(f))
         depth = _DEPTH.search(f.name)
         if depth is not None:
-            with np.load(f, allow_pickle=False) as d:
-                ev["depth"].setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(d)]
+            with np.load(f, allow_pickle=False) as npz:
+                ev.depth.setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(npz, f)]
             continue
         d = read_npy_dict(f)
         if f.name == "guillotine_results.npy":
-            n = TEST_IMAGES.get(str(d.get("dataset")))
-            ev["probes"]["paper"] = {
-                "linear": (float(d["backbone_acc_linear"]), float(d["head_acc_linear"])),
-                "mlp": (float(d["backbone_acc_mlp"]), float(d["head_acc_mlp"])),
-                "n": n,
-            }
+            ev.probes["paper"] = _probes(d, f)
         elif f.name == "curvature_results.npy":
-            ev["curvature"] = [float(r) for r in np.asarray(d["ratios_per_seed"]).ravel()]
+            ev.curvature = [float(r) for r in _array(d, "ratios_per_seed", f).ravel()]
         elif f.name == "orbit_visualization.npy":
-            ev["orbits"]["unit_z"] = [_orbits(d)]
+            ev.orbits["unit_z"] = [_orbits(d, f)]
         else:
             raise ValueError(f"{str(f)!r} is not one of {[*KNOWN_FILES, _DEPTH.pattern]}")
     return ev

@@ -37,6 +37,7 @@ __all__ = [
     "RESULT_VERSION",
     "VERDICTS",
     "JsonRecord",
+    "Keyed",
     "ResultFile",
     "Verdict",
     "from_plain",
@@ -232,6 +233,18 @@ class JsonRecord:
     def from_json(cls, obj: object, where: str = "") -> Self:
         """The record from its plain object (:func:`from_plain`)."""
         return from_plain(cls, obj, where)
+
+
+class Keyed:
+    """A dataclass whose fields also read by key, ``record["name"]`` as ``record.name``.
+
+    For records that replace plain mappings where callers still index them.
+    """
+
+    def __getitem__(self, key: str) -> object:
+        if key not in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 def _check_kind(kind: str) -> str:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from solo_geometry.reproduce.collapse.files import add_collapse_kind
+from solo_geometry.reproduce.invariance.result import read_invariance
 from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence
-from solo_geometry.reproduce.results import Verdict, read_result
+from solo_geometry.reproduce.results import Verdict
 
 __all__ = ["KINDS", "add_verdicts_parser", "format_verdicts", "invariance_verdicts"]
 
@@ -30,7 +31,7 @@ def invariance_verdicts(paths: list[Path]) -> list[Verdict]:
     """
     runs = [p / "invariance.json" if (p / "invariance.json").is_file() else p for p in paths]
     if len(runs) == 1 and runs[0].suffix == ".json" and runs[0].is_file():
-        return verdicts(run_evidence(dict(read_result(runs[0], "invariance").content)))
+        return verdicts(run_evidence(read_invariance(runs[0])))
     if any(p.suffix == ".json" for p in runs):
         raise ValueError("give one invariance.json, or the authors' result folders or files")
     return verdicts(paper_evidence(list(paths)))

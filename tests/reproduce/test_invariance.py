@@ -27,7 +27,9 @@ from solo_geometry.reproduce.invariance import (
     add_invariance_parser,
     run_invariance_experiment,
 )
+from solo_geometry.reproduce.invariance.result import read_invariance
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
+from solo_geometry.reproduce.results import write_result
 from solo_geometry.run.run_folder import RunFolder
 from tests.shared import build_once, paper_metrics, write_fake_cifar
 
@@ -219,6 +221,13 @@ class TestInvarianceRun:
         assert args.func(args) == 0
         printed = json.loads(capsys.readouterr().out)
         assert printed["compression"] == pytest.approx(row["compression"])
+
+    def test_the_typed_result_writes_the_same_bytes(
+        self, reproduced: tuple[Path, dict[str, Any]], tmp_path: Path
+    ) -> None:
+        out, _ = reproduced
+        again = write_result(tmp_path, "invariance", read_invariance(out))
+        assert again.read_bytes() == (out / "invariance.json").read_bytes()
 
 
 class TestInvarianceInput:

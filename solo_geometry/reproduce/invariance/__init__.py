@@ -3,7 +3,9 @@
 * :mod:`.command`: ``solo-geometry reproduce invariance``, the pretraining runs and the summary;
 * :mod:`.settings` and :mod:`.data`: its scales and the images it reads;
 * :mod:`.measure`: guillotine probes, the orbit table, rotation-sweep curvature, depth, whitening;
-* :mod:`.orbit_evidence`, :mod:`.claims` and :mod:`.verdicts`: the claims judged on saved results;
+* :mod:`.result`: ``invariance.json`` as typed records, its one reader :func:`.read_invariance`;
+* :mod:`.evidence`, :mod:`.orbit_evidence`, :mod:`.claims` and :mod:`.verdicts`: the claims
+  judged on saved results;
 * :mod:`.page`: the figures and ``index.html``.
 """
 

@@ -13,23 +13,50 @@ printed).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-__all__ = ["PUBLISHED", "PUBLISHED_DEPTH"]
+__all__ = ["PUBLISHED", "PUBLISHED_DEPTH", "Published"]
 
-# Backbone Z vs head H, as published (accuracies as fractions).
-PUBLISHED: dict[str, Any] = {
-    "rotation_linear": (0.5227, 0.3755),
-    "rotation_mlp": (0.5546, 0.4356),
-    "spread": (2.2476e-2, 1.0285e-3),
-    "d_intra": (0.2114, 0.0444),
-    "d_inter": (0.4319, 0.1110),
-    "separation": ((2.04, 0.52), (2.50, 0.72)),  # the paper's table; its code on its array: 0.50
-    "compression": 21.85,
-    "curvature_z": (0.1254, 0.0024),  # mean +- std over 3 seeds
-    "curvature_h": (0.2423, 0.0044),
-    "curvature_ratio": (1.93, 0.0019),
-}
+PairZH = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Published:
+    """The paper's guillotine, orbit and curvature numbers, backbone Z vs head H.
+
+    Attributes:
+        probes: ``<target>_<probe>`` -> (accuracy on Z, on H), as fractions.
+        orbit_stats: ``spread``, ``d_intra``, ``d_inter`` -> (Z, H).
+        separation: (mean, std) for Z, then for H.
+        compression: mean spread(Z) / mean spread(H).
+        curvature_z: kappa(Z), mean +- std over 3 seeds.
+        curvature_h: the same for H.
+        curvature_ratio: kappa(H) / kappa(Z), mean +- std.
+    """
+
+    probes: Mapping[str, PairZH]
+    orbit_stats: Mapping[str, PairZH]
+    separation: tuple[PairZH, PairZH]
+    compression: float
+    curvature_z: PairZH
+    curvature_h: PairZH
+    curvature_ratio: PairZH
+
+
+PUBLISHED = Published(
+    probes={"rotation_linear": (0.5227, 0.3755), "rotation_mlp": (0.5546, 0.4356)},
+    orbit_stats={
+        "spread": (2.2476e-2, 1.0285e-3),
+        "d_intra": (0.2114, 0.0444),
+        "d_inter": (0.4319, 0.1110),
+    },
+    separation=((2.04, 0.52), (2.50, 0.72)),  # the paper's table; its code on its array: 0.50
+    compression=21.85,
+    curvature_z=(0.1254, 0.0024),
+    curvature_h=(0.2423, 0.0044),
+    curvature_ratio=(1.93, 0.0019),
+)
 # Per depth (Swish + BN heads): rotation linear probe Z, H; compression; separation Z, H;
 # curvature ratio mean kappa(H) / mean kappa(Z) over the 100 sweeps saved.
 PUBLISHED_DEPTH: dict[int, dict[str, float]] = {

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from solo_geometry.extras import require
 from solo_geometry.inputs.datasets import load_image_folder
@@ -57,6 +57,13 @@ from solo_geometry.reproduce.invariance.measure import (
     training_images,
 )
 from solo_geometry.reproduce.invariance.page import invariance_section, write_invariance_page
+from solo_geometry.reproduce.invariance.result import (
+    DepthRow,
+    Guillotine,
+    InvarianceResult,
+    Numbers,
+    Whitening,
+)
 from solo_geometry.reproduce.invariance.settings import FULL, QUICK, InvarianceSettings
 from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper import add_run_arguments
@@ -80,6 +87,13 @@ __all__ = [
 RECIPE = Path(str(files("solo_geometry") / "recipes" / "digits" / "simclr_invariance.yaml"))
 PAPER_LR = 1e-3  # the paper's Adam rate; solo-learn's schema scales the recipe's by batch / 256
 SCHEMA = 1
+_DEPTHS = (1, 2, 3)  # the head depths of the ablation
+_STAGES = {  # each experiment, as announced
+    "guillotine": "guillotine: SimCLR (ReLU + BN head), probes, orbits, curvature",
+    "depth": "head depth 1, 2, 3 (Swish + BN heads)",
+    "whitening": "whitening: metric-linear head",
+}
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,14 @@ class _Data:
 def _stage(text: str) -> float:
     print(f"[reproduce invariance] {text}", flush=True)
     return time.perf_counter()
+
+
+def _timed(seconds: dict[str, float], key: str, step: Callable[[], _T]) -> _T:
+    """``step()``, announced as ``_STAGES[key]``; its duration recorded as ``seconds[key]``."""
+    t0 = _stage(_STAGES[key])
+    value = step()
+    seconds[key] = time.perf_counter() - t0
+    return value
 
 
 def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]) -> list[str]:
@@ -165,7 +187,7 @@ def paper_head(activation: str, depth: int) -> list[str]:
     ]
 
 
-def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
+def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> Guillotine:
     # the paper's ReLU + BN projector (run_guillotine_experiment), in place of the recipe's
     run = _pretrain(out, data, s, s.epochs, _geometry_on(paper_head("relu", 2), every=10**6))
     model = load_model(run)
@@ -179,20 +201,18 @@ def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]
         mlp_patience=s.mlp_patience,
     )
     norm = feature_norm(model, data.norm_images)
-    return {
-        "run": str(run),
-        "head": "relu_bn",
-        "probes": probes,
-        "probes_paper": paper,
-        "n_test": len(data.splits.test_y),
-        "orbits": orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
-        "curvature": curvature_seeds(
-            model, data.splits, out, s.seeds, s.curvature_images, "sweeps"
-        ),
-    }
+    return Guillotine(
+        run=str(run),
+        head="relu_bn",
+        probes=tuple(probes),
+        probes_paper=paper,
+        n_test=len(data.splits.test_y),
+        orbits=orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
+        curvature=curvature_seeds(model, data.splits, out, s.seeds, s.curvature_images, "sweeps"),
+    )
 
 
-def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[str, Any]:
+def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> DepthRow:
     head = paper_head("swish", depth)  # head_depth_ablations.py's FlexibleProjectionHead
     run = _pretrain(out, data, s, s.depth_epochs, _geometry_on(head, every=10**6))
     model = load_model(run)
@@ -210,23 +230,23 @@ def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> dict[st
     curv = curvature_seeds(
         model, data.splits, out, s.seeds, s.curvature_images, f"sweeps_depth{depth}"
     )
-    over = orbits["unit_z"]["table"]
-    return {
-        "depth": depth,
-        "run": str(run),
-        "rotation_linear": probes[0],
-        "rotation_paper": paper,
-        "compression": over["compression"],
-        "compression_raw_z": orbits["raw_z"]["table"]["compression"],
-        "separation_z": over["z"]["separation"],
-        "separation_h": over["h"]["separation"],
-        "curvature_ratio": curv["ratio"],
-        "orbits": orbits,
-        "curvature": curv,
-    }
+    over = orbits["unit_z"].table
+    return DepthRow(
+        depth=depth,
+        run=str(run),
+        rotation_linear=probes[0],
+        rotation_paper=paper,
+        compression=over.compression,
+        compression_raw_z=orbits["raw_z"].table.compression,
+        separation_z=over.z.separation,
+        separation_h=over.h.separation,
+        curvature_ratio=curv.ratio,
+        orbits=orbits,
+        curvature=curv,
+    )
 
 
-def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
+def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> Whitening:
     per_epoch = train_size(data.dataset, data.train_path) // s.batch_size  # last batch dropped
     steps = s.whitening_epochs * min(per_epoch, s.limit_batches or per_epoch)
     every = max(1, steps // 8)  # about 8 measurements over training, and the final one
@@ -246,14 +266,12 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> dict[str, Any]:
         "z/effective_rank",
         "h/effective_rank",
     )
-    series: dict[str, list[Any]] = {"step": []} | {k: [] for k in keys}
-    for record in folder.records(ok_only=True):
-        series["step"].append(record.step)
-        for k in keys:
-            series[k].append(record.value(k))
+    records = list(folder.records(ok_only=True))
+    series: dict[str, Numbers] = {"step": tuple(r.step for r in records)}
+    series |= {k: tuple(r.value(k) for r in records) for k in keys}
     ckpts = sorted(folder.checkpoints.glob("epoch=*.ckpt"), key=lambda p: int(p.stem[6:]))
-    epochs = [{"epoch": int(p.stem[6:]), **spectra_of(load_model(p), data.splits)} for p in ckpts]
-    return {"run": str(run), "series": series, "epochs": epochs}
+    epochs = tuple(spectra_of(load_model(p), data.splits, int(p.stem[6:])) for p in ckpts)
+    return Whitening(str(run), series, epochs)
 
 
 def _prepare(dataset: str, out: Path, data_root: Path | None, s: InvarianceSettings) -> _Data:
@@ -277,7 +295,7 @@ def run_invariance_experiment(
     *,
     dataset: str = "digits",
     data_root: str | Path | None = None,
-) -> dict[str, Any]:
+) -> InvarianceResult:
     """Run the five experiments and write ``invariance.json`` and ``invariance.html``.
 
     Args:
@@ -301,33 +319,22 @@ def run_invariance_experiment(
     seconds: dict[str, float] = {}
     start = _stage(f"data: {dataset}")
     data = _prepare(dataset, out, root, settings)
-    result: dict[str, Any] = {
-        "schema": SCHEMA,
-        "dataset": dataset,
-        "host": "lightly",
-        "settings": asdict(settings),
-        "recipe": str(RECIPE),
-    }
-    steps: list[tuple[str, str, Callable[[], Any]]] = [
-        (
-            "guillotine",
-            "guillotine: SimCLR (ReLU + BN head), probes, orbits, curvature",
-            lambda: _guillotine(out, data, settings),
-        ),
-        (
-            "depth",
-            "head depth 1, 2, 3 (Swish + BN heads)",
-            lambda: [_depth(out, data, settings, d) for d in (1, 2, 3)],
-        ),
-        ("whitening", "whitening: metric-linear head", lambda: _whitening(out, data, settings)),
-    ]
-    for key, text, step in steps:
-        t0 = _stage(text)
-        result[key] = step()
-        seconds[key] = time.perf_counter() - t0
-    result["claims"] = verdicts(run_evidence(result))
+    guillotine = _timed(seconds, "guillotine", lambda: _guillotine(out, data, settings))
+    depth = _timed(seconds, "depth", lambda: tuple(_depth(out, data, settings, d) for d in _DEPTHS))
+    whitening = _timed(seconds, "whitening", lambda: _whitening(out, data, settings))
+    result = InvarianceResult(
+        schema=SCHEMA,
+        dataset=dataset,
+        host="lightly",
+        settings=asdict(settings),
+        recipe=str(RECIPE),
+        guillotine=guillotine,
+        depth=depth,
+        whitening=whitening,
+    )
+    result = replace(result, claims=tuple(verdicts(run_evidence(result))))
     seconds["total"] = time.perf_counter() - start
-    result["seconds"] = seconds
+    result = replace(result, seconds=seconds)
     write_result(out, "invariance", result)
     page = write_invariance_page(out, result)
     _stage(f"wrote {out / 'invariance.json'} and {page} in {seconds['total']:.0f} s")
@@ -342,7 +349,7 @@ def run_invariance(args: argparse.Namespace) -> int:
     result = run_invariance_experiment(
         args.out, settings, dataset=args.dataset, data_root=args.data_root
     )
-    print(format_verdicts(result["claims"]))
+    print(format_verdicts(result.claims))
     return 0
 
 

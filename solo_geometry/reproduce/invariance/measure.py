@@ -22,9 +22,9 @@ package's own pieces:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import product
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +47,20 @@ from solo_geometry.inputs.features import extract_features
 from solo_geometry.models.checkpoint import LoadedModel
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.result import (
+    Curvature,
+    CurvatureSeed,
+    MetricSpectrum,
+    OrbitReading,
+    OrbitSeed,
+    OrbitStats,
+    OrbitTable,
+    PaperProbes,
+    ProbeRow,
+    Spectra,
+    SummaryRecord,
+    WhiteningScore,
+)
 from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
@@ -89,23 +103,20 @@ def probe_rows(
     probes: Sequence[str],
     mlp_epochs: int,
     mlp_patience: int = MlpProbeConfig.patience,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[ProbeRow], PaperProbes]:
     """This package's and the paper's probes of a run (``geometry.probes.protocol=both``).
-
-    Written to the run's ``probes.json`` (feature cache ``features.pt``).
 
     Args:
         model: the run's backbone and head.
         splits: probe-train and held-out folders.
-        run: the run folder (probes and feature cache written there).
+        run: the run folder (``probes.json`` and the feature cache ``features.pt`` written there).
         targets: ``class`` and/or ``rotation``.
         probes: ``linear`` and/or ``mlp``.
         mlp_epochs: epoch cap of the MLP probe.
         mlp_patience: epochs without validation gain before the MLP probe stops.
 
     Returns:
-        One dict per (target, probe): ``target``, ``probe``, ``z``, ``h``, ``gap`` (z - h),
-        ``chance``; and the paper's rotation probes (``probes.json``'s ``paper``).
+        One row per (target, probe), and the paper's probes (``probes.json``'s ``paper``).
     """
     cfg = ProbesConfig(
         targets=list(targets),
@@ -127,22 +138,12 @@ def probe_rows(
     )
     chance = {r.target: r.chance for r in table.rows}
     out = []
-    for target in targets:
-        for probe in probes:
-            z, h = table.accuracy("z", probe, target), table.accuracy("h", probe, target)
-            assert z is not None and h is not None  # evaluate fits every pair asked for
-            out.append(
-                {
-                    "target": target,
-                    "probe": probe,
-                    "z": z,
-                    "h": h,
-                    "gap": z - h,
-                    "chance": chance[target],
-                }
-            )
+    for target, probe in product(targets, probes):
+        z, h = table.accuracy("z", probe, target), table.accuracy("h", probe, target)
+        assert z is not None and h is not None  # evaluate fits every pair asked for
+        out.append(ProbeRow(target, probe, z, h, gap=z - h, chance=chance[target]))
     assert table.paper is not None  # protocol "both"
-    return out, table.paper
+    return out, PaperProbes.from_json(table.paper, where="probes.json's paper")
 
 
 # The two inputs of the head in an orbit table: the paper's code feeds unit z, training fed raw z.
@@ -194,10 +195,23 @@ def orbit_readings(
     return {name: (Z, torch.cat(h)) for name, h in hs.items()}
 
 
+_STATS = ("spread", "d_intra", "d_inter", "separation")
+
+
+def _over_seeds(per_seed: Sequence[OrbitSeed], space: str) -> OrbitStats:
+    """Mean and std over seeds of each statistic's mean in ``space``."""
+    pairs = {}
+    for key in _STATS:
+        means = [getattr(getattr(row, space), key)[0] for row in per_seed]
+        pairs[key] = mean_std(torch.tensor(means, dtype=torch.float64))
+    return OrbitStats(**pairs)
+
+
 def _reading(
     draws: list[tuple[OrbitImages, Tensor, Tensor]], folder: Path, stem: str
-) -> dict[str, Any]:
-    per_seed: list[dict[str, Any]] = []
+) -> OrbitReading:
+    per_seed: list[OrbitSeed] = []
+    cosines: list[float] = []
     for seed, (orb, Z, H) in enumerate(draws):
         path = folder / f"{stem}_seed{seed}.npz"
         np.savez(
@@ -212,20 +226,20 @@ def _reading(
         summary = OrbitSummary.from_arrays(
             Z.numpy(), H.numpy(), orb.orbit_ids.numpy(), orb.labels.numpy()
         )
-        per_seed.append({**table, "file": path.name, "summary": summary.to_json()})
-    over: dict[str, Any] = {"z": {}, "h": {}}
-    for space in ("z", "h"):
-        for key in ("spread", "d_intra", "d_inter", "separation"):
-            means = torch.tensor([row[space][key][0] for row in per_seed], dtype=torch.float64)
-            over[space][key] = list(mean_std(means))
-    over["compression"] = list(mean_std(torch.tensor([r["compression"] for r in per_seed])))
-    cosines = [r["summary"]["h_cosine_to_mean"] for r in per_seed]
-    return {"table": over, "per_seed": per_seed, "h_cosine_to_mean": sum(cosines) / len(cosines)}
+        row = OrbitSeed.from_json(table, where=path.name)
+        per_seed.append(replace(row, file=path.name, summary=SummaryRecord.of(summary)))
+        cosines.append(summary.h_cosine_to_mean)
+    over = OrbitTable(
+        z=_over_seeds(per_seed, "z"),
+        h=_over_seeds(per_seed, "h"),
+        compression=mean_std(torch.tensor([r.compression for r in per_seed])),
+    )
+    return OrbitReading(over, tuple(per_seed), h_cosine_to_mean=sum(cosines) / len(cosines))
 
 
 def orbit_seeds(
     model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str, norm: float
-) -> dict[str, Any]:
+) -> dict[str, OrbitReading]:
     """The paper's orbit table once per image draw, under both inputs of the head.
 
     Args:
@@ -250,13 +264,13 @@ def orbit_seeds(
     out = {}
     for name in READINGS:
         suffix = "" if name == "unit_z" else f"_{name}"
-        out[name] = {**_reading(draws[name], folder, f"{stem}{suffix}"), "feature_norm": norm}
+        out[name] = replace(_reading(draws[name], folder, f"{stem}{suffix}"), feature_norm=norm)
     return out
 
 
 def curvature_seeds(
     model: LoadedModel, splits: Splits, folder: Path, seeds: int, images: int, stem: str
-) -> dict[str, Any]:
+) -> Curvature:
     """Curvature of 0-45 degree rotation sweeps, Z vs H, per seed and over seeds.
 
     Args:
@@ -281,19 +295,12 @@ def curvature_seeds(
         path = folder / f"{stem}_seed{seed}.npz"
         np.savez(path, sweeps_z=Rz.numpy(), sweeps_h=Rh.numpy())
         c = curvature_comparison(Rz, Rh)
-        per_seed.append(
-            {
-                "kappa_z": c.kappa_z[0],
-                "kappa_h": c.kappa_h[0],
-                "ratio": c.ratio,
-                "n_sweeps": c.n_sweeps,
-                "file": path.name,
-            }
-        )
-    out: dict[str, Any] = {"per_seed": per_seed}
-    for key in ("kappa_z", "kappa_h", "ratio"):
-        out[key] = list(mean_std(torch.tensor([r[key] for r in per_seed], dtype=torch.float64)))
-    return out
+        per_seed.append(CurvatureSeed(c.kappa_z[0], c.kappa_h[0], c.ratio, c.n_sweeps, path.name))
+    over = {
+        key: mean_std(torch.tensor([getattr(r, key) for r in per_seed], dtype=torch.float64))
+        for key in ("kappa_z", "kappa_h", "ratio")
+    }
+    return Curvature(tuple(per_seed), **over)
 
 
 def covariance_spectrum(X: Tensor) -> Tensor:
@@ -304,12 +311,13 @@ def covariance_spectrum(X: Tensor) -> Tensor:
     return torch.linalg.eigvalsh(cov).flip(0).clamp_min(0.0)
 
 
-def spectra_of(model: LoadedModel, splits: Splits) -> dict[str, Any]:
+def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
     """Covariance spectra of Z and H on held-out images, whitening score, metric spectrum.
 
     Args:
         model: backbone and head (a metric-linear head adds its metric's spectrum).
         splits: held-out images.
+        epoch: the checkpoint's epoch, recorded with the spectra.
 
     Returns:
         ``cov_z``, ``cov_h`` (eigenvalues, descending), ``whitening`` (score, rank, cond_z,
@@ -324,23 +332,19 @@ def spectra_of(model: LoadedModel, splits: Splits) -> dict[str, Any]:
         progress=False,
     )
     score = whitening_score(feats.z, feats.h)
-    out: dict[str, Any] = {
-        "cov_z": covariance_spectrum(feats.z).tolist(),
-        "cov_h": covariance_spectrum(feats.h).tolist(),
-        "whitening": {
-            "score": score.score,
-            "rank": score.rank,
-            "cond_z": score.cond_z,
-            "cond_h": score.cond_h,
-        },
-        "n_samples": int(feats.z.shape[0]),
-    }
+    out = Spectra(
+        epoch=epoch,
+        cov_z=tuple(covariance_spectrum(feats.z).tolist()),
+        cov_h=tuple(covariance_spectrum(feats.h).tolist()),
+        whitening=WhiteningScore(score.score, score.rank, score.cond_z, score.cond_h),
+        n_samples=int(feats.z.shape[0]),
+    )
     if isinstance(model.head, MetricLinearHead):
         with torch.no_grad():
             eig = model.head.metric_spectrum().double()  # (d,) ascending
         spec = metric_spectrum(eig)
-        out["metric"] = {
-            k: float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank")
-        }
-        out["metric_eigenvalues"] = eig.flip(0).tolist()
+        metric = MetricSpectrum(
+            *(float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank"))
+        )
+        out = replace(out, metric=metric, metric_eigenvalues=tuple(eig.flip(0).tolist()))
     return out

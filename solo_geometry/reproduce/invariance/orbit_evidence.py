@@ -19,12 +19,14 @@ Noise, for a verdict (:func:`orbit_evidence`):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-__all__ = ["OrbitSummary", "cosine_to_mean", "orbit_evidence"]
+from solo_geometry.reproduce.results import Keyed
+
+__all__ = ["OrbitEvidence", "OrbitSummary", "cosine_to_mean", "orbit_evidence"]
 
 _EPS = 1e-10  # the paper's
 
@@ -101,17 +103,52 @@ class OrbitSummary:
         sizes = np.array([np.sum(ids == o) for o in np.unique(ids)])
         return cls(orbit_labels, sizes, _span(mz), _span(mh), sz, sh, iz, ih, cosine_to_mean(H))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain lists, for ``invariance.json`` and fixtures."""
         return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(self).items()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> OrbitSummary:
-        """The inverse of :meth:`to_json`."""
-        arrays = {
-            k: np.asarray(v, dtype=np.float64) for k, v in data.items() if k != "h_cosine_to_mean"
-        }
-        return cls(**arrays, h_cosine_to_mean=float(data["h_cosine_to_mean"]))
+    def from_json(cls, data: Mapping[str, object]) -> OrbitSummary:
+        """The inverse of :meth:`to_json` (None, JSON's NaN, read as NaN).
+
+        Raises:
+            ValueError: a field missing, or not numbers.
+        """
+        arrays = {}
+        for name in _ARRAYS:
+            if name not in data:
+                raise ValueError(f"an orbit summary lacks {name!r}")
+            arrays[name] = np.asarray(data[name], dtype=np.float64)
+        cosine = data.get("h_cosine_to_mean")
+        if not isinstance(cosine, int | float):
+            raise ValueError(
+                f"an orbit summary's h_cosine_to_mean: expected a number, got {cosine!r}"
+            )
+        return cls(**arrays, h_cosine_to_mean=float(cosine))
+
+
+_ARRAYS = ("labels", "sizes", "means_z", "means_h", "spread_z", "spread_h", "intra_z", "intra_h")
+
+
+@dataclass(frozen=True)
+class OrbitEvidence(Keyed):
+    """One orbit table's headline numbers and their noise (:func:`orbit_evidence`).
+
+    Attributes:
+        compression: the paper's ratio of mean spreads, Z over H.
+        log_ratio: (mean, standard error, n orbits) of per-orbit log spread(Z) / spread(H).
+        separation_z: the paper's separation in Z.
+        separation_h: the same in H.
+        separation_diff: (H - Z, its bootstrap standard error).
+        h_cosine_to_mean: mean cosine of H's rows with their mean direction.
+    """
+
+    compression: float
+    log_ratio: tuple[float, float, int]
+    separation_z: float
+    separation_h: float
+    separation_diff: tuple[float, float]
+    h_cosine_to_mean: float
 
 
 def _separation(
@@ -135,7 +172,7 @@ def _separations(s: OrbitSummary, pick: np.ndarray) -> tuple[float, float]:
     )
 
 
-def orbit_evidence(s: OrbitSummary, *, resamples: int = 400, seed: int = 0) -> dict[str, Any]:
+def orbit_evidence(s: OrbitSummary, *, resamples: int = 400, seed: int = 0) -> OrbitEvidence:
     """The orbit table's headline numbers and their noise.
 
     Args:
@@ -144,9 +181,7 @@ def orbit_evidence(s: OrbitSummary, *, resamples: int = 400, seed: int = 0) -> d
         seed: the bootstrap's seed.
 
     Returns:
-        ``compression`` (the paper's ratio of means), ``log_ratio`` (mean, standard error, n) of
-        per-orbit log spread(Z) / spread(H), ``separation_z``, ``separation_h``,
-        ``separation_diff`` (H - Z, bootstrap standard error), ``h_cosine_to_mean``.
+        The table's :class:`OrbitEvidence`.
     """
     logs = np.log(s.spread_z / np.maximum(s.spread_h, _EPS))
     n = len(logs)
@@ -160,11 +195,11 @@ def orbit_evidence(s: OrbitSummary, *, resamples: int = 400, seed: int = 0) -> d
         pick = np.concatenate([rng.choice(g, size=len(g)) for g in groups])
         bz, bh = _separations(s, pick)
         diffs.append(bh - bz)
-    return {
-        "compression": float(s.spread_z.mean() / (s.spread_h.mean() + _EPS)),
-        "log_ratio": [float(logs.mean()), se, n],
-        "separation_z": sep_z,
-        "separation_h": sep_h,
-        "separation_diff": [sep_h - sep_z, float(np.std(diffs, ddof=1)) if diffs else math.nan],
-        "h_cosine_to_mean": s.h_cosine_to_mean,
-    }
+    return OrbitEvidence(
+        compression=float(s.spread_z.mean() / (s.spread_h.mean() + _EPS)),
+        log_ratio=(float(logs.mean()), se, n),
+        separation_z=sep_z,
+        separation_h=sep_h,
+        separation_diff=(sep_h - sep_z, float(np.std(diffs, ddof=1)) if diffs else math.nan),
+        h_cosine_to_mean=s.h_cosine_to_mean,
+    )

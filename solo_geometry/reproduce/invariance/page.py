@@ -8,8 +8,8 @@ that result. The page frame and the shared table helpers are :mod:`solo_geometry
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -18,7 +18,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH  # noqa: E402
+from solo_geometry.reproduce.invariance.result import (  # noqa: E402
+    Curvature,
+    DepthRow,
+    Guillotine,
+    InvarianceResult,
+    OrbitReading,
+    PaperProbes,
+    ProbeRow,
+    Whitening,
+)
 from solo_geometry.reproduce.paper import Section, _pm, _save, _table, write_page  # noqa: E402
+from solo_geometry.reproduce.results import Verdict  # noqa: E402
 
 __all__ = ["DEPARTURES", "invariance_section", "write_invariance_page"]
 
@@ -49,84 +60,84 @@ DEPARTURES = (
 _VERDICT_CLASS = {"held": "held", "not held": "not", "undecidable": "undecided"}
 
 
-def _claims_html(verdicts: list[dict[str, Any]]) -> str:
+def _claims_html(verdicts: Sequence[Verdict]) -> str:
     rows = [
         (
-            html.escape(v["claim"]),
-            f'<b class="{_VERDICT_CLASS.get(v["verdict"], "")}">{html.escape(v["verdict"])}</b>',
-            html.escape(v["evidence"]),
+            html.escape(v.claim),
+            f'<b class="{_VERDICT_CLASS.get(v.verdict, "")}">{html.escape(v.verdict)}</b>',
+            html.escape(v.evidence),
         )
         for v in verdicts
     ]
     return _table(("claim", "verdict", "evidence (this run)"), rows)
 
 
-def _paper_probes_html(paper: dict[str, Any]) -> str:
+def _paper_probes_html(paper: PaperProbes) -> str:
     """The paper's rotation probes (``geometry.probes.protocol=both``) beside its numbers."""
     rows = []
-    for probe in ("linear", "mlp"):
-        (z, h), pub = paper[probe], PUBLISHED[f"rotation_{probe}"]
+    for probe, (z, h) in (("linear", paper.linear), ("mlp", paper.mlp)):
+        pub = PUBLISHED.probes[f"rotation_{probe}"]
         rows.append(
             (
                 probe,
                 f"{z:.4f}",
                 f"{h:.4f}",
                 f"{z - h:+.4f}",
-                paper["n"],
+                paper.n,
                 f"{pub[0]:.4f} / {pub[1]:.4f}",
             )
         )
     return _table(("probe", "Z", "H", "Z - H", "held-out images", "paper Z / H"), rows)
 
 
-def _probes_html(probes: list[dict[str, Any]]) -> str:
+def _probes_html(probes: Sequence[ProbeRow]) -> str:
     rows = []
     for r in probes:
-        pub = PUBLISHED.get(f"{r['target']}_{r['probe']}", (None, None))
-        paper = "—" if pub[0] is None else f"{pub[0]:.4f} / {pub[1]:.4f}"
+        pub = PUBLISHED.probes.get(f"{r.target}_{r.probe}")
+        paper = "—" if pub is None else f"{pub[0]:.4f} / {pub[1]:.4f}"
         rows.append(
             (
-                r["target"],
-                r["probe"],
-                f"{r['z']:.4f}",
-                f"{r['h']:.4f}",
-                f"{r['gap']:+.4f}",
-                f"{r['chance']:.3f}",
+                r.target,
+                r.probe,
+                f"{r.z:.4f}",
+                f"{r.h:.4f}",
+                f"{r.gap:+.4f}",
+                f"{r.chance:.3f}",
                 paper,
             )
         )
     return _table(("target", "probe", "Z", "H", "Z - H", "chance", "paper Z / H"), rows)
 
 
-def _orbits_html(orbits: dict[str, Any]) -> str:
-    first, over = orbits["per_seed"][0], orbits["table"]
+def _orbits_html(orbits: OrbitReading) -> str:
+    first, over = orbits.per_seed[0], orbits.table
     forms = {"spread": "{:.3e}", "d_intra": "{:.4f}", "d_inter": "{:.4f}", "separation": "{:.2f}"}
     rows = []
     for key, fmt in forms.items():
-        pub = PUBLISHED[key]
-        paper = (
-            f"{_pm(pub[0], fmt)} / {_pm(pub[1], fmt)}"
-            if key == "separation"
-            else f"{fmt.format(pub[0])} / {fmt.format(pub[1])}"
-        )
+        if key == "separation":
+            sep = PUBLISHED.separation
+            paper = f"{_pm(sep[0], fmt)} / {_pm(sep[1], fmt)}"
+        else:
+            pub = PUBLISHED.orbit_stats[key]
+            paper = f"{fmt.format(pub[0])} / {fmt.format(pub[1])}"
         rows.append(
             (
                 key,
-                _pm(first["z"][key], fmt),
-                _pm(first["h"][key], fmt),
-                _pm(over["z"][key], fmt),
-                _pm(over["h"][key], fmt),
+                _pm(getattr(first.z, key), fmt),
+                _pm(getattr(first.h, key), fmt),
+                _pm(getattr(over.z, key), fmt),
+                _pm(getattr(over.h, key), fmt),
                 paper,
             )
         )
     rows.append(
         (
             "compression",
-            f"{first['compression']:.2f}x",
+            f"{first.compression:.2f}x",
             "",
-            _pm(over["compression"], "{:.2f}"),
+            _pm(over.compression, "{:.2f}"),
             "",
-            f"{PUBLISHED['compression']:.2f}x",
+            f"{PUBLISHED.compression:.2f}x",
         )
     )
     header = (
@@ -140,54 +151,46 @@ def _orbits_html(orbits: dict[str, Any]) -> str:
     return _table(header, rows)
 
 
-def _reading_note(orbits: dict[str, Any]) -> str:
+def _reading_note(orbits: Mapping[str, OrbitReading]) -> str:
     unit, raw = orbits["unit_z"], orbits["raw_z"]
     return (
-        f"<p>Mean norm of raw training features {unit['feature_norm']:.2f}. Cosine of H's rows "
-        f"with their mean: {unit['h_cosine_to_mean']:.3f} (unit z), "
-        f"{raw['h_cosine_to_mean']:.3f} (raw z); the authors' released table: 0.992.</p>"
+        f"<p>Mean norm of raw training features {unit.feature_norm:.2f}. Cosine of H's rows "
+        f"with their mean: {unit.h_cosine_to_mean:.3f} (unit z), "
+        f"{raw.h_cosine_to_mean:.3f} (raw z); the authors' released table: 0.992.</p>"
     )
 
 
-def _curvature_html(curv: dict[str, Any]) -> str:
-    rows = [
-        (
-            f"seed {i}",
-            f"{r['kappa_z']:.4f}",
-            f"{r['kappa_h']:.4f}",
-            f"{r['ratio']:.3f}",
-            r["n_sweeps"],
-        )
-        for i, r in enumerate(curv["per_seed"])
+def _curvature_html(curv: Curvature) -> str:
+    rows: list[tuple[object, ...]] = [
+        (f"seed {i}", f"{r.kappa_z:.4f}", f"{r.kappa_h:.4f}", f"{r.ratio:.3f}", r.n_sweeps)
+        for i, r in enumerate(curv.per_seed)
     ]
-    rows.append(
-        ("over seeds", _pm(curv["kappa_z"]), _pm(curv["kappa_h"]), _pm(curv["ratio"], "{:.3f}"), "")
-    )
+    rows.append(("over seeds", _pm(curv.kappa_z), _pm(curv.kappa_h), _pm(curv.ratio, "{:.3f}"), ""))
     rows.append(
         (
             "paper",
-            _pm(PUBLISHED["curvature_z"]),
-            _pm(PUBLISHED["curvature_h"]),
-            _pm(PUBLISHED["curvature_ratio"], "{:.3f}"),
+            _pm(PUBLISHED.curvature_z),
+            _pm(PUBLISHED.curvature_h),
+            _pm(PUBLISHED.curvature_ratio, "{:.3f}"),
             200,
         )
     )
     return _table(("", "kappa(Z)", "kappa(H)", "kappa(H) / kappa(Z)", "sweeps"), rows)
 
 
-def _depth_html(depth: list[dict[str, Any]]) -> str:
+def _depth_html(depth: Sequence[DepthRow]) -> str:
     rows = []
     for d in depth:
-        p, r = PUBLISHED_DEPTH[d["depth"]], d["rotation_linear"]
+        p, r = PUBLISHED_DEPTH[d.depth], d.rotation_linear
         rows.append(
             (
-                d["depth"],
-                f"{r['z']:.3f} / {r['h']:.3f}",
-                f"{r['gap']:+.3f}",
-                _pm(d["compression"], "{:.2f}"),
-                _pm(d["separation_z"], "{:.2f}"),
-                _pm(d["separation_h"], "{:.2f}"),
-                _pm(d["curvature_ratio"], "{:.3f}"),
+                d.depth,
+                f"{r.z:.3f} / {r.h:.3f}",
+                f"{r.gap:+.3f}",
+                _pm(d.compression, "{:.2f}"),
+                _pm(d.separation_z, "{:.2f}"),
+                _pm(d.separation_h, "{:.2f}"),
+                _pm(d.curvature_ratio, "{:.3f}"),
                 f"{p['z']:.3f} / {p['h']:.3f}",
                 f"{p['compression']:.1f}x",
                 f"{p['separation_z']:.2f} / {p['separation_h']:.2f}",
@@ -210,20 +213,20 @@ def _depth_html(depth: list[dict[str, Any]]) -> str:
     return _table(header, rows)
 
 
-def _whitening_html(wh: dict[str, Any]) -> str:
+def _whitening_html(wh: Whitening) -> str:
     rows = []
-    for e in wh["epochs"]:
-        w, m = e["whitening"], e.get("metric", {})
+    for e in wh.epochs:
+        w, m = e.whitening, e.metric
         rows.append(
             (
-                e["epoch"],
-                f"{w['score']:.3f}",
-                f"{w['cond_z']:.1f}",
-                f"{w['cond_h']:.1f}",
-                w["rank"],
-                f"{m.get('cond', float('nan')):.2f}",
-                f"{m.get('effective_rank', float('nan')):.1f}",
-                e["n_samples"],
+                e.epoch,
+                f"{w.score:.3f}",
+                f"{w.cond_z:.1f}",
+                f"{w.cond_h:.1f}",
+                w.rank,
+                f"{float('nan') if m is None else m.cond:.2f}",
+                f"{float('nan') if m is None else m.effective_rank:.1f}",
+                e.n_samples,
             )
         )
     header = (
@@ -239,9 +242,9 @@ def _whitening_html(wh: dict[str, Any]) -> str:
     return _table(header, rows)
 
 
-def _fig_orbits(out: Path, result: dict[str, Any]) -> Path:
+def _fig_orbits(out: Path, orbits: OrbitReading) -> Path:
     """PCA of the seed-0 orbits in Z and in H, one colour per class (the paper's figure 3)."""
-    data = np.load(out / result["guillotine"]["orbits"]["unit_z"]["per_seed"][0]["file"])
+    data = np.load(out / orbits.per_seed[0].file)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, key, title in zip(
         axes, ("orbits_z", "orbits_h"), ("backbone Z", "head H"), strict=True
@@ -258,31 +261,31 @@ def _fig_orbits(out: Path, result: dict[str, Any]) -> Path:
     return _save(fig, out / "figures" / "orbits.png")
 
 
-def _fig_depth(out: Path, depth: list[dict[str, Any]]) -> Path:
-    ds = [d["depth"] for d in depth]
+def _fig_depth(out: Path, depth: Sequence[DepthRow]) -> Path:
+    ds = [d.depth for d in depth]
     panels = [
         (
             "rotation probe gap Z - H",
-            [d["rotation_linear"]["gap"] for d in depth],
+            [d.rotation_linear.gap for d in depth],
             None,
             [PUBLISHED_DEPTH[k]["z"] - PUBLISHED_DEPTH[k]["h"] for k in ds],
         ),
         (
             "orbit compression",
-            [d["compression"][0] for d in depth],
-            [d["compression"][1] for d in depth],
+            [d.compression[0] for d in depth],
+            [d.compression[1] for d in depth],
             [PUBLISHED_DEPTH[k]["compression"] for k in ds],
         ),
         (
             "separation in H",
-            [d["separation_h"][0] for d in depth],
-            [d["separation_h"][1] for d in depth],
+            [d.separation_h[0] for d in depth],
+            [d.separation_h[1] for d in depth],
             [PUBLISHED_DEPTH[k]["separation_h"] for k in ds],
         ),
         (
             "curvature ratio",
-            [d["curvature_ratio"][0] for d in depth],
-            [d["curvature_ratio"][1] for d in depth],
+            [d.curvature_ratio[0] for d in depth],
+            [d.curvature_ratio[1] for d in depth],
             [PUBLISHED_DEPTH[k]["curvature_ratio"] for k in ds],
         ),
     ]
@@ -297,8 +300,8 @@ def _fig_depth(out: Path, depth: list[dict[str, Any]]) -> Path:
     return _save(fig, out / "figures" / "depth.png")
 
 
-def _fig_whitening(out: Path, wh: dict[str, Any]) -> Path:
-    s = wh["series"]
+def _fig_whitening(out: Path, wh: Whitening) -> Path:
+    s = wh.series
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     steps = s["step"]
     axes[0].plot(steps, s["whitening/score"], "-o", label="training batch")
@@ -308,13 +311,13 @@ def _fig_whitening(out: Path, wh: dict[str, Any]) -> Path:
     axes[1].plot(steps, s["metric/effective_rank"], "-s", label="effective rank W")
     axes[1].set(title="metric spectrum over training", xlabel="step", yscale="log")
     axes[1].legend(fontsize=8)
-    epochs = wh["epochs"]
+    epochs = wh.epochs
     for e, ls in ((epochs[0], ":"), (epochs[-1], "-")):
-        for key, color in (("cov_z", "C0"), ("cov_h", "C3")):
-            lam = np.asarray(e[key])
+        for key, values, color in (("cov_z", e.cov_z, "C0"), ("cov_h", e.cov_h, "C3")):
+            lam = np.asarray(values, dtype=np.float64)
             lam = lam[lam > 1e-12 * lam[0]]  # the numerical rank: N held-out images or the width
-            axes[2].plot(lam, ls, color=color, label=f"{key[-1].upper()}, epoch {e['epoch']}")
-        axes[3].plot(e.get("metric_eigenvalues", []), ls, color="C2", label=f"epoch {e['epoch']}")
+            axes[2].plot(lam, ls, color=color, label=f"{key[-1].upper()}, epoch {e.epoch}")
+        axes[3].plot(list(e.metric_eigenvalues), ls, color="C2", label=f"epoch {e.epoch}")
     axes[2].set(title="covariance spectra (held-out)", xlabel="index", yscale="log")
     axes[3].set(title="eigenvalues of W^T W", xlabel="index", yscale="log")
     for ax in axes[2:]:
@@ -322,18 +325,26 @@ def _fig_whitening(out: Path, wh: dict[str, Any]) -> Path:
     return _save(fig, out / "figures" / "whitening.png")
 
 
-def _settings_html(result: dict[str, Any]) -> str:
-    s = result["settings"]
-    rows = [(k, html.escape(str(v))) for k, v in s.items()]
+def _settings_html(result: InvarianceResult) -> str:
+    rows = [(k, html.escape(str(v))) for k, v in result.settings.items()]
     rows += [
-        ("dataset", result["dataset"]),
-        ("host", result["host"]),
-        ("seconds", ", ".join(f"{k} {v:.0f}" for k, v in result["seconds"].items())),
+        ("dataset", result.dataset),
+        ("host", result.host),
+        ("seconds", ", ".join(f"{k} {v:.0f}" for k, v in result.seconds.items())),
     ]
     return _table(("setting", "value"), rows)
 
 
-def invariance_section(out: Path, result: dict[str, Any]) -> Section:
+def _parts(result: InvarianceResult) -> tuple[Guillotine, PaperProbes, Whitening]:
+    g, wh = result.guillotine, result.whitening
+    if g is None or g.probes_paper is None or wh is None:
+        raise ValueError(
+            "an invariance page needs the guillotine (with paper probes) and whitening"
+        )
+    return g, g.probes_paper, wh
+
+
+def invariance_section(out: Path, result: InvarianceResult) -> Section:
     """The invariance part of the page (figures written under ``out/figures``).
 
     Args:
@@ -342,33 +353,36 @@ def invariance_section(out: Path, result: dict[str, Any]) -> Section:
 
     Returns:
         ``(title, HTML)``.
+
+    Raises:
+        ValueError: a result without its guillotine, its paper probes or its whitening part.
     """
-    g, wh = result["guillotine"], result["whitening"]
+    g, paper, wh = _parts(result)
     figs = {
-        "orbits": _fig_orbits(out, result).relative_to(out),
-        "depth": _fig_depth(out, result["depth"]).relative_to(out),
+        "orbits": _fig_orbits(out, g.orbits["unit_z"]).relative_to(out),
+        "depth": _fig_depth(out, result.depth).relative_to(out),
         "whitening": _fig_whitening(out, wh).relative_to(out),
     }
     body = [
         "<h3>Claims</h3>",
-        _claims_html(result["claims"]),
-        f"<h3>Guillotine: probes on Z vs H (head width {result['settings']['width']}, "
+        _claims_html(result.claims),
+        f"<h3>Guillotine: probes on Z vs H (head width {result.settings['width']}, "
         "paper 2048)</h3>",
-        _probes_html(g["probes"]),
+        _probes_html(g.probes),
         "<h3>The paper's rotation probes (its code's settings: raw features, Adam 1e-3, 5 "
         "epochs, batch 256)</h3>",
-        _paper_probes_html(g["probes_paper"]),
+        _paper_probes_html(paper),
         "<h3>Orbit table (the paper's protocol and statistics; the head fed unit z, as the "
         "paper's code)</h3>",
-        _orbits_html(g["orbits"]["unit_z"]),
+        _orbits_html(g.orbits["unit_z"]),
         "<h3>The same orbits, the head fed raw z (as in training)</h3>",
-        _orbits_html(g["orbits"]["raw_z"]),
-        _reading_note(g["orbits"]),
+        _orbits_html(g.orbits["raw_z"]),
+        _reading_note(g.orbits),
         f'<img src="{figs["orbits"]}">',
         "<h3>Curvature of 0-45 degree rotation sweeps</h3>",
-        _curvature_html(g["curvature"]),
+        _curvature_html(g.curvature),
         "<h3>Head depth (Swish + BN heads)</h3>",
-        _depth_html(result["depth"]),
+        _depth_html(result.depth),
         f'<img src="{figs["depth"]}">',
         "<h3>Whitening: metric-linear head (held-out images per epoch)</h3>",
         _whitening_html(wh),
@@ -381,6 +395,6 @@ def invariance_section(out: Path, result: dict[str, Any]) -> Section:
     return "Invariance: the head discards what the backbone keeps", "\n".join(body)
 
 
-def write_invariance_page(out: Path, result: dict[str, Any]) -> Path:
+def write_invariance_page(out: Path, result: InvarianceResult) -> Path:
     """Write ``out/invariance.html`` from the result of the invariance reproduction."""
     return write_page(out / "invariance.html", [invariance_section(out, result)])

@@ -1,12 +1,14 @@
 """Verdicts on the paper's invariance claims, from a reproduction or from the authors' arrays.
 
-One verdict per claim: a dict with ``id``, ``claim``, ``verdict`` (``held``, ``not held`` or
-``undecidable``) and ``evidence`` (one line), the shape of the collapse verdicts. A claim is
-``held`` when its effect exceeds twice its standard error, ``not held`` when the opposite effect
-does, ``undecidable`` otherwise or without evidence. Where a number has two readings (the
-paper's probes and this package's; orbit tables with the head fed unit z, as the paper's code, or
-raw z, as in training) each reading is judged, and the claim takes their common verdict; readings
-that disagree make it ``undecidable``. Calibration: on the authors' CIFAR-10 ResNet-18 arrays every
+One verdict per claim: a :class:`~solo_geometry.reproduce.results.Verdict` with ``id``,
+``claim``, ``verdict`` (``held``, ``not held`` or ``undecidable``) and ``evidence`` (one line),
+the shape of the collapse verdicts; the evidence judged is an
+:class:`~solo_geometry.reproduce.invariance.evidence.Evidence`. A claim is ``held`` when its
+effect exceeds twice its standard error, ``not held`` when the opposite effect does,
+``undecidable`` otherwise or without evidence. Where a number has two readings (the paper's
+probes and this package's; orbit tables with the head fed unit z, as the paper's code, or raw z,
+as in training) each reading is judged, and the claim takes their common verdict; readings that
+disagree make it ``undecidable``. Calibration: on the authors' CIFAR-10 ResNet-18 arrays every
 claim is ``held``, as the paper states (``tests/reproduce/test_invariance_verdicts.py``).
 
 Standard errors: rotation probes, binomial on the held-out images, independent (unpaired, so
@@ -20,10 +22,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
 
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
-from solo_geometry.reproduce.results import Verdict
+from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
+from solo_geometry.reproduce.invariance.orbit_evidence import (
+    OrbitEvidence,
+    OrbitSummary,
+    orbit_evidence,
+)
+from solo_geometry.reproduce.invariance.result import InvarianceResult, OrbitReading
+from solo_geometry.reproduce.results import JsonRecord, Verdict
 
 __all__ = [
     "CLAIMS",
@@ -72,11 +80,11 @@ def _combine(readings: list[tuple[str, str, str]]) -> tuple[str, str]:
     return verdicts.pop(), text
 
 
-def _probe(probes: dict[str, Any], kind: str) -> list[tuple[str, str, str]]:
+def _probe(probes: Mapping[str, ProbeEvidence], kind: str) -> list[tuple[str, str, str]]:
     out = []
     for name, p in probes.items():
-        z, h = p[kind]
-        n = p.get("n")
+        z, h = p.linear if kind == "linear" else p.mlp
+        n = p.n
         if not n:
             out.append((name, UNDECIDABLE, f"Z {z:.4f} vs H {h:.4f}, held-out size unknown"))
             continue
@@ -87,7 +95,7 @@ def _probe(probes: dict[str, Any], kind: str) -> list[tuple[str, str, str]]:
 
 
 def _per_seed(
-    name: str, summaries: list[OrbitSummary], rule: Callable[[dict[str, Any]], tuple[str, str]]
+    name: str, summaries: Sequence[OrbitSummary], rule: Callable[[OrbitEvidence], tuple[str, str]]
 ) -> tuple[str, str, str]:
     judged = [rule(orbit_evidence(s, seed=i)) for i, s in enumerate(summaries)]
     verdicts = {v for v, _ in judged}
@@ -95,29 +103,31 @@ def _per_seed(
     return name, verdict, " | ".join(t for _, t in judged)
 
 
-def _compression_rule(e: dict[str, Any]) -> tuple[str, str]:
-    m, se, n = e["log_ratio"]
+def _compression_rule(e: OrbitEvidence) -> tuple[str, str]:
+    m, se, n = e.log_ratio
     text = (
-        f"{e['compression']:.2f}x (log ratio per orbit {m:.2f} +- {se:.2f}, {n} orbits; "
-        f"H rows' cosine with their mean {e['h_cosine_to_mean']:.3f})"
+        f"{e.compression:.2f}x (log ratio per orbit {m:.2f} +- {se:.2f}, {n} orbits; "
+        f"H rows' cosine with their mean {e.h_cosine_to_mean:.3f})"
     )
     return judge(m, se), text
 
 
-def _separation_rule(e: dict[str, Any]) -> tuple[str, str]:
-    diff, se = e["separation_diff"]
-    text = f"Z {e['separation_z']:.2f} vs H {e['separation_h']:.2f}, H - Z {diff:+.2f} +- {se:.2f}"
+def _separation_rule(e: OrbitEvidence) -> tuple[str, str]:
+    diff, se = e.separation_diff
+    text = f"Z {e.separation_z:.2f} vs H {e.separation_h:.2f}, H - Z {diff:+.2f} +- {se:.2f}"
     return judge(diff, se), text
 
 
-def _depth_reading(name: str, by_depth: dict[int, list[OrbitSummary]]) -> tuple[str, str, str]:
+def _depth_reading(
+    name: str, by_depth: Mapping[int, Sequence[OrbitSummary]]
+) -> tuple[str, str, str]:
     depths = sorted(by_depth)
     if len(depths) < 2:
         return name, UNDECIDABLE, f"depths {depths} only"
     stats = []
     for d in depths:  # seed 0's table per depth: one draw, as the paper's ablation
         e = orbit_evidence(by_depth[d][0])
-        stats.append((d, e["compression"], *e["log_ratio"][:2]))
+        stats.append((d, e.compression, *e.log_ratio[:2]))
     steps = [
         judge(b[2] - a[2], math.hypot(a[3], b[3])) for a, b in zip(stats, stats[1:], strict=False)
     ]
@@ -126,7 +136,7 @@ def _depth_reading(name: str, by_depth: dict[int, list[OrbitSummary]]) -> tuple[
     return name, verdict, text
 
 
-def _curvature(ratios: list[float] | None) -> tuple[str, str]:
+def _curvature(ratios: Sequence[float] | None) -> tuple[str, str]:
     if not ratios:
         return UNDECIDABLE, "no curvature ratios"
     n = len(ratios)
@@ -137,32 +147,28 @@ def _curvature(ratios: list[float] | None) -> tuple[str, str]:
     return judge(mean - 1.0, se), f"{mean:.3f}x +- {se:.3f} over {n} draws of sweeps"
 
 
-def verdicts(ev: dict[str, Any]) -> list[Verdict]:
+def verdicts(evidence: Evidence | Mapping[str, object]) -> list[Verdict]:
     """Every invariance claim judged on one body of evidence.
 
     Args:
-        ev: ``probes`` {reading: {linear: (z, h), mlp: (z, h), n}}, ``orbits`` {reading: [
-            :class:`OrbitSummary` per draw]}, ``curvature`` (ratio per draw, or None), ``depth``
-            {reading: {depth: [summaries]}} (:func:`run_evidence`,
-            :func:`~solo_geometry.reproduce.paper_arrays.paper_evidence`).
+        evidence: the :class:`Evidence` of :func:`run_evidence` or
+            :func:`~solo_geometry.reproduce.paper_arrays.paper_evidence` (or a plain mapping
+            of its fields: probes as ``{"linear", "mlp", "n"}`` mappings are read as such).
 
     Returns:
         One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, in
         that order.
     """
+    ev = Evidence.of(evidence)
     found: dict[str, tuple[str, str]] = {
-        "probe_linear": _combine(_probe(ev.get("probes") or {}, "linear")),
-        "probe_mlp": _combine(_probe(ev.get("probes") or {}, "mlp")),
+        "probe_linear": _combine(_probe(ev.probes, "linear")),
+        "probe_mlp": _combine(_probe(ev.probes, "mlp")),
         "orbit_compression": _combine(
-            [_per_seed(n, s, _compression_rule) for n, s in (ev.get("orbits") or {}).items()]
+            [_per_seed(n, s, _compression_rule) for n, s in ev.orbits.items()]
         ),
-        "separation": _combine(
-            [_per_seed(n, s, _separation_rule) for n, s in (ev.get("orbits") or {}).items()]
-        ),
-        "curvature": _curvature(ev.get("curvature")),
-        "depth_compression": _combine(
-            [_depth_reading(n, d) for n, d in (ev.get("depth") or {}).items()]
-        ),
+        "separation": _combine([_per_seed(n, s, _separation_rule) for n, s in ev.orbits.items()]),
+        "curvature": _curvature(ev.curvature),
+        "depth_compression": _combine([_depth_reading(n, d) for n, d in ev.depth.items()]),
     }
     return [
         Verdict(cid, text, found[cid][0], found[cid][1] or "no evidence in the inputs")
@@ -175,86 +181,82 @@ def format_verdicts(rows: Sequence[Mapping[str, str]]) -> str:
     return "\n".join(f"{r['verdict']:>12s}  {r['claim']}\n{'':14s}{r['evidence']}" for r in rows)
 
 
-def _summaries(reading: dict[str, Any]) -> list[OrbitSummary]:
-    return [
-        OrbitSummary.from_json(row["summary"])
-        for row in reading.get("per_seed", [])
-        if "summary" in row
-    ]
-
-
-def _orbit_readings(orbits: dict[str, Any]) -> dict[str, list[OrbitSummary]]:
-    out = {name: _summaries(orbits[name]) for name in ("unit_z", "raw_z") if name in orbits}
+def _orbit_readings(orbits: Mapping[str, OrbitReading]) -> dict[str, list[OrbitSummary]]:
+    out = {name: orbits[name].summaries() for name in ("unit_z", "raw_z") if name in orbits}
     return {k: v for k, v in out.items() if v}
 
 
-def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
-    """Evidence from a reproduction's ``invariance.json`` content.
+def run_evidence(result: InvarianceResult | Mapping[str, object]) -> Evidence:
+    """Evidence from a reproduction's ``invariance.json`` (its record, or its plain content).
 
     Raises:
-        ValueError: if it has no ``guillotine`` part.
+        ValueError: if it has no ``guillotine`` part, or parts of the wrong types.
     """
-    g = result.get("guillotine")
-    if not isinstance(g, dict):
+    if not isinstance(result, InvarianceResult):
+        result = InvarianceResult.from_json(result, where="invariance.json")
+    g = result.guillotine
+    if g is None:
         raise ValueError("not an invariance.json: it has no 'guillotine' part")
-    probes: dict[str, Any] = {}
-    rows = {(r["target"], r["probe"]): (r["z"], r["h"]) for r in g.get("probes", [])}
+    probes: dict[str, ProbeEvidence] = {}
+    rows = {(r.target, r.probe): (r.z, r.h) for r in g.probes}
     if ("rotation", "linear") in rows and ("rotation", "mlp") in rows:
-        probes["package"] = {
-            "linear": rows[("rotation", "linear")],
-            "mlp": rows[("rotation", "mlp")],
-            "n": g.get("n_test"),
-        }
-    if "probes_paper" in g:
-        paper = g["probes_paper"]
-        probes["paper"] = {
-            "linear": tuple(paper["linear"]),
-            "mlp": tuple(paper["mlp"]),
-            "n": paper["n"],
-        }
+        linear, mlp = rows[("rotation", "linear")], rows[("rotation", "mlp")]
+        probes["package"] = ProbeEvidence(linear, mlp, g.n_test)
+    if g.probes_paper is not None:
+        paper = g.probes_paper
+        probes["paper"] = ProbeEvidence(paper.linear, paper.mlp, paper.n)
     depth: dict[str, dict[int, list[OrbitSummary]]] = {}
-    for row in result.get("depth", []):
-        for name, summaries in _orbit_readings(row.get("orbits", {})).items():
-            depth.setdefault(name, {})[int(row["depth"])] = summaries
-    curv = g.get("curvature") or {}
-    return {
-        "source": "invariance.json",
-        "probes": probes,
-        "orbits": _orbit_readings(g.get("orbits", {})),
-        "curvature": [r["ratio"] for r in curv.get("per_seed", [])] or None,
-        "depth": depth,
-    }
+    for row in result.depth:
+        for name, summaries in _orbit_readings(row.orbits).items():
+            depth.setdefault(name, {})[row.depth] = summaries
+    ratios = [r.ratio for r in g.curvature.per_seed if r.ratio is not None]
+    return Evidence(
+        probes=probes,
+        orbits=_orbit_readings(g.orbits),
+        curvature=ratios or None,
+        depth=depth,
+        source="invariance.json",
+    )
 
 
-def evidence_to_json(ev: dict[str, Any]) -> dict[str, Any]:
+def evidence_to_json(ev: Evidence) -> dict[str, object]:
     """Evidence as plain JSON (orbit summaries as lists): for fixtures."""
 
-    def tables(x: list[OrbitSummary]) -> list[dict[str, Any]]:
+    def tables(x: Sequence[OrbitSummary]) -> list[dict[str, object]]:
         return [s.to_json() for s in x]
 
     return {
-        "probes": {
-            k: {**v, "linear": list(v["linear"]), "mlp": list(v["mlp"])}
-            for k, v in ev["probes"].items()
-        },
-        "orbits": {k: tables(v) for k, v in ev["orbits"].items()},
-        "curvature": ev["curvature"],
-        "depth": {k: {str(d): tables(v) for d, v in by.items()} for k, by in ev["depth"].items()},
+        "probes": {k: ProbeEvidence.of(v).to_json() for k, v in ev.probes.items()},
+        "orbits": {k: tables(v) for k, v in ev.orbits.items()},
+        "curvature": ev.curvature,
+        "depth": {k: {str(d): tables(v) for d, v in by.items()} for k, by in ev.depth.items()},
     }
 
 
-def evidence_from_json(data: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`evidence_to_json`."""
+def evidence_from_json(data: Mapping[str, object]) -> Evidence:
+    """The inverse of :func:`evidence_to_json`.
 
-    def tables(x: list[dict[str, Any]]) -> list[OrbitSummary]:
+    Raises:
+        ValueError: a part missing or of the wrong type.
+    """
+    fixture = _Fixture.from_json(data, where="evidence")
+
+    def tables(x: Sequence[Mapping[str, object]]) -> list[OrbitSummary]:
         return [OrbitSummary.from_json(s) for s in x]
 
-    return {
-        "probes": {
-            k: {**v, "linear": tuple(v["linear"]), "mlp": tuple(v["mlp"])}
-            for k, v in data["probes"].items()
-        },
-        "orbits": {k: tables(v) for k, v in data["orbits"].items()},
-        "curvature": data["curvature"],
-        "depth": {k: {int(d): tables(v) for d, v in by.items()} for k, by in data["depth"].items()},
-    }
+    return Evidence(
+        probes=dict(fixture.probes),
+        orbits={k: tables(v) for k, v in fixture.orbits.items()},
+        curvature=None if fixture.curvature is None else list(fixture.curvature),
+        depth={k: {int(d): tables(v) for d, v in by.items()} for k, by in fixture.depth.items()},
+    )
+
+
+@dataclass(frozen=True)
+class _Fixture(JsonRecord):
+    """:func:`evidence_to_json`'s object, read by the codec (summaries as plain objects)."""
+
+    probes: Mapping[str, ProbeEvidence]
+    orbits: Mapping[str, tuple[Mapping[str, object], ...]]
+    curvature: tuple[float, ...] | None
+    depth: Mapping[str, Mapping[str, tuple[Mapping[str, object], ...]]]

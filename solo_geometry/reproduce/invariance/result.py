@@ -1,0 +1,255 @@
+"""The invariance experiments' result as typed records: ``invariance.json``, part by part.
+
+Each record is a frozen dataclass whose fields are the JSON keys of its part of the file, in the
+file's order (the whole file: :class:`InvarianceResult`), written and read through the one codec
+of :mod:`solo_geometry.reproduce.results`. The numbers are :mod:`.measure`'s. Fields a file of an
+older layout, or a hand-written one, may lack take a default (None, empty, or ``(None, None)``
+for a pair), so such a file still reads; a number JSON could not hold (NaN, infinity) reads as
+None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
+
+__all__ = [
+    "Curvature",
+    "CurvatureSeed",
+    "DepthRow",
+    "Guillotine",
+    "InvarianceResult",
+    "MetricSpectrum",
+    "OrbitReading",
+    "OrbitSeed",
+    "OrbitStats",
+    "OrbitTable",
+    "PaperProbes",
+    "ProbeRow",
+    "Spectra",
+    "SummaryRecord",
+    "Whitening",
+    "WhiteningScore",
+    "read_invariance",
+]
+
+# (mean, std): over orbits, over seeds; None where the number was not finite or not recorded.
+Pair = tuple[float | None, ...]
+Numbers = tuple[float | None, ...]
+_NONE: Pair = (None, None)
+
+
+@dataclass(frozen=True)
+class ProbeRow(JsonRecord):
+    """One probe (target x probe) on Z and on H: accuracies, ``gap`` (z - h), chance."""
+
+    target: str
+    probe: str
+    z: float
+    h: float
+    gap: float | None = None
+    chance: float | None = None
+
+
+@dataclass(frozen=True)
+class PaperProbes(JsonRecord):
+    """The paper's rotation probes (``probes.json``'s ``paper``): [Z, H] per probe."""
+
+    linear: tuple[float, ...]
+    mlp: tuple[float, ...]
+    n: int | None = None  # held-out images
+    protocol: str = "paper"
+    settings: Mapping[str, object] = field(default_factory=dict)  # PaperProbeSettings
+
+
+@dataclass(frozen=True)
+class OrbitStats(JsonRecord):
+    """The paper's orbit table for one space: each statistic's (mean, std) over orbits."""
+
+    spread: Pair = _NONE
+    d_intra: Pair = _NONE
+    d_inter: Pair = _NONE
+    separation: Pair = _NONE
+
+
+@dataclass(frozen=True)
+class OrbitTable(JsonRecord):
+    """Mean and std over seeds of each statistic's mean, and of the compression."""
+
+    z: OrbitStats = field(default_factory=OrbitStats)
+    h: OrbitStats = field(default_factory=OrbitStats)
+    compression: Pair = _NONE
+
+
+@dataclass(frozen=True)
+class SummaryRecord(JsonRecord):
+    """An :class:`OrbitSummary` as plain numbers (its fields, arrays as lists)."""
+
+    labels: Numbers
+    sizes: Numbers
+    means_z: tuple[Numbers, ...]
+    means_h: tuple[Numbers, ...]
+    spread_z: Numbers
+    spread_h: Numbers
+    intra_z: Numbers
+    intra_h: Numbers
+    h_cosine_to_mean: float | None = None
+
+    @classmethod
+    def of(cls, s: OrbitSummary) -> SummaryRecord:
+        """The record of a summary (its arrays as tuples)."""
+        return cls.from_json(s.to_json())
+
+    def summary(self) -> OrbitSummary:
+        """The summary (float64 arrays; None read as NaN)."""
+        return OrbitSummary.from_json(self.to_json(finite=False))
+
+
+@dataclass(frozen=True)
+class OrbitSeed(JsonRecord):
+    """One draw's orbit table: per space, compression, its ``.npz`` and its summary."""
+
+    z: OrbitStats = field(default_factory=OrbitStats)
+    h: OrbitStats = field(default_factory=OrbitStats)
+    compression: float | None = None
+    file: str = ""
+    summary: SummaryRecord | None = None
+
+
+@dataclass(frozen=True)
+class OrbitReading(JsonRecord):
+    """The orbit tables of one input of the head (``unit_z`` or ``raw_z``) over seeds."""
+
+    table: OrbitTable = field(default_factory=OrbitTable)
+    per_seed: tuple[OrbitSeed, ...] = ()
+    h_cosine_to_mean: float | None = None  # mean over seeds
+    feature_norm: float | None = None  # mean norm of raw training features
+
+    def summaries(self) -> list[OrbitSummary]:
+        """The orbit summaries of the draws that hold one."""
+        return [r.summary.summary() for r in self.per_seed if r.summary is not None]
+
+
+@dataclass(frozen=True)
+class CurvatureSeed(JsonRecord):
+    """One draw of sweeps: mean kappa(Z), kappa(H), their ratio, sweeps and ``.npz``."""
+
+    kappa_z: float | None = None
+    kappa_h: float | None = None
+    ratio: float | None = None
+    n_sweeps: int | None = None
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class Curvature(JsonRecord):
+    """Curvature per draw, and kappa(Z), kappa(H), ratio: (mean, std) over draws."""
+
+    per_seed: tuple[CurvatureSeed, ...] = ()
+    kappa_z: Pair = _NONE
+    kappa_h: Pair = _NONE
+    ratio: Pair = _NONE
+
+
+@dataclass(frozen=True)
+class Guillotine(JsonRecord):
+    """The guillotine experiment: the ReLU + BN head's probes, orbits and curvature."""
+
+    run: str = ""
+    head: str = ""
+    probes: tuple[ProbeRow, ...] = ()
+    probes_paper: PaperProbes | None = None
+    n_test: int | None = None
+    orbits: Mapping[str, OrbitReading] = field(default_factory=dict)  # by reading
+    curvature: Curvature = field(default_factory=Curvature)
+
+
+@dataclass(frozen=True)
+class DepthRow(JsonRecord):
+    """One head depth: its rotation probe, headline numbers (mean, std), orbits, curvature."""
+
+    depth: int
+    run: str
+    rotation_linear: ProbeRow
+    rotation_paper: PaperProbes
+    compression: Pair = _NONE  # unit z
+    compression_raw_z: Pair = _NONE
+    separation_z: Pair = _NONE
+    separation_h: Pair = _NONE
+    curvature_ratio: Pair = _NONE
+    orbits: Mapping[str, OrbitReading] = field(default_factory=dict)
+    curvature: Curvature = field(default_factory=Curvature)
+
+
+@dataclass(frozen=True)
+class WhiteningScore(JsonRecord):
+    """cond(H) / cond(Z) on held-out images, the shared rank and both conditions."""
+
+    score: float | None
+    rank: int
+    cond_z: float | None
+    cond_h: float | None
+
+
+@dataclass(frozen=True)
+class MetricSpectrum(JsonRecord):
+    """The spectrum of a metric-linear head's W^T W."""
+
+    min: float | None
+    max: float | None
+    cond: float | None
+    rank: float | None
+    effective_rank: float | None
+
+
+@dataclass(frozen=True)
+class Spectra(JsonRecord):
+    """One checkpoint: covariance spectra of Z and H (descending), whitening, metric."""
+
+    epoch: int
+    cov_z: Numbers
+    cov_h: Numbers
+    whitening: WhiteningScore
+    n_samples: int
+    metric: MetricSpectrum | None = None  # a metric-linear head
+    metric_eigenvalues: Numbers = ()  # descending
+
+
+@dataclass(frozen=True)
+class Whitening(JsonRecord):
+    """The metric-linear run: its training series by metric, its spectra per epoch."""
+
+    run: str
+    series: Mapping[str, Numbers]  # "step" and each metric, per measurement
+    epochs: tuple[Spectra, ...]
+
+
+@dataclass(frozen=True)
+class InvarianceResult(JsonRecord):
+    """``invariance.json``: settings, the five experiments, the claims, seconds per step."""
+
+    schema: int = 0
+    dataset: str = ""
+    host: str = ""
+    settings: Mapping[str, object] = field(default_factory=dict)  # InvarianceSettings
+    recipe: str = ""
+    guillotine: Guillotine | None = None
+    depth: tuple[DepthRow, ...] = ()
+    whitening: Whitening | None = None
+    claims: tuple[Verdict, ...] = ()
+    seconds: Mapping[str, float] = field(default_factory=dict)
+
+
+def read_invariance(path: str | Path) -> InvarianceResult:
+    """An ``invariance.json`` (or the folder holding it) as read by :func:`read_result`.
+
+    Raises:
+        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
+            message names the file.
+    """
+    content = read_result(Path(path), "invariance").content
+    return InvarianceResult.from_json(content, where=str(path))
