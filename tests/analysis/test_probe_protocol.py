@@ -28,6 +28,7 @@ from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import LoadedModel, load_model
 from solo_geometry.run.probe_table import ProbeTable
 from solo_geometry.run.run_folder import RunFolder
+from tests.shared import build_once
 
 
 def _support() -> ModuleType:
@@ -39,21 +40,12 @@ def _support() -> ModuleType:
     return module
 
 
-@pytest.fixture(scope="module")
-def run_both(
-    tmp_path_factory: pytest.TempPathFactory, digits: Path
-) -> tuple[Path, ProbeTable, LoadedModel]:
-    """One tiny SimCLR run with ``geometry.probes.protocol=both``.
-
-    Its probes fit on the recipe's train folder and score on its val folder.
-    """
-    pytest.importorskip("lightly", reason="the lightly host needs lightly")
+def _train_both(folder: Path, digits: Path) -> None:
+    """One tiny SimCLR run with ``geometry.probes.protocol=both``, under ``folder / "runs"``."""
     from solo_geometry.hosts.lightly import launch
 
-    tmp = tmp_path_factory.mktemp("protocol")
-    data = digits
     checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
-    recipe = _support().write_recipe(tmp / "recipes", "simclr", data, checkpoint=checkpoint)
+    recipe = _support().write_recipe(folder / "recipes", "simclr", digits, checkpoint=checkpoint)
     overrides = [
         "+geometry=on",
         "geometry.probes.protocol=both",
@@ -64,11 +56,24 @@ def run_both(
         "geometry.measure.augment=false",
         "geometry.report=false",
     ]
-    run = launch(recipe, overrides, runs_root=tmp / "runs")
+    launch(recipe, overrides, runs_root=folder / "runs")
+
+
+@pytest.fixture(scope="module")
+def run_both(
+    tmp_path_factory: pytest.TempPathFactory, digits: Path
+) -> tuple[Path, ProbeTable, LoadedModel]:
+    """The run of ``_train_both``, once per session: the data, its probe table and its model.
+
+    Its probes fit on the recipe's train folder and score on its val folder.
+    """
+    pytest.importorskip("lightly", reason="the lightly host needs lightly")
+    folder = build_once(tmp_path_factory, "probe_protocol", lambda f: _train_both(f, digits))
+    (run,) = (folder / "runs").iterdir()
     table = RunFolder(run).read_probes()
     assert table is not None
-    assert table.settings["data"] == str((data / "train", data / "val"))
-    return data, table, load_model(run)
+    assert table.settings["data"] == str((digits / "train", digits / "val"))
+    return digits, table, load_model(run)
 
 
 def _hand_linear_on_z(model: LoadedModel, train_x: Tensor, test_x: Tensor) -> float:
@@ -99,6 +104,7 @@ def _hand_linear_on_z(model: LoadedModel, train_x: Tensor, test_x: Tensor) -> fl
         return float((probe(zte).argmax(1) == yte).double().mean())
 
 
+@pytest.mark.shared("probe_protocol")  # its first test goes first, and trains the run
 class TestProtocolBoth:
     def test_writes_both_probes(self, run_both: tuple[Path, ProbeTable, LoadedModel]) -> None:
         _, table, _ = run_both

@@ -30,7 +30,7 @@ The runs come from files (our ``summary.json``, the authors' results) through
 
 Calibration: on the authors' released CIFAR-10 ResNet-18 results (``tests/fixtures/
 collapse_authors.json``) the first two are "held" and the third "undecidable" (their file holds
-no M); ``tests/reproduce/test_collapse_verdicts.py`` checks this.
+no M); ``tests/reproduce/collapse/test_collapse_verdicts.py`` checks this.
 """
 
 from __future__ import annotations

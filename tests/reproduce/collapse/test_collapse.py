@@ -26,7 +26,7 @@ from solo_geometry.reproduce.collapse.summary import cell_record
 from solo_geometry.reproduce.paper import write_page
 from tests.shared import write_fake_cifar
 
-AUTHORS = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
+AUTHORS = Path(__file__).resolve().parents[2] / "fixtures" / "collapse_authors.json"
 
 TINY = Protocol(
     epochs=2,

@@ -13,7 +13,7 @@ from solo_geometry.reproduce.collapse.files import load_runs
 from solo_geometry.reproduce.collapse.verdicts import Run
 from solo_geometry.runtime.updates import std_ceiling
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "collapse_authors.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "collapse_authors.json"
 ROWS, DIM, STEPS = 64, 128, 10
 
 

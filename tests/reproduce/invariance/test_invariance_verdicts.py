@@ -24,7 +24,7 @@ from solo_geometry.reproduce.invariance.verdicts import (
 )
 from solo_geometry.reproduce.paper_arrays import paper_evidence, read_npy_dict
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "paper_invariance.json"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "paper_invariance.json"
 
 
 def paper(name: str = "cifar10/resnet18") -> dict[str, Any]:

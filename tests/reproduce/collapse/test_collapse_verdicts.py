@@ -20,7 +20,7 @@ from solo_geometry.reproduce.collapse.verdicts import (
 )
 from solo_geometry.runtime.updates import std_ceiling
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "collapse_authors.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "collapse_authors.json"
 
 
 def _authors(name: str = "cifar10/resnet18") -> list[Run]:
