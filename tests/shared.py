@@ -23,6 +23,10 @@ from solo_geometry.config import OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.cifar import cifar_paths
 from solo_geometry.zoo.measurements import MeasureSettings
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+COLLAPSE_AUTHORS = FIXTURES / "collapse_authors.json"  # the authors' released collapse curves
+PAPER_INVARIANCE = FIXTURES / "paper_invariance.json"  # from the authors' released arrays
+
 
 def build_once(
     tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]

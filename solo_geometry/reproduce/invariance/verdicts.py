@@ -9,7 +9,8 @@ effect exceeds twice its standard error, ``not held`` when the opposite effect d
 probes and this package's; orbit tables with the head fed unit z, as the paper's code, or raw z,
 as in training) each reading is judged, and the claim takes their common verdict; readings that
 disagree make it ``undecidable``. Calibration: on the authors' CIFAR-10 ResNet-18 arrays every
-claim is ``held``, as the paper states (``tests/reproduce/invariance/test_invariance_verdicts.py``).
+claim is ``held``, as the paper states
+(``tests/reproduce/invariance/test_invariance_verdicts.py``).
 
 Standard errors: rotation probes, binomial on the held-out images, independent (unpaired, so
 conservative); orbit compression, per-orbit log spread ratio over orbits; separation, paired

@@ -24,9 +24,9 @@ from solo_geometry.reproduce.collapse.protocol import Block, Protocol
 from solo_geometry.reproduce.collapse.result import read_summary
 from solo_geometry.reproduce.collapse.summary import cell_record
 from solo_geometry.reproduce.paper import write_page
-from tests.shared import write_fake_cifar
+from tests.shared import COLLAPSE_AUTHORS, write_fake_cifar
 
-AUTHORS = Path(__file__).resolve().parents[2] / "fixtures" / "collapse_authors.json"
+AUTHORS = COLLAPSE_AUTHORS
 
 TINY = Protocol(
     epochs=2,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,9 @@ from solo_geometry.reproduce.collapse.alerts import alert_markdown, replay, repl
 from solo_geometry.reproduce.collapse.files import load_runs
 from solo_geometry.reproduce.collapse.verdicts import Run
 from solo_geometry.runtime.updates import std_ceiling
+from tests.shared import COLLAPSE_AUTHORS
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "collapse_authors.json"
+FIXTURE = COLLAPSE_AUTHORS
 ROWS, DIM, STEPS = 64, 128, 10
 
 

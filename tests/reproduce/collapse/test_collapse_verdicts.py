@@ -19,8 +19,9 @@ from solo_geometry.reproduce.collapse.verdicts import (
     judge,
 )
 from solo_geometry.runtime.updates import std_ceiling
+from tests.shared import COLLAPSE_AUTHORS
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "collapse_authors.json"
+FIXTURE = COLLAPSE_AUTHORS
 
 
 def _authors(name: str = "cifar10/resnet18") -> list[Run]:

@@ -23,8 +23,9 @@ from solo_geometry.reproduce.invariance.verdicts import (
     verdicts,
 )
 from solo_geometry.reproduce.paper_arrays import paper_evidence, read_npy_dict
+from tests.shared import PAPER_INVARIANCE
 
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "paper_invariance.json"
+FIXTURE = PAPER_INVARIANCE
 
 
 def paper(name: str = "cifar10/resnet18") -> dict[str, Any]:
