@@ -389,9 +389,11 @@ class TestRealRun:
                 # every step measured, densities included: the report reads them
                 "geometry.budget=null",
                 "geometry.probes.enabled=false",
+                "geometry.report=false",  # drawn below, once, after the probe command
             ],
             runs_root=tmp_path / "runs",
         )
+        assert not (run / "report").exists()
         few = digits_subset(data, tmp_path / "few", {"train": 12, "val": 6})  # 180 images
         assert (
             cli_main(
