@@ -229,6 +229,12 @@ class TestSweep:
         assert linear.final_std is not None and math.isfinite(linear.final_std)
 
 
+def _paper_quick(out: Path, root: Path, *extra: str) -> int:
+    """``solo-geometry reproduce collapse --scale paper --quick`` on cifar files under ``root``."""
+    argv = ["reproduce", "collapse", "--scale", "paper", "--quick", "--out", str(out)]
+    return cli_main([*argv, "--data-root", str(root), *extra])
+
+
 class TestBadInput:
     def test_cifar_files_absent_is_exit_2_without_download(
         self, tmp_path: Path, capsys: pytest.CaptureFixture
@@ -388,27 +394,18 @@ class TestPaperScale:
         out = tmp_path / "o"
         buf = io.StringIO()
         with redirect_stdout(buf):
-            code = cli_main(
-                [
-                    "reproduce",
-                    "collapse",
-                    "--scale",
-                    "paper",
-                    "--quick",
-                    "--jobs",
-                    "2",
-                    "--out",
-                    str(out),
-                    "--data-root",
-                    str(root),
-                    "epochs=2",
-                    "steps_per_epoch=2",
-                    "batch_size=8",
-                    "every_n_steps=4",
-                    "proj_hidden_dim=32",
-                    "proj_output_dim=32",
-                    "pred_hidden_dim=8",
-                ]
+            code = _paper_quick(
+                out,
+                root,
+                "--jobs",
+                "2",
+                "epochs=2",
+                "steps_per_epoch=2",
+                "batch_size=8",
+                "every_n_steps=4",
+                "proj_hidden_dim=32",
+                "proj_output_dim=32",
+                "pred_hidden_dim=8",
             )
         assert code == 0
         summary = json.loads((out / "summary.json").read_text())
@@ -438,19 +435,7 @@ class TestPaperScale:
     ) -> None:
         root = write_fake_cifar(tmp_path / "cifar")
         (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
-        code = cli_main(
-            [
-                "reproduce",
-                "collapse",
-                "--scale",
-                "paper",
-                "--quick",
-                "--out",
-                str(tmp_path / "o"),
-                "--data-root",
-                str(root),
-            ]
-        )
+        code = _paper_quick(tmp_path / "o", root)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "data_batch_3" in err[0]
         assert not (tmp_path / "o").exists()

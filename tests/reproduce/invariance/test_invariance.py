@@ -44,6 +44,12 @@ def cli(*argv: str) -> int:
     return int(args.func(args))
 
 
+def _quick_cifar10(out: Path, root: Path) -> int:
+    """``solo-geometry reproduce invariance --quick`` on cifar10 files under ``root``."""
+    argv = ["reproduce", "invariance", "--quick", "--out", str(out), "--dataset", "cifar10"]
+    return cli_main([*argv, "--data-root", str(root)])
+
+
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The tiny invariance run, built once per session however many workers read it."""
@@ -237,19 +243,7 @@ class TestInvarianceInput:
         out = tmp_path / "out"
         empty = tmp_path / "empty"
         empty.mkdir()
-        code = cli_main(
-            [
-                "reproduce",
-                "invariance",
-                "--quick",
-                "--out",
-                str(out),
-                "--dataset",
-                "cifar10",
-                "--data-root",
-                str(empty),
-            ]
-        )
+        code = _quick_cifar10(out, empty)
         err = capsys.readouterr().err.strip()
         assert code == 2
         assert len(err.splitlines()) == 1 and "cifar10" in err and "never downloads" in err
@@ -272,19 +266,7 @@ class TestInvarianceInput:
         bad = cifar_paths(root, "cifar10", train=False)[0]
         bad.write_bytes(pickle.dumps({"data": Payload(), "labels": []}, protocol=2))
         out = tmp_path / "out"
-        code = cli_main(
-            [
-                "reproduce",
-                "invariance",
-                "--quick",
-                "--out",
-                str(out),
-                "--dataset",
-                "cifar10",
-                "--data-root",
-                str(root),
-            ]
-        )
+        code = _quick_cifar10(out, root)
         captured = capsys.readouterr()
         assert code == 2 and "unpickled" not in captured.out  # refused, never called
         err = captured.err.strip()
