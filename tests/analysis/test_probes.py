@@ -268,8 +268,11 @@ class TestEvaluate:
 
 
 def _fake_run(root: Path, method: str = "byol") -> Path:
-    backbone, d = build_backbone("resnet18", cifar=True)
-    projector = solo_projector(method, d, 16, 8)
+    """An untrained run, its weights drawn from a fixed seed (not from the worker's RNG state)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        backbone, d = build_backbone("resnet18", cifar=True)
+        projector = solo_projector(method, d, 16, 8)
     state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
     state |= {f"projector.{k}": v for k, v in projector.state_dict().items()}
     state["classifier.weight"] = torch.zeros(3, d)
@@ -385,7 +388,12 @@ class TestProbeSplits:
             _cli(str(run), "--data", str(data), "--no-orbits", "--quiet", "--targets", "class") == 0
         )
         rows = RunFolder(run).read_probes().rows
-        assert min(r.accuracy for r in rows if r.probe == "linear") >= 0.9, rows
+        # Scored by index, val's "1" and "2" would be read as classes 0 and 1: every probe near 0.
+        # The backbone's 512 features separate the colours; the untrained 8-wide head's are a
+        # random projection of them, above chance (0.5) but not always perfect (0.875 to 1.0
+        # over torch seeds 0 to 11).
+        assert min(r.accuracy for r in rows if r.features == "z") >= 0.9, rows
+        assert min(r.accuracy for r in rows) >= 0.7, rows
 
     def test_a_held_out_class_train_lacks_is_refused(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
