@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from solo_geometry.analysis.probes import linear_probe, standardize
+from solo_geometry.analysis.probes import linear_probe, standardise
 from solo_geometry.config import LinearProbeConfig
 from solo_geometry.inputs.datasets import stratified_split
 
@@ -62,7 +62,7 @@ def sklearn_probe(
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
-    xtr, xte = (t.double().numpy() for t in standardize(x_tr.double(), x_te.double()))
+    xtr, xte = (t.double().numpy() for t in standardise(x_tr.double(), x_te.double()))
     ytr, yte = y_tr.numpy(), y_te.numpy()
     fit, val = (i.numpy() for i in stratified_split(y_tr, 0.2, torch.Generator().manual_seed(seed)))
     clf = LogisticRegression(max_iter=1000, warm_start=True)

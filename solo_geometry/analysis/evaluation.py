@@ -182,7 +182,7 @@ def evaluate(
             head,
             splits["train"][0],
             splits["test"][0],
-            normalize=mean_std,
+            normalise=mean_std,
             settings=PaperProbeSettings(seed=cfg.seed),
         )
     test_x, test_y = splits["test"]
@@ -234,7 +234,7 @@ def _paper_orbits(
     default protocol's parameters (see ``geometry/augment.py``).
     """
     orbit = orbit_images(images, labels, protocol="paper", seed=seed)
-    Z, H = orbit_representations(backbone, head, orbit.images, protocol="paper", normalize=mean_std)
+    Z, H = orbit_representations(backbone, head, orbit.images, protocol="paper", normalise=mean_std)
     cmp = orbit_comparison(Z, H, orbit.orbit_ids, orbit.labels)
     k = len(PAPER_ORBIT_DEGREES)
     return OrbitRow(

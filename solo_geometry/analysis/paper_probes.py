@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solo_geometry.geometry.augment import Normalization, apply_normalization, deterministic_mode
+from solo_geometry.geometry.augment import Normalisation, apply_normalisation, deterministic_mode
 
 __all__ = ["PaperProbeSettings", "paper_rotations", "paper_rotation_probes"]
 
@@ -57,7 +57,7 @@ def paper_rotations(images: Tensor, seed: int = 0) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def _features(
-    backbone: nn.Module, head: nn.Module, x: Tensor, normalize: Normalization | None
+    backbone: nn.Module, head: nn.Module, x: Tensor, normalise: Normalisation | None
 ) -> tuple[Tensor, Tensor]:
     zs, hs = [], []
     # the model's device (a backbone without parameters: the CPU); features come back to the CPU
@@ -65,7 +65,7 @@ def _features(
     with deterministic_mode(nn.ModuleList([backbone, head]), batch_stats=False):
         for chunk in x.split(256):
             chunk = chunk.to(device)
-            z = backbone(chunk if normalize is None else apply_normalization(chunk, normalize))
+            z = backbone(chunk if normalise is None else apply_normalisation(chunk, normalise))
             zs.append(z.flatten(1).cpu())
             hs.append(head(z.flatten(1)).cpu())
     return torch.cat(zs), torch.cat(hs)
@@ -95,7 +95,7 @@ def paper_rotation_probes(
     train_x: Tensor,
     test_x: Tensor,
     *,
-    normalize: Normalization | None = None,
+    normalise: Normalisation | None = None,
     settings: PaperProbeSettings = PaperProbeSettings(),
 ) -> dict[str, Any]:
     """The paper's linear and MLP rotation probes on Z and on H.
@@ -105,7 +105,7 @@ def paper_rotation_probes(
         head: raw features -> head outputs (N, p).
         train_x: probe-train images (N, 3, H, W) in [0, 1].
         test_x: held-out images (M, 3, H, W) in [0, 1].
-        normalize: the recipe's input normalisation (None: none, as the paper).
+        normalise: the recipe's input normalisation (None: none, as the paper).
         settings: the probe settings (the paper's by default).
 
     Returns:
@@ -115,8 +115,8 @@ def paper_rotation_probes(
     torch.manual_seed(settings.seed)
     gen = torch.Generator().manual_seed(settings.seed)
     (xtr, ytr), (xte, yte) = (paper_rotations(x, settings.seed) for x in (train_x, test_x))
-    ztr, htr = _features(backbone, head, xtr, normalize)
-    zte, hte = _features(backbone, head, xte, normalize)
+    ztr, htr = _features(backbone, head, xtr, normalise)
+    zte, hte = _features(backbone, head, xte, normalise)
     out: dict[str, Any] = {"linear": [], "mlp": []}
     for (tr, te), hidden in (((ztr, zte), settings.hidden_z), ((htr, hte), settings.hidden_h)):
         d = tr.shape[1]

@@ -37,7 +37,7 @@ from solo_geometry.config import LinearProbeConfig, MlpProbeConfig
 from solo_geometry.inputs.datasets import stratified_split
 from solo_geometry.models.solo_mlp import build_mlp
 
-__all__ = ["ProbeResult", "linear_probe", "mlp_probe", "standardize"]
+__all__ = ["ProbeResult", "linear_probe", "mlp_probe", "standardise"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _check_inputs(x_tr: Tensor, y_tr: Tensor, x_te: Tensor, y_te: Tensor) -> Non
         raise ValueError(f"need at least 2 train samples; got {x_tr.shape[0]}")
 
 
-def standardize(x_tr: Tensor, *others: Tensor, eps: float = 1e-8) -> tuple[Tensor, ...]:
+def standardise(x_tr: Tensor, *others: Tensor, eps: float = 1e-8) -> tuple[Tensor, ...]:
     """Standardise with the train split's mean and std (constant columns become 0).
 
     Args:
@@ -100,7 +100,7 @@ def _prepare(
 ) -> tuple[torch.device, Tensor, Tensor, Tensor, Tensor, int]:
     """Device, standardised features, long labels and the class count shared by both probes."""
     dev = torch.device(device) if device is not None else x_tr.device
-    xtr, xte = standardize(x_tr.to(dev, dtype), x_te.to(dev, dtype))
+    xtr, xte = standardise(x_tr.to(dev, dtype), x_te.to(dev, dtype))
     ytr, yte = y_tr.to(dev, torch.long), y_te.to(dev, torch.long)
     n_classes = int(max(int(ytr.max()), int(yte.max()) if len(yte) else 0)) + 1
     return dev, xtr, ytr, xte, yte, n_classes

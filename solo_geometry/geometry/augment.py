@@ -35,18 +35,18 @@ __all__ = [
     "COLOUR_FAMILIES",
     "FAMILIES",
     "GEOMETRIC_FAMILIES",
-    "Normalization",
+    "Normalisation",
     "apply_augmentation",
-    "apply_normalization",
+    "apply_normalisation",
     "augmentation_tangents",
     "default_step",
     "deterministic_mode",
     "metric_singularity",
-    "undo_normalization",
+    "undo_normalisation",
 ]
 
 Augmentation = Callable[[Tensor, Tensor | float], Tensor]
-Normalization = tuple[Sequence[float], Sequence[float]]  # a recipe's per-channel (mean, std)
+Normalisation = tuple[Sequence[float], Sequence[float]]  # a recipe's per-channel (mean, std)
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale
 _RGB_TO_YIQ = torch.tensor(
@@ -183,43 +183,43 @@ def default_step(dtype: torch.dtype) -> float:
     return 1e-4 if dtype == torch.float64 else 2e-3
 
 
-def _channel_stats(x: Tensor, normalize: Normalization) -> tuple[Tensor, Tensor]:
-    """Mean and std of ``normalize`` as (1, C, 1, 1) tensors of x's dtype and device."""
+def _channel_stats(x: Tensor, normalise: Normalisation) -> tuple[Tensor, Tensor]:
+    """Mean and std of ``normalise`` as (1, C, 1, 1) tensors of x's dtype and device."""
     mean, std = (
-        torch.as_tensor(v, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1) for v in normalize
+        torch.as_tensor(v, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1) for v in normalise
     )
     if mean.numel() != x.shape[1] or std.numel() != x.shape[1] or not bool((std > 0).all()):
         raise ValueError(
-            f"normalize must be (mean, std) with {x.shape[1]} values each and std > 0; "
-            f"got {normalize!r}"
+            f"normalise must be (mean, std) with {x.shape[1]} values each and std > 0; "
+            f"got {normalise!r}"
         )
     return mean, std
 
 
-def apply_normalization(x: Tensor, normalize: Normalization) -> Tensor:
+def apply_normalisation(x: Tensor, normalise: Normalisation) -> Tensor:
     """(x - mean) / std per channel, as ``torchvision.transforms.Normalize``.
 
     Args:
         x: images (N, C, H, W) in pixel space.
-        normalize: ``(mean, std)``, C values each.
+        normalise: ``(mean, std)``, C values each.
 
     Returns:
         Normalised images (N, C, H, W).
 
     Raises:
-        ValueError: if ``normalize`` does not have C values each or a std is not positive.
+        ValueError: if ``normalise`` does not have C values each or a std is not positive.
     """
-    mean, std = _channel_stats(x, normalize)
+    mean, std = _channel_stats(x, normalise)
     return (x - mean) / std
 
 
-def undo_normalization(x: Tensor, normalize: Normalization) -> Tensor:
-    """Undo :func:`apply_normalization`: x * std + mean, back to pixel space (N, C, H, W).
+def undo_normalisation(x: Tensor, normalise: Normalisation) -> Tensor:
+    """Undo :func:`apply_normalisation`: x * std + mean, back to pixel space (N, C, H, W).
 
     Raises:
-        ValueError: if ``normalize`` does not have C values each or a std is not positive.
+        ValueError: if ``normalise`` does not have C values each or a std is not positive.
     """
-    mean, std = _channel_stats(x, normalize)
+    mean, std = _channel_stats(x, normalise)
     return x * std + mean
 
 
@@ -266,18 +266,18 @@ def augmentation_tangents(
     images: Tensor,
     family: str,
     *,
-    normalize: Normalization | None = None,
-    images_normalized: bool = True,
+    normalise: Normalisation | None = None,
+    images_normalised: bool = True,
     bn_training: bool | None = None,
     step: float | None = None,
 ) -> Tensor:
     """Tangents v_aug(x) = d backbone(normalise(aug(x, t))) / dt at t = 0, in Z.
 
     The augmentation acts on the unnormalised image (pixel space), then comes the recipe's
-    normalisation, then the backbone (docs/design.md section 3). With ``normalize = (mean, std)``
-    and ``images_normalized`` (a training batch, normalised by the recipe) the images are first
-    mapped back to pixel space, x = images * std + mean; with ``images_normalized=False`` they are
-    taken as pixels. With ``normalize=None`` the images are pixels the backbone reads as
+    normalisation, then the backbone (docs/design.md section 3). With ``normalise = (mean, std)``
+    and ``images_normalised`` (a training batch, normalised by the recipe) the images are first
+    mapped back to pixel space, x = images * std + mean; with ``images_normalised=False`` they are
+    taken as pixels. With ``normalise=None`` the images are pixels the backbone reads as
     they are.
 
     The backbone runs in the BatchNorm mode of the point it differentiates at: batch statistics
@@ -295,8 +295,8 @@ def augmentation_tangents(
         backbone: images (N, C, H, W) -> features (N, d) (or (N, d, 1, 1), flattened).
         images: images (N, C, H, W), normalised or pixels (see above).
         family: one of ``FAMILIES``.
-        normalize: the recipe's ``(mean, std)`` (C values each), or None.
-        images_normalized: whether ``images`` are already normalised by ``normalize``.
+        normalise: the recipe's ``(mean, std)`` (C values each), or None.
+        images_normalised: whether ``images`` are already normalised by ``normalise``.
         bn_training: BatchNorm on batch statistics (True) or running statistics (False);
             None: ``backbone.training``.
         step: central-difference step (geometric families); default :func:`default_step`.
@@ -305,19 +305,19 @@ def augmentation_tangents(
         Tangents (N, d), detached.
 
     Raises:
-        ValueError: on an unknown family, a non-positive step or a bad ``normalize``.
+        ValueError: on an unknown family, a non-positive step or a bad ``normalise``.
     """
     aug = _check_family(family)
     h = default_step(images.dtype) if step is None else step
     if h <= 0:
         raise ValueError(f"step must be positive; got {step}")
     x = images.detach()
-    if normalize is not None and images_normalized:
-        x = undo_normalization(x, normalize)  # (N, C, H, W) in pixel space
+    if normalise is not None and images_normalised:
+        x = undo_normalisation(x, normalise)  # (N, C, H, W) in pixel space
 
     def pipeline(t: Tensor | float) -> Tensor:
         moved = aug(x, t)  # (N, C, H, W), pixel space
-        return backbone(moved if normalize is None else apply_normalization(moved, normalize))
+        return backbone(moved if normalise is None else apply_normalisation(moved, normalise))
 
     batch_stats = backbone.training if bn_training is None else bn_training
     with deterministic_mode(backbone, batch_stats=batch_stats):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torchvision.transforms import functional as TF
 
-from solo_geometry.geometry.augment import Normalization
+from solo_geometry.geometry.augment import Normalisation
 from solo_geometry.geometry.orbits import Pair, mean_std, orbit_representations
 from solo_geometry.geometry.stats import normalise_rows
 
@@ -38,7 +38,7 @@ def sweep_representations(
     head: nn.Module,
     images: Tensor,
     *,
-    normalize: Normalization | None = None,
+    normalise: Normalisation | None = None,
     degrees: Sequence[float] = PAPER_SWEEP_DEGREES,
     batch_size: int = 256,
 ) -> tuple[Tensor, Tensor]:
@@ -52,7 +52,7 @@ def sweep_representations(
         backbone: images (B, C, H, W) -> features (B, d).
         head: features (B, d) -> outputs (B, p).
         images: (N, C, H, W) in pixel space.
-        normalize: the recipe's ``(mean, std)`` applied after rotating, or None.
+        normalise: the recipe's ``(mean, std)`` applied after rotating, or None.
         degrees: the A angles of the sweep.
         batch_size: images per forward pass.
 
@@ -61,7 +61,7 @@ def sweep_representations(
     """
     sweeps = torch.stack([TF.rotate(images, float(a)) for a in degrees], dim=1)  # (N, A, C, H, W)
     z, h = orbit_representations(
-        backbone, head, sweeps.flatten(0, 1), normalize=normalize, batch_size=batch_size
+        backbone, head, sweeps.flatten(0, 1), normalise=normalise, batch_size=batch_size
     )
     n, a = images.shape[0], len(degrees)
     return z.reshape(n, a, -1), h.reshape(n, a, -1)  # (N, A, d), (N, A, p)

@@ -44,9 +44,9 @@ from torch import Tensor, nn
 from torchvision.transforms import functional as TF
 
 from solo_geometry.geometry.augment import (
-    Normalization,
+    Normalisation,
     apply_augmentation,
-    apply_normalization,
+    apply_normalisation,
     deterministic_mode,
 )
 from solo_geometry.geometry.stats import normalise_rows
@@ -361,7 +361,7 @@ def orbit_representations(
     images: Tensor,
     *,
     protocol: str = "default",
-    normalize: Normalization | None = None,
+    normalise: Normalisation | None = None,
     batch_size: int = 256,
 ) -> tuple[Tensor, Tensor]:
     """Z and H of orbit images, rows L2-normalised, backbone and head in eval mode.
@@ -374,7 +374,7 @@ def orbit_representations(
         head: features (B, d) -> outputs (B, p).
         images: orbit images (M, C, H, W) in pixel space.
         protocol: ``"paper"`` or ``"default"``.
-        normalize: the recipe's ``(mean, std)`` applied before the backbone, or None.
+        normalise: the recipe's ``(mean, std)`` applied before the backbone, or None.
         batch_size: images per forward pass.
 
     Returns:
@@ -388,7 +388,7 @@ def orbit_representations(
     zs, hs = [], []
     with deterministic_mode(nn.ModuleList([backbone, head]), batch_stats=False):
         for chunk in images.split(batch_size):
-            z = backbone(chunk if normalize is None else apply_normalization(chunk, normalize))
+            z = backbone(chunk if normalise is None else apply_normalisation(chunk, normalise))
             zn = F.normalize(z.flatten(1), dim=1)  # (B, d)
             zs.append(zn)
             hs.append(F.normalize(head(zn if protocol == "paper" else z.flatten(1)), dim=1))

@@ -9,7 +9,7 @@ A host's LightningModule mixes in :class:`GeometryHost` and supplies only what i
   training-step value (momentum targets, indexes, ...), tensors in plain containers;
 * ``geometry_global_loss(contexts)``: the method's loss as a function of the head outputs H
   (V, R * N, p) of the global batch of R ranks (R = 1 outside DDP), from each rank's context;
-* ``geometry_normalization()``: the recipe's input normalisation (tangents in pixel space).
+* ``geometry_normalisation()``: the recipe's input normalisation (tangents in pixel space).
 
 The base owns the rest: capture of the training step's own features (``geometry_capture``,
 :meth:`GeometryHost.keep`), the state guard around any fresh forward
@@ -61,7 +61,7 @@ def assemble_view(
     loss_of_outputs: LossOfOutputs,
     backbone: torch.nn.Module | None = None,
     images: Tensor | None = None,
-    normalization: MeanStd | None = None,
+    normalisation: MeanStd | None = None,
     features_dtype: str | None = None,
 ) -> GeometryView:
     """The view of one batch, the loss of Z built as the loss of H[v] = head(Z[v]).
@@ -72,7 +72,7 @@ def assemble_view(
         loss_of_outputs: H (V, N, p) -> scalar, everything but H held fixed.
         backbone: the backbone, for augmentation tangents.
         images: the first crop's images (N, C, H, W).
-        normalization: the ``(mean, std)`` the images were normalised with.
+        normalisation: the ``(mean, std)`` the images were normalised with.
         features_dtype: the dtype the backbone computed the features in (None: theirs).
 
     Returns:
@@ -89,7 +89,7 @@ def assemble_view(
         backbone=backbone,
         images=images,
         loss_of_outputs=loss_of_outputs,
-        normalization=normalization,
+        normalisation=normalisation,
         features_dtype=features_dtype,
     )
 
@@ -153,7 +153,7 @@ class GeometryHost:
         """
         return self.geometry_head()
 
-    def geometry_normalization(self) -> MeanStd | None:
+    def geometry_normalisation(self) -> MeanStd | None:
         """The recipe's input ``(mean, std)`` (pixel-space tangents); None: images are pixels."""
         return None
 
@@ -198,7 +198,7 @@ class GeometryHost:
             loss_of_outputs,
             module.backbone,
             parts[0].images,
-            self.geometry_normalization(),
+            self.geometry_normalisation(),
             self._geometry_features_dtype,
         )
 

@@ -53,7 +53,7 @@ def mean_std_of(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     *,
-    normalize: bool = True,
+    normalise: bool = True,
 ) -> MeanStd:
     """The input normalisation solo-learn's pipelines use for a recipe.
 
@@ -64,13 +64,13 @@ def mean_std_of(
         dataset: the recipe's ``data.dataset``.
         mean: the recipe's augmentation ``mean`` (None: absent).
         std: the recipe's augmentation ``std`` (None: absent).
-        normalize: False (recipe field ``data.normalize``, lightly host): no normalisation,
+        normalise: False (recipe field ``data.normalize``, lightly host): no normalisation,
             ToTensor's [0, 1] only, as the paper's code; mean 0 and std 1.
 
     Returns:
         ``(mean, std)``, three values each.
     """
-    if not normalize:
+    if not normalise:
         return ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
     fallback = (tuple(mean or IMAGENET_MEAN_STD[0]), tuple(std or IMAGENET_MEAN_STD[1]))
     return MEANS_STDS.get(str(dataset), fallback)

@@ -128,7 +128,7 @@ def _forward(
     head: nn.Module,
     loader: DataLoader,
     device: torch.device,
-    normalize: Callable[[Tensor], Tensor],
+    normalise: Callable[[Tensor], Tensor],
     progress: bool,
     desc: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -137,7 +137,7 @@ def _forward(
     if progress:
         bar = tqdm(total=len(loader.dataset), desc=desc, unit="img", file=sys.stderr)  # type: ignore[arg-type]
     for images, labels in loader:
-        z = backbone(normalize(images.to(device, torch.float32)))  # (B, d)
+        z = backbone(normalise(images.to(device, torch.float32)))  # (B, d)
         z = z.flatten(1)  # (B, d) for backbones that keep spatial dims of size 1
         zs.append(z.float().cpu())
         hs.append(head(z).float().cpu())  # (B, p)

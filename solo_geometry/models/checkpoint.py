@@ -282,7 +282,7 @@ def build_from_config(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module, MeanSt
     augs = _node(cfg, "augmentations", list) or [{}]
     first = augs[0] if isinstance(augs[0], dict) else {}
     mean_std = mean_std_of(  # as the recipe trained it
-        dataset, first.get("mean"), first.get("std"), normalize=bool(data.get("normalize", True))
+        dataset, first.get("mean"), first.get("std"), normalise=bool(data.get("normalize", True))
     )
     return backbone, head, mean_std, notes
 

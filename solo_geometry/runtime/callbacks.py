@@ -225,7 +225,7 @@ def geometry_callbacks(
     meta: Mapping[str, Any],
     train_dir: str | Path | None = None,
     val_dir: str | Path | None = None,
-    normalization: MeanStd = IMAGENET_MEAN_STD,
+    normalisation: MeanStd = IMAGENET_MEAN_STD,
 ) -> list[Callback]:
     """The monitor, the probes (when enabled) and the report, for one run.
 
@@ -235,7 +235,7 @@ def geometry_callbacks(
         meta: plain facts stored with the first record and the checkpoint (host, method).
         train_dir: the recipe's ``data.train_path``.
         val_dir: the recipe's ``data.val_path``.
-        normalization: the recipe's input ``(mean, std)`` (``datasets.mean_std_of``), which
+        normalisation: the recipe's input ``(mean, std)`` (``datasets.mean_std_of``), which
             the probes apply to their images.
 
     Returns:
@@ -247,7 +247,7 @@ def geometry_callbacks(
         callbacks.append(UpdateSizeMonitor(run_dir))
     if cfg.probes.enabled:
         data = probe_data(cfg.probes, train_dir, val_dir)
-        callbacks.append(ProbeCallback(cfg.probes, data, run_dir, normalization))
+        callbacks.append(ProbeCallback(cfg.probes, data, run_dir, normalisation))
     if cfg.report:
         callbacks.append(ReportCallback(run_dir))
     return callbacks

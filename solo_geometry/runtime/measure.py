@@ -208,7 +208,7 @@ def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generato
     out = {}
     for family in cfg.measure.augment_families:
         tangents = augmentation_tangents(
-            view.backbone, view.images, family, normalize=view.normalization
+            view.backbone, view.images, family, normalise=view.normalisation
         )[:m]  # (m, d)
         out[f"rho/{family}"] = float(metric_singularity(view.head, z0, tangents, generator=gen))
     return out

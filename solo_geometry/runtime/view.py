@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
-from solo_geometry.geometry.augment import Normalization
+from solo_geometry.geometry.augment import Normalisation
 
 __all__ = ["GeometryAware", "GeometryView", "backbone_and_head"]
 
@@ -32,7 +32,7 @@ class GeometryView:
             outputs, needed to split H_eff into GN + M (optional: without it only the H_eff
             spectrum is recorded). It may receive H in float64: cast captured tensors with
             ``t.to(H)``.
-        normalization: the recipe's ``(mean, std)`` with which ``images`` were normalised, so
+        normalisation: the recipe's ``(mean, std)`` with which ``images`` were normalised, so
             augmentation tangents act in pixel space; None: the images are pixels.
         features_dtype: the dtype the backbone computed the features in (``bfloat16`` under
             ``bf16-mixed``, before they were kept in float32); None: ``features``' own.
@@ -44,7 +44,7 @@ class GeometryView:
     backbone: nn.Module | None = None
     images: Tensor | None = None
     loss_of_outputs: Callable[[Tensor], Tensor] | None = None
-    normalization: Normalization | None = None
+    normalisation: Normalisation | None = None
     features_dtype: str | None = None
 
 

@@ -83,7 +83,7 @@ class _WeightNormLinear(nn.Module):
 class DINOHead(nn.Module):
     """DINO's projection head with DINO's key names: ``mlp.*``, ``last_layer.weight_{g,v}``.
 
-    h(z) = W_last normalize(mlp(z)), with W_last = g * v / ||v|| row-wise (weight normalisation
+    h(z) = W_last normalise(mlp(z)), with W_last = g * v / ||v|| row-wise (weight normalisation
     as ``torch.nn.utils.weight_norm`` stores it).
 
     Args:

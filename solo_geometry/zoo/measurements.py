@@ -140,7 +140,7 @@ def _rho(
         z = backbone((x - _t(mean_std[0])) / _t(mean_std[1])).flatten(1).detach()  # (n, d)
         for family in s.rho_families:
             v = augmentation_tangents(
-                backbone, x, family, normalize=mean_std, images_normalized=False, bn_training=False
+                backbone, x, family, normalise=mean_std, images_normalised=False, bn_training=False
             )
             gen = torch.Generator().manual_seed(seed)
             out[family] = metric_singularity(head, z, v, generator=gen, probes=s.rho_probes)

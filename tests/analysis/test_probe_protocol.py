@@ -126,7 +126,7 @@ class TestProtocolBoth:
             model.head,
             splits["train"][0],
             splits["test"][0],
-            normalize=model.mean_std,
+            normalise=model.mean_std,
         )
         assert table.paper is not None
         for key in ("linear", "mlp", "n", "settings"):

@@ -15,7 +15,7 @@ from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.probes import (
     linear_probe,
     mlp_probe,
-    standardize,
+    standardise,
 )
 from solo_geometry.cli import main as cli_main
 from solo_geometry.config import LinearProbeConfig, MlpProbeConfig, OrbitsConfig, ProbesConfig
@@ -44,7 +44,7 @@ def _split(n: int, seed: int = 0, frac: float = 0.7) -> tuple[torch.Tensor, torc
 def _sklearn_accuracy(x, y, tr, te, lam: float) -> float:
     from sklearn.linear_model import LogisticRegression
 
-    xtr, xte = standardize(x[tr], x[te])
+    xtr, xte = standardise(x[tr], x[te])
     clf = LogisticRegression(C=1.0 / (lam * len(tr)), max_iter=5000, tol=1e-8)
     clf.fit(xtr.numpy(), y[tr].numpy())
     return float(clf.score(xte.numpy(), y[te].numpy()))

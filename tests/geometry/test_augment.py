@@ -12,11 +12,11 @@ from solo_geometry.geometry.augment import (
     FAMILIES,
     GEOMETRIC_FAMILIES,
     apply_augmentation,
-    apply_normalization,
+    apply_normalisation,
     augmentation_tangents,
     default_step,
     metric_singularity,
-    undo_normalization,
+    undo_normalisation,
 )
 
 
@@ -94,15 +94,15 @@ def pipeline_reference(
 class TestTangents:
     @pytest.mark.parametrize("family", sorted(FAMILIES))
     @pytest.mark.parametrize("bn_training", [True, False])
-    @pytest.mark.parametrize("images_normalized", [True, False])
+    @pytest.mark.parametrize("images_normalised", [True, False])
     def test_pixel_space_pipeline_in_the_batch_norm_mode(
-        self, family: str, bn_training: bool, images_normalized: bool
+        self, family: str, bn_training: bool, images_normalised: bool
     ) -> None:
         net, pixels = backbone(norm=True).train(bn_training), images(n=4)
         mean, std = (torch.tensor(v, dtype=torch.float64).view(1, 3, 1, 1) for v in CIFAR)
-        given = (pixels - mean) / std if images_normalized else pixels
+        given = (pixels - mean) / std if images_normalised else pixels
         got = augmentation_tangents(
-            net, given, family, normalize=CIFAR, images_normalized=images_normalized
+            net, given, family, normalise=CIFAR, images_normalised=images_normalised
         )
         cd, exact = pipeline_reference(net, pixels, family, bn_training)
         assert got.shape == (4, 24)
@@ -114,7 +114,7 @@ class TestTangents:
     def test_explicit_mode_overrides_the_flag(self) -> None:
         net, pixels = backbone(norm=True).eval(), images(n=4)
         got = augmentation_tangents(
-            net, pixels, "brightness", normalize=CIFAR, images_normalized=False, bn_training=True
+            net, pixels, "brightness", normalise=CIFAR, images_normalised=False, bn_training=True
         )
         cd, _ = pipeline_reference(net, pixels, "brightness", bn_training=True)
         assert rel(got, cd) < 1e-8
@@ -150,7 +150,7 @@ class TestTangents:
         modes = [(m.training, getattr(m, "track_running_stats", None)) for m in net.modules()]
         state, rng = copy.deepcopy(net.state_dict()), torch.get_rng_state()
         for family in ("hue", "rotation"):
-            augmentation_tangents(net, images(), family, normalize=CIFAR, bn_training=bn_training)
+            augmentation_tangents(net, images(), family, normalise=CIFAR, bn_training=bn_training)
         assert torch.equal(torch.get_rng_state(), rng)  # dropout never drew
         assert modes == [
             (m.training, getattr(m, "track_running_stats", None)) for m in net.modules()
@@ -160,17 +160,17 @@ class TestTangents:
         assert all(p.grad is None for p in net.parameters())
 
 
-class TestNormalization:
+class TestNormalisation:
     def test_round_trip_and_torchvision(self) -> None:
-        normalize = pytest.importorskip("torchvision.transforms").Normalize(*CIFAR)
+        normalise = pytest.importorskip("torchvision.transforms").Normalize(*CIFAR)
         x = images()
-        torch.testing.assert_close(apply_normalization(x, CIFAR), normalize(x))
-        torch.testing.assert_close(undo_normalization(apply_normalization(x, CIFAR), CIFAR), x)
+        torch.testing.assert_close(apply_normalisation(x, CIFAR), normalise(x))
+        torch.testing.assert_close(undo_normalisation(apply_normalisation(x, CIFAR), CIFAR), x)
 
     @pytest.mark.parametrize("bad", [((0.5, 0.5), (0.2, 0.2)), ((0.5,) * 3, (0.2, 0.0, 0.2))])
     def test_rejects_bad_statistics(self, bad: tuple) -> None:
-        with pytest.raises(ValueError, match="normalize must be"):
-            augmentation_tangents(backbone(), images(), "hue", normalize=bad)
+        with pytest.raises(ValueError, match="normalise must be"):
+            augmentation_tangents(backbone(), images(), "hue", normalise=bad)
 
 
 def per_sample_rho(head: nn.Module, z: Tensor, v: Tensor, generator: torch.Generator) -> float:

@@ -229,7 +229,7 @@ class TestRepresentations:
         images, _ = cifar_like(1)
         mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
         z, h = orbit_representations(
-            backbone, head, images, protocol=protocol, normalize=(mean, std), batch_size=4
+            backbone, head, images, protocol=protocol, normalise=(mean, std), batch_size=4
         )
         m, s = torch.tensor(mean).view(1, 3, 1, 1), torch.tensor(std).view(1, 3, 1, 1)
         with torch.no_grad():

@@ -105,16 +105,16 @@ class TestRecipe:
         recipe = parse_recipe(load_recipe(RECIPE, ["data.train_path=/tmp/x"]))
         assert recipe.backbone_stem == "cifar_paper"
         assert recipe.method_kwargs.loss == "cross_view"  # type: ignore[attr-defined]
-        assert recipe.normalization() == ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+        assert recipe.normalisation() == ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
         (aug,) = recipe.augmentations
         white = Image.new("RGB", (32, 32), (255, 255, 255))
         black = Image.new("RGB", (32, 32), (0, 0, 0))
-        pipe = build_pipeline("custom", aug, normalize=False)
+        pipe = build_pipeline("custom", aug, normalise=False)
         # ToTensor only: pixels stay in [0, 1] whatever the random jitter did (a mean/std
         # normalisation would send black below 0)
         for _ in range(4):
             assert float(pipe(black).min()) >= 0.0 and float(pipe(white).max()) <= 1.0
-        normalised = build_pipeline("custom", aug, normalize=True)
+        normalised = build_pipeline("custom", aug, normalise=True)
         assert float(normalised(black).min()) < 0.0
         cifar = parse_recipe(load_recipe(RECIPE, ["data.dataset=cifar10", "data.train_path=/x"]))
         assert cifar.backbone_stem == "cifar_paper"  # the authors' padding on CIFAR too

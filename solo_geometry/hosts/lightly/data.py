@@ -42,14 +42,14 @@ ROTATION_DEGREES = 45.0
 
 
 def build_pipeline(
-    dataset: str, aug: AugmentationNode, *, normalize: bool = True
+    dataset: str, aug: AugmentationNode, *, normalise: bool = True
 ) -> Callable[[Any], torch.Tensor]:
     """Build one augmentation pipeline from a parsed ``augmentations`` entry.
 
     Args:
         dataset: the recipe's ``data.dataset`` (chooses the normalisation statistics).
         aug: an entry of ``ParsedRecipe.augmentations``.
-        normalize: False: no mean/std normalisation (``data.normalize``).
+        normalise: False: no mean/std normalisation (``data.normalize``).
 
     Returns:
         A callable mapping a PIL image to a tensor (3, crop_size, crop_size).
@@ -75,7 +75,7 @@ def build_pipeline(
         steps.append(T.RandomEqualize(p=probs.equalization))
     if probs.horizontal_flip:
         steps.append(T.RandomHorizontalFlip(p=probs.horizontal_flip))
-    mean, std = mean_std_of(dataset, aug.mean, aug.std, normalize=normalize)
+    mean, std = mean_std_of(dataset, aug.mean, aug.std, normalise=normalise)
     steps += [T.ToTensor(), T.Normalize(mean=mean, std=std)]
     return T.Compose(steps)
 
@@ -184,7 +184,7 @@ def build_train_loader(
     """
     transform = MultiViewTransform(
         [
-            (build_pipeline(data.dataset, a, normalize=data.normalize), a.num_crops)
+            (build_pipeline(data.dataset, a, normalise=data.normalize), a.num_crops)
             for a in augmentations
         ]
     )

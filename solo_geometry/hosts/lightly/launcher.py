@@ -118,7 +118,7 @@ def build_callbacks(
             meta={"host": HOST, "method": recipe.method},
             train_dir=recipe.data.train_path,
             val_dir=recipe.data.val_path,
-            normalization=recipe.normalization(),
+            normalisation=recipe.normalisation(),
         )
     return [*callbacks, PreemptionCallback(run.path)]
 

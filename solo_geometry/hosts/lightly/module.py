@@ -226,9 +226,9 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
         """Backbone features of each view, as ``training_step`` computes them."""
         return [self.backbone(x) for x in crops]
 
-    def geometry_normalization(self) -> MeanStd:
+    def geometry_normalisation(self) -> MeanStd:
         """The recipe's normalisation of the first pipeline (as ``data.build_pipeline``)."""
-        return self.recipe.normalization()
+        return self.recipe.normalisation()
 
     def geometry_context(self, batch: Any, crops: list[Tensor]) -> Tensor | None:
         """The momentum targets the loss holds fixed (None for methods without them).

@@ -146,10 +146,10 @@ class ParsedRecipe:
         """The backbone's stem, ``auto`` resolved (``backbones.resolve_stem``)."""
         return resolve_stem(self.stem, self.data.dataset)
 
-    def normalization(self) -> MeanStd:
+    def normalisation(self) -> MeanStd:
         """Input ``(mean, std)`` of the first pipeline (identity with ``data.normalize=false``)."""
         aug = self.augmentations[0]
-        return mean_std_of(self.data.dataset, aug.mean, aug.std, normalize=self.data.normalize)
+        return mean_std_of(self.data.dataset, aug.mean, aug.std, normalise=self.data.normalize)
 
 
 def _parse_method(cfg: Mapping[str, Any]) -> tuple[str, MethodKwargs, MomentumNode]:

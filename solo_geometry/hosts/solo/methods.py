@@ -210,7 +210,7 @@ class GeometryMethod(GeometryHost):
                 feats = self.geometry_forward(crops)
         return feats
 
-    def geometry_normalization(self) -> MeanStd:
+    def geometry_normalisation(self) -> MeanStd:
         """The recipe's normalisation, as solo-learn's pretrain pipelines pick it."""
         model: Any = self
         aug = OmegaConf.select(model.cfg, "augmentations", default=None) or [{}]
@@ -276,7 +276,7 @@ class GeometryMethod(GeometryHost):
             meta={"host": "solo", "method": self._solo_name},
             train_dir=select(model.cfg, "data.train_path", default=None),
             val_dir=select(model.cfg, "data.val_path", default=None),
-            normalization=self.geometry_normalization(),
+            normalisation=self.geometry_normalisation(),
         )
         for callback in callbacks:  # solo-learn's main_pretrain.py: a failed write exits 3
             if isinstance(callback, GeometryMonitor):

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
-from solo_geometry.geometry.augment import apply_normalization, deterministic_mode
+from solo_geometry.geometry.augment import apply_normalisation, deterministic_mode
 from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
 from solo_geometry.geometry.orbits import (
     OrbitImages,
@@ -156,7 +156,7 @@ def feature_norm(model: LoadedModel, images: Tensor, batch_size: int = 256) -> f
     with deterministic_mode(model.backbone, batch_stats=False):
         norms = [
             model.backbone(
-                chunk if model.mean_std is None else apply_normalization(chunk, model.mean_std)
+                chunk if model.mean_std is None else apply_normalisation(chunk, model.mean_std)
             )
             .flatten(1)
             .norm(dim=1)
@@ -185,7 +185,7 @@ def orbit_readings(
     hs: dict[str, list[Tensor]] = {name: [] for name in READINGS}
     with deterministic_mode(nn.ModuleList([model.backbone, model.head]), batch_stats=False):
         for chunk in images.split(batch_size):
-            x = chunk if model.mean_std is None else apply_normalization(chunk, model.mean_std)
+            x = chunk if model.mean_std is None else apply_normalisation(chunk, model.mean_std)
             z = model.backbone(x).flatten(1)
             zn = F.normalize(z, dim=1)
             zs.append(zn)
@@ -290,7 +290,7 @@ def curvature_seeds(
         gen = torch.Generator().manual_seed(seed)
         pick = torch.randperm(len(splits.test_y), generator=gen)[:images]
         Rz, Rh = sweep_representations(
-            model.backbone, model.head, splits.test_x[pick], normalize=model.mean_std
+            model.backbone, model.head, splits.test_x[pick], normalise=model.mean_std
         )
         path = folder / f"{stem}_seed{seed}.npz"
         np.savez(path, sweeps_z=Rz.numpy(), sweeps_h=Rh.numpy())

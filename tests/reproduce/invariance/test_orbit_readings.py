@@ -113,8 +113,8 @@ class TestUnitZArtefact:
 class TestOneBackbonePass:
     """``orbit_readings``: both readings from one backbone pass, as orbit_representations."""
 
-    @pytest.mark.parametrize("normalize", [None, ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))])
-    def test_equals_orbit_representations(self, normalize: Any) -> None:
+    @pytest.mark.parametrize("normalise", [None, ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))])
+    def test_equals_orbit_representations(self, normalise: Any) -> None:
         torch.manual_seed(0)
         bn2, bn1 = nn.BatchNorm2d(8), nn.BatchNorm1d(16)
         for bn in (bn2, bn1):  # running statistics off the identity
@@ -124,12 +124,12 @@ class TestOneBackbonePass:
         backbone = nn.Sequential(nn.Conv2d(3, 8, 3), bn2, nn.ReLU(), nn.Flatten())
         head = nn.Sequential(nn.Linear(8 * 6 * 6, 16, bias=False), bn1)
         images = torch.rand(300, 3, 8, 8)  # two chunks of 256
-        model = LoadedModel(backbone, head, Path("x"), Path("x"), normalize, [])
+        model = LoadedModel(backbone, head, Path("x"), Path("x"), normalise, [])
         got = orbit_readings(model, images)
         assert set(got) == set(READINGS)
         for name, protocol in READINGS.items():
             Z, H = orbit_representations(
-                backbone, head, images, protocol=protocol, normalize=normalize
+                backbone, head, images, protocol=protocol, normalise=normalise
             )
             assert torch.equal(got[name][0], Z) and torch.equal(got[name][1], H), name
         assert not torch.allclose(got["unit_z"][1], got["raw_z"][1])  # two different readings
