@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solo_geometry.geometry.augment import Normalisation, apply_normalisation, deterministic_mode
+from solo_geometry.geometry.augment import MeanStd, apply_normalisation, deterministic_mode
 
 __all__ = ["PaperProbeSettings", "paper_rotations", "paper_rotation_probes"]
 
@@ -57,7 +57,7 @@ def paper_rotations(images: Tensor, seed: int = 0) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def _features(
-    backbone: nn.Module, head: nn.Module, x: Tensor, normalise: Normalisation | None
+    backbone: nn.Module, head: nn.Module, x: Tensor, normalise: MeanStd | None
 ) -> tuple[Tensor, Tensor]:
     zs, hs = [], []
     # the model's device (a backbone without parameters: the CPU); features come back to the CPU
@@ -95,7 +95,7 @@ def paper_rotation_probes(
     train_x: Tensor,
     test_x: Tensor,
     *,
-    normalise: Normalisation | None = None,
+    normalise: MeanStd | None = None,
     settings: PaperProbeSettings = PaperProbeSettings(),
 ) -> dict[str, Any]:
     """The paper's linear and MLP rotation probes on Z and on H.

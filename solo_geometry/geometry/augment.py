@@ -35,7 +35,7 @@ __all__ = [
     "COLOUR_FAMILIES",
     "FAMILIES",
     "GEOMETRIC_FAMILIES",
-    "Normalisation",
+    "MeanStd",
     "apply_augmentation",
     "apply_normalisation",
     "augmentation_tangents",
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 Augmentation = Callable[[Tensor, Tensor | float], Tensor]
-Normalisation = tuple[Sequence[float], Sequence[float]]  # a recipe's per-channel (mean, std)
+MeanStd = tuple[Sequence[float], Sequence[float]]  # a recipe's per-channel (mean, std)
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale
 _RGB_TO_YIQ = torch.tensor(
@@ -183,7 +183,7 @@ def default_step(dtype: torch.dtype) -> float:
     return 1e-4 if dtype == torch.float64 else 2e-3
 
 
-def _channel_stats(x: Tensor, normalise: Normalisation) -> tuple[Tensor, Tensor]:
+def _channel_stats(x: Tensor, normalise: MeanStd) -> tuple[Tensor, Tensor]:
     """Mean and std of ``normalise`` as (1, C, 1, 1) tensors of x's dtype and device."""
     mean, std = (
         torch.as_tensor(v, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1) for v in normalise
@@ -196,7 +196,7 @@ def _channel_stats(x: Tensor, normalise: Normalisation) -> tuple[Tensor, Tensor]
     return mean, std
 
 
-def apply_normalisation(x: Tensor, normalise: Normalisation) -> Tensor:
+def apply_normalisation(x: Tensor, normalise: MeanStd) -> Tensor:
     """(x - mean) / std per channel, as ``torchvision.transforms.Normalize``.
 
     Args:
@@ -213,7 +213,7 @@ def apply_normalisation(x: Tensor, normalise: Normalisation) -> Tensor:
     return (x - mean) / std
 
 
-def undo_normalisation(x: Tensor, normalise: Normalisation) -> Tensor:
+def undo_normalisation(x: Tensor, normalise: MeanStd) -> Tensor:
     """Undo :func:`apply_normalisation`: x * std + mean, back to pixel space (N, C, H, W).
 
     Raises:
@@ -266,7 +266,7 @@ def augmentation_tangents(
     images: Tensor,
     family: str,
     *,
-    normalise: Normalisation | None = None,
+    normalise: MeanStd | None = None,
     images_normalised: bool = True,
     bn_training: bool | None = None,
     step: float | None = None,

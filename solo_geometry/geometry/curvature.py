@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torchvision.transforms import functional as TF
 
-from solo_geometry.geometry.augment import Normalisation
+from solo_geometry.geometry.augment import MeanStd
 from solo_geometry.geometry.orbits import Pair, mean_std, orbit_representations
 from solo_geometry.geometry.stats import normalise_rows
 
@@ -38,7 +38,7 @@ def sweep_representations(
     head: nn.Module,
     images: Tensor,
     *,
-    normalise: Normalisation | None = None,
+    normalise: MeanStd | None = None,
     degrees: Sequence[float] = PAPER_SWEEP_DEGREES,
     batch_size: int = 256,
 ) -> tuple[Tensor, Tensor]:

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from torchvision.transforms import functional as TF
 
 from solo_geometry.geometry.augment import (
-    Normalisation,
+    MeanStd,
     apply_augmentation,
     apply_normalisation,
     deterministic_mode,
@@ -361,7 +361,7 @@ def orbit_representations(
     images: Tensor,
     *,
     protocol: str = "default",
-    normalise: Normalisation | None = None,
+    normalise: MeanStd | None = None,
     batch_size: int = 256,
 ) -> tuple[Tensor, Tensor]:
     """Z and H of orbit images, rows L2-normalised, backbone and head in eval mode.

@@ -17,7 +17,7 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import functional as TF
 
-from solo_geometry.geometry.augment import apply_augmentation
+from solo_geometry.geometry.augment import MeanStd, apply_augmentation
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "target_set",
 ]
 
-MeanStd = tuple[Sequence[float], Sequence[float]]
 # solo-learn normalises CIFAR with its own statistics and every other dataset with ImageNet's.
 IMAGENET_MEAN_STD: MeanStd = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CIFAR_MEAN_STD: MeanStd = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
-from solo_geometry.geometry.augment import Normalisation
+from solo_geometry.geometry.augment import MeanStd
 
 __all__ = ["GeometryAware", "GeometryView", "backbone_and_head"]
 
@@ -44,7 +44,7 @@ class GeometryView:
     backbone: nn.Module | None = None
     images: Tensor | None = None
     loss_of_outputs: Callable[[Tensor], Tensor] | None = None
-    normalisation: Normalisation | None = None
+    normalisation: MeanStd | None = None
     features_dtype: str | None = None
 
 
