@@ -5,7 +5,8 @@ definition has one), in float64. Features are (N, d), or (V, N, d) whose views a
 M = V * N rows (LiDAR keeps the views: each sample is a class of its V views).
 
 * :func:`rankme` [0]: exp of the entropy of p_k = sigma_k / ||sigma||_1 + eps over the singular
-  values of the (uncentred) feature matrix, eps = 1e-7. Range about [1, min(M, d)]. The paper
+  values of the (uncentred) feature matrix, eps = 1e-7, singular values within the rank
+  tolerance counted as 0. Range about [1, min(M, d)]. The paper
   does not centre; stable-pretraining's ``RankMe`` matches it but for eps = 1e-5; reptrix's
   ``get_rankme`` centres and takes the PCA eigenvalues sigma_k^2 instead of sigma_k.
 * :func:`lidar` [1]: the same entropy over the eigenvalues of the LDA matrix
@@ -18,13 +19,21 @@ M = V * N rows (LiDAR keeps the views: each sample is a class of its V views).
 * :func:`alpha_req` [2]: the covariance eigenvalues lambda_k (centred, descending) follow
   lambda_k ~ k^(-alpha); alpha is minus the slope of the least-squares line of log lambda_k on
   log k, with its coefficient of determination R^2 as the fit quality. By default the fit takes
-  every rank within the numerical rank, unweighted; the authors' reptrix ``get_alpha`` fits ranks
-  11 to 100 weighted by 1/k, which ``fit=(11, 100), weighted=True`` reproduces. Range
+  every rank within the numerical rank (at the features' precision), unweighted; the authors'
+  reptrix ``get_alpha`` fits ranks 11 to 100 weighted by 1/k, which ``fit=(11, 100),
+  weighted=True`` reproduces. Range
   alpha >= 0 in practice (0: a flat spectrum; larger: faster decay, toward collapse), R^2 in [0, 1].
 * :func:`collapse_level` [3]: lightly's ``1 - sqrt(d) * std_of_l2_normalized(z)`` (without the
   tutorial's moving average), clipped to [0, 1]: 0 for isotropic features, 1 at complete collapse.
 * :func:`linear_cka` [4]: ||Y_c^T X_c||_F^2 / (||X_c^T X_c||_F ||Y_c^T Y_c||_F) over centred
   rows; range [0, 1], 1 when Y is an orthogonal map of X up to scale and shift.
+
+The rank tolerance is :func:`~solo_geometry.geometry.stats.rank_tolerance` of the uncentred
+features at the dtype they were captured in (``features_dtype``; by default the input's own,
+read before the cast to float64): in exact arithmetic the singular values under it are 0, and
+counting them fits alpha-ReQ to round-off. RankMe is nearly insensitive to them in float32 (each
+adds about sigma_k / ||sigma||_1 < 1e-6 to a p_k that already holds eps = 1e-7), not in bfloat16
+or float16 (a few percent), hence the cut.
 
 References:
     - [0]: Garrido, Balestriero, Najman, LeCun, 2023, arXiv 2210.02885 (RankMe)
@@ -44,7 +53,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from solo_geometry.geometry.stats import RANKME_EPS, normalise_rows, pool_views
+from solo_geometry.geometry.stats import (
+    RANKME_EPS,
+    normalise_rows,
+    pool_views,
+    rank_tolerance,
+    source_dtype,
+)
 
 __all__ = [
     "LIDAR_DELTA",
@@ -87,12 +102,21 @@ def entropy_rank(values: Tensor, *, eps: float = RANKME_EPS) -> float | None:
     return float(torch.exp(-(p * torch.log(p)).sum()))
 
 
-def rankme(X: Tensor, *, eps: float = RANKME_EPS) -> float | None:
-    """RankMe [0] of the raw, uncentred features.
+def _resolved(s: Tensor, shape: tuple[int, int], features_dtype: torch.dtype) -> Tensor:
+    """Singular values s of an uncentred (M, d) matrix, those within the rank tolerance 0."""
+    return torch.where(s > rank_tolerance(s, shape, features_dtype), s, 0.0)
+
+
+def rankme(
+    X: Tensor, *, eps: float = RANKME_EPS, features_dtype: torch.dtype | None = None
+) -> float | None:
+    """RankMe [0] of the raw, uncentred features, round-off singular values counted as 0.
 
     Args:
         X: features (N, d) or (V, N, d) (views pooled).
         eps: RankMe's epsilon.
+        features_dtype: the dtype the features were captured in, which sets the rank
+            tolerance; None: X's own (pass it when X was cast after capture).
 
     Returns:
         RankMe, about [1, min(M, d)]; None for all-zero features.
@@ -100,7 +124,10 @@ def rankme(X: Tensor, *, eps: float = RANKME_EPS) -> float | None:
     Raises:
         ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
     """
-    return entropy_rank(torch.linalg.svdvals(_features(X)), eps=eps)
+    F = _features(X)  # (M, d) float64
+    s = torch.linalg.svdvals(F)
+    shape = (F.shape[0], F.shape[1])
+    return entropy_rank(_resolved(s, shape, source_dtype(X, features_dtype)), eps=eps)
 
 
 def lidar(X: Tensor, *, delta: float = LIDAR_DELTA, eps: float = RANKME_EPS) -> float | None:
@@ -157,7 +184,13 @@ class AlphaReq:
     n_fit: int
 
 
-def alpha_req(X: Tensor, *, fit: tuple[int, int] | None = None, weighted: bool = False) -> AlphaReq:
+def alpha_req(
+    X: Tensor,
+    *,
+    fit: tuple[int, int] | None = None,
+    weighted: bool = False,
+    features_dtype: torch.dtype | None = None,
+) -> AlphaReq:
     """alpha-ReQ [2]: decay exponent of the covariance eigenvalues, with its fit quality.
 
     Args:
@@ -165,6 +198,8 @@ def alpha_req(X: Tensor, *, fit: tuple[int, int] | None = None, weighted: bool =
         fit: ranks ``(first, last)``, 1-based and inclusive, to fit on (cut to the numerical
             rank); None: every rank within the numerical rank.
         weighted: weight rank k by 1/k in the least squares (reptrix's fit).
+        features_dtype: the dtype the features were captured in, which sets the numerical
+            rank; None: X's own (pass it when X was cast after capture).
 
     Returns:
         The :class:`AlphaReq`.
@@ -175,10 +210,12 @@ def alpha_req(X: Tensor, *, fit: tuple[int, int] | None = None, weighted: bool =
     """
     if fit is not None and not 1 <= fit[0] <= fit[1]:
         raise ValueError(f"fit must be (first, last) with 1 <= first <= last; got {fit!r}")
+    dtype = source_dtype(X, features_dtype)
     X = _features(X)
     m, d = X.shape
     s = torch.linalg.svdvals(X - X.mean(dim=0, keepdim=True))
-    rank = int((s > max(m, d) * torch.finfo(torch.float64).eps * s[0]).sum()) if s[0] > 0 else 0
+    tol = rank_tolerance(torch.linalg.svdvals(X), (m, d), dtype)
+    rank = int((s > tol).sum())  # 0 for constant features (tol = 0 only when X = 0)
     first, last = fit if fit is not None else (1, rank)
     k = torch.arange(first, min(last, rank) + 1, dtype=torch.float64)  # 1-based ranks
     if k.numel() < 2:
@@ -242,7 +279,13 @@ def linear_cka(X: Tensor, Y: Tensor) -> float | None:
     return float(cross / (norm_x * norm_y))
 
 
-def quality_record(prefix: str, X: Tensor, views: Tensor | None = None) -> dict[str, float | None]:
+def quality_record(
+    prefix: str,
+    X: Tensor,
+    views: Tensor | None = None,
+    *,
+    features_dtype: torch.dtype | None = None,
+) -> dict[str, float | None]:
     """The quality metrics of one representation as flat ``<prefix>/<name>`` scalars.
 
     Args:
@@ -250,6 +293,8 @@ def quality_record(prefix: str, X: Tensor, views: Tensor | None = None) -> dict[
         X: features (N, d) or (V, N, d) for RankMe, alpha-ReQ and the collapse level (views
             pooled; a queue of earlier batches may be pooled in).
         views: the batch's features (V, N, d) for LiDAR; None: X itself if it is 3-D.
+        features_dtype: the dtype the features were captured in (the rank tolerance of RankMe
+            and alpha-ReQ); None: X's own.
 
     Returns:
         ``/rankme``, ``/lidar``, ``/alpha_req``, ``/alpha_req_r2``, ``/collapse_level`` and
@@ -259,9 +304,9 @@ def quality_record(prefix: str, X: Tensor, views: Tensor | None = None) -> dict[
         ValueError: if X or ``views`` have the wrong shape or too few samples.
     """
     views = views if views is not None else (X if X.ndim == 3 else None)
-    fit = alpha_req(X)
+    fit = alpha_req(X, features_dtype=features_dtype)
     return {
-        f"{prefix}/rankme": rankme(X),
+        f"{prefix}/rankme": rankme(X, features_dtype=features_dtype),
         f"{prefix}/lidar": lidar(views) if views is not None else None,
         f"{prefix}/alpha_req": fit.alpha,
         f"{prefix}/alpha_req_r2": fit.r2,

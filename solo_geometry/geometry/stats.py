@@ -9,8 +9,9 @@ computed on the rows L2-normalised, in float64:
   (the paper's ``torch.std(F.normalize(z), dim=0).mean()``);
 * ``cov_eigenvalues``: eigenvalues of the covariance (centred, divided by M - 1) of the
   normalised rows, descending, from the singular values of the centred matrix;
-* ``rank``: numerical rank of the centred matrix, singular values above
-  max(M, d) * eps(float64) * sigma_max (NumPy's ``matrix_rank`` rule);
+* ``rank``: numerical rank of the centred matrix at the features' own precision: singular values
+  above the tolerance of :func:`rank_tolerance`, set by the dtype the features were captured in
+  (not the float64 they are computed in here);
 * ``cond`` (the default): largest over smallest covariance eigenvalue within the numerical rank
   (NaN at rank 0), never against a clamp;
 * ``cond_paper``: the paper's covariance condition number, for comparison only: lambda_max over
@@ -18,7 +19,29 @@ computed on the rows L2-normalised, in float64:
   ``z_c.T @ z_c / (M - 1)``, ``torch.clamp(eigenvalues[0], min=1e-7)``); with M <= d it is
   lambda_max / 1e-7 whatever the features;
 * ``effective_rank``: RankMe [0], exp of the entropy of p_k = sigma_k / ||sigma||_1 + eps over
-  the singular values sigma of the normalised (uncentred) rows, eps = 1e-7 by default.
+  the singular values sigma of the normalised (uncentred) rows, eps = 1e-7 by default; singular
+  values within the rank tolerance count as 0 (they are round-off).
+
+Precision. The features reach this module in some dtype (float32, bfloat16, float16 under mixed
+precision, float64) and are computed on in float64; a rank-based number must not count the
+round-off of that dtype as rank. With X the uncentred matrix whose singular values are taken (its
+rows normalised or not), s_1 its largest singular value, eps_c the machine epsilon of the capture
+dtype and eps_w that of the arithmetic the features were computed in (float64 for float64
+features, float32 otherwise: autocast accumulates half-precision products in float32), the
+tolerance is
+
+    tol = max(max(M, d) * eps_w * s_1, eps_c * ||X||_F).
+
+The first term is NumPy's ``matrix_rank`` rule at the working precision (the round-off of the
+products that made the features, e.g. a BatchNorm's centring in float32); the second bounds the
+rounding of the captured values: each entry within a relative u = eps_c / 2, so the rounding
+error E has ||E||_2 <= ||E||_F <= u ||X||_F, and a row normalised after rounding moves by at most
+2u, so eps_c ||X||_F bounds it too; centring (a projection) does not enlarge it, and by Weyl no
+singular value that is 0 in exact arithmetic exceeds it. For float32 and float64 the first term
+is always the larger (||X||_F <= sqrt(min(M, d)) s_1), so the rule is ``matrix_rank``'s with the
+features' eps; for bfloat16 and float16 that rule would exceed s_1 once max(M, d) >= 128 and the
+second term decides. Both are relative to the uncentred matrix: the round-off is relative to the
+values as stored, so a nearly collapsed batch, whose centred spread is below it, has no rank.
 
 The whitening score compares Cov(H) with Cov(Z) on their shared numerical rank; the metric
 spectrum summarises the eigenvalues of a metric-linear head's W^T W.
@@ -45,7 +68,10 @@ __all__ = [
     "normalise_rows",
     "normalized_std",
     "pool_views",
+    "rank_tolerance",
     "representation_stats",
+    "round_off_eps",
+    "source_dtype",
     "stats_record",
     "whitening_score",
 ]
@@ -71,6 +97,43 @@ def pool_views(X: Tensor) -> Tensor:
     if X.ndim != 2:
         raise ValueError(f"X must have shape (N, d) or (V, N, d); got {tuple(X.shape)}")
     return X
+
+
+def round_off_eps(features_dtype: torch.dtype) -> tuple[float, float]:
+    """Machine epsilons behind the rank tolerance of features captured in ``features_dtype``.
+
+    Args:
+        features_dtype: the dtype the features were captured in; a non-floating dtype holds its
+            values exactly and counts as float64.
+
+    Returns:
+        ``(eps_c, eps_w)``: the capture dtype's epsilon and that of the arithmetic the features
+        were computed in (float64 for float64 features, float32 otherwise).
+    """
+    if not features_dtype.is_floating_point:
+        features_dtype = torch.float64
+    work = torch.float64 if features_dtype == torch.float64 else torch.float32
+    return torch.finfo(features_dtype).eps, torch.finfo(work).eps
+
+
+def rank_tolerance(s: Tensor, shape: tuple[int, int], features_dtype: torch.dtype) -> float:
+    """Round-off floor of singular values: max(max(M, d) eps_w s_1, eps_c ||X||_F) (module doc).
+
+    Args:
+        s: singular values of the uncentred matrix X (any order; ||X||_F is their norm).
+        shape: X's shape (M, d).
+        features_dtype: the dtype X was captured in (:func:`round_off_eps`).
+
+    Returns:
+        The tolerance; singular values of X or of its centred copy at or under it are round-off.
+    """
+    eps_c, eps_w = round_off_eps(features_dtype)
+    return max(max(shape) * eps_w * float(s.max()), eps_c * float(torch.linalg.vector_norm(s)))
+
+
+def source_dtype(X: Tensor, features_dtype: torch.dtype | None) -> torch.dtype:
+    """``features_dtype`` if given (the caller has cast X already), else X's own dtype."""
+    return X.dtype if features_dtype is None else features_dtype
 
 
 def _rows(X: Tensor) -> Tensor:
@@ -99,14 +162,25 @@ def normalized_std(X: Tensor) -> float:
     return float(_rows(X).std(dim=0, correction=1).mean())
 
 
-def _covariance_spectrum(Xn: Tensor) -> tuple[Tensor, int]:
-    """Covariance eigenvalues (d,) descending and numerical rank of normalised rows (M, d)."""
+@dataclass(frozen=True)
+class _Spectrum:
+    """Covariance eigenvalues (d,) descending, numerical rank, uncentred singular values, tol."""
+
+    cov: Tensor
+    rank: int
+    s: Tensor
+    tol: float
+
+
+def _covariance_spectrum(Xn: Tensor, features_dtype: torch.dtype) -> _Spectrum:
+    """The covariance spectrum of normalised rows (M, d) and its rank at the features' precision."""
     m, d = Xn.shape
+    s = torch.linalg.svdvals(Xn)  # (min(M, d),) of the uncentred rows: the round-off's scale
+    tol = rank_tolerance(s, (m, d), features_dtype)
     sigma = torch.linalg.svdvals(Xn - Xn.mean(dim=0, keepdim=True))  # (min(M, d),) descending
     cov = torch.zeros(d, dtype=torch.float64, device=Xn.device)
     cov[: sigma.numel()] = sigma**2 / (m - 1)
-    tol = max(m, d) * torch.finfo(torch.float64).eps * sigma[0]
-    return cov, int((sigma > tol).sum())
+    return _Spectrum(cov, int((sigma > tol).sum()), s, tol)
 
 
 def _cond_on_rank(eigenvalues: Tensor, rank: int) -> float:
@@ -152,12 +226,16 @@ class RepresentationStats:
         return {f"{prefix}/{k}": float(v) for k, v in values.items()}
 
 
-def representation_stats(X: Tensor, *, eps: float = RANKME_EPS) -> RepresentationStats:
+def representation_stats(
+    X: Tensor, *, eps: float = RANKME_EPS, features_dtype: torch.dtype | None = None
+) -> RepresentationStats:
     """Statistics of a representation over all its samples.
 
     Args:
         X: features (N, d), or (V, N, d) whose views are pooled; at least 2 samples in all.
         eps: RankMe's epsilon added to the L1-normalised singular values.
+        features_dtype: the dtype the features were captured in, which sets the rank tolerance
+            (module docstring); None: X's own (pass it when X was cast after capture).
 
     Returns:
         The :class:`RepresentationStats`.
@@ -165,15 +243,16 @@ def representation_stats(X: Tensor, *, eps: float = RANKME_EPS) -> Representatio
     Raises:
         ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
     """
-    Xn = _rows(X)  # (M, d)
-    cov, rank = _covariance_spectrum(Xn)
-    s = torch.linalg.svdvals(Xn)
+    Xn = _rows(X)  # (M, d), float64
+    spec = _covariance_spectrum(Xn, source_dtype(X, features_dtype))
+    s = torch.where(spec.s > spec.tol, spec.s, 0.0)  # round-off counts as 0
     p = s / s.sum() + eps
+    cov = spec.cov
     return RepresentationStats(
         normalized_std=float(Xn.std(dim=0, correction=1).mean()),
-        cond=_cond_on_rank(cov, rank),
+        cond=_cond_on_rank(cov, spec.rank),
         cond_paper=float(cov[0] / cov[-1].clamp_min(PAPER_COV_CLAMP)),
-        rank=rank,
+        rank=spec.rank,
         effective_rank=float(torch.exp(-(p * torch.log(p)).sum())),
         cov_eigenvalues=tuple(cov.tolist()),
         n_samples=Xn.shape[0],
@@ -181,13 +260,16 @@ def representation_stats(X: Tensor, *, eps: float = RANKME_EPS) -> Representatio
     )
 
 
-def stats_record(prefix: str, X: Tensor, *, eps: float = RANKME_EPS) -> dict[str, float]:
+def stats_record(
+    prefix: str, X: Tensor, *, eps: float = RANKME_EPS, features_dtype: torch.dtype | None = None
+) -> dict[str, float]:
     """:meth:`RepresentationStats.as_record` of ``representation_stats(X)``.
 
     Args:
         prefix: key prefix, e.g. ``"z"`` or ``"h"``.
         X: features (N, d) or (V, N, d) (views pooled, never averaged).
         eps: RankMe's epsilon.
+        features_dtype: the dtype the features were captured in; None: X's own.
 
     Returns:
         ``<prefix>/normalized_std``, ``/cond``, ``/cond_paper``, ``/rank``, ``/effective_rank``,
@@ -196,7 +278,7 @@ def stats_record(prefix: str, X: Tensor, *, eps: float = RANKME_EPS) -> dict[str
     Raises:
         ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
     """
-    return representation_stats(X, eps=eps).as_record(prefix)
+    return representation_stats(X, eps=eps, features_dtype=features_dtype).as_record(prefix)
 
 
 @dataclass(frozen=True)
@@ -222,7 +304,9 @@ class WhiteningScore:
         }
 
 
-def whitening_score(Z: Tensor, H: Tensor) -> WhiteningScore:
+def whitening_score(
+    Z: Tensor, H: Tensor, *, features_dtype: torch.dtype | None = None
+) -> WhiteningScore:
     """How much more isotropic the head's outputs are than the backbone's features.
 
     Both covariances are of L2-normalised rows, centred, divided by M - 1 (as in
@@ -235,6 +319,8 @@ def whitening_score(Z: Tensor, H: Tensor) -> WhiteningScore:
     Args:
         Z: backbone features (N, d) or (V, N, d).
         H: head outputs (N, p) or (V, N, p) of the same samples.
+        features_dtype: the dtype both were captured in (sets each rank's tolerance); None:
+            each tensor's own.
 
     Returns:
         The :class:`WhiteningScore`.
@@ -242,10 +328,10 @@ def whitening_score(Z: Tensor, H: Tensor) -> WhiteningScore:
     Raises:
         ValueError: if either is not (N, d) or (V, N, d) or holds fewer than 2 samples.
     """
-    cov_z, rank_z = _covariance_spectrum(_rows(Z))
-    cov_h, rank_h = _covariance_spectrum(_rows(H))
-    k = min(rank_z, rank_h)
-    cond_z, cond_h = _cond_on_rank(cov_z, k), _cond_on_rank(cov_h, k)
+    sz = _covariance_spectrum(_rows(Z), source_dtype(Z, features_dtype))
+    sh = _covariance_spectrum(_rows(H), source_dtype(H, features_dtype))
+    k = min(sz.rank, sh.rank)
+    cond_z, cond_h = _cond_on_rank(sz.cov, k), _cond_on_rank(sh.cov, k)
     return WhiteningScore(
         score=cond_h / cond_z if k > 0 else math.nan, rank=k, cond_z=cond_z, cond_h=cond_h
     )
@@ -262,7 +348,8 @@ class MetricSpectrum:
         rank: eigenvalues above d * eps(dtype) * max, NumPy's ``matrix_rank`` rule for a
             symmetric matrix (``hermitian=True``).
         effective_rank: RankMe of W: exp of the entropy of s_k / ||s||_1 + eps with
-            s = sqrt(max(lambda, 0)) the singular values of W (NaN when W = 0).
+            s = sqrt(lambda) the singular values of W, 0 for lambda under the floor (NaN
+            when W = 0).
         eps: RankMe's epsilon used.
     """
 
@@ -279,13 +366,20 @@ class MetricSpectrum:
         return {f"{prefix}/{k}": float(getattr(self, k)) for k in keys}
 
 
-def metric_spectrum(eigenvalues: Tensor, *, eps: float = RANKME_EPS) -> MetricSpectrum:
+def metric_spectrum(
+    eigenvalues: Tensor, *, eps: float = RANKME_EPS, dtype: torch.dtype | None = None
+) -> MetricSpectrum:
     """Summarise the spectrum of a metric-linear head's metric W^T W.
 
+    Eigenvalues at or under the floor d * eps(dtype) * max are round-off: outside the rank and
+    the condition number, and 0 in the effective rank (whose square root would lift an
+    eigenvalue's round-off eps to sqrt(eps)).
+
     Args:
-        eigenvalues: the d eigenvalues of W^T W (d,), any order; the floor uses their dtype's
-            machine epsilon.
+        eigenvalues: the d eigenvalues of W^T W (d,), any order.
         eps: RankMe's epsilon.
+        dtype: the dtype the eigenvalues were computed in, whose machine epsilon sets the
+            floor; None: ``eigenvalues``' own (pass it when they were cast after).
 
     Returns:
         The :class:`MetricSpectrum` (cond NaN when no eigenvalue is above the floor).
@@ -298,11 +392,11 @@ def metric_spectrum(eigenvalues: Tensor, *, eps: float = RANKME_EPS) -> MetricSp
             f"eigenvalues must be a non-empty 1-D floating tensor; got shape "
             f"{tuple(eigenvalues.shape)}, dtype {eigenvalues.dtype}"
         )
-    floor_eps = torch.finfo(eigenvalues.dtype).eps
+    floor_eps = torch.finfo(dtype or eigenvalues.dtype).eps
     lam = eigenvalues.detach().double().sort(descending=True).values  # (d,)
     tol = lam.numel() * floor_eps * lam[0].abs()
     rank = int((lam > tol).sum())
-    s = lam.clamp_min(0.0).sqrt()
+    s = torch.where(lam > tol, lam, 0.0).sqrt()
     p = s / s.sum() + eps
     return MetricSpectrum(
         min=float(lam[-1]),

@@ -6,7 +6,8 @@
 :func:`read_records`, the one reader, drops a torn last line with a warning naming file and
 line, refuses (or, for a report, skips) other unusable lines and unknown schema versions.
 Versions: 1 (no ``parts``), 2 (``parts``, ``deferred_parts``), 3 (``alert``, ``failed_parts``,
-settings ``precision``, ``features_dtype``, ``user_matmul``; None before).
+settings ``precision``, ``features_dtype``, ``user_matmul``; None before), 4 (settings
+``rank_eps``, ``rank_work_eps``; None before: those records' ranks were read at float64's eps).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ __all__ = [
     "read_records",
 ]
 
-SCHEMA_VERSION = 3  # of geometry.jsonl's records
-READABLE_VERSIONS = (1, 2, 3)  # record versions this reader knows (1, 2 upgraded on reading)
+SCHEMA_VERSION = 4  # of geometry.jsonl's records
+READABLE_VERSIONS = (1, 2, 3, 4)  # record versions this reader knows (1 to 3 upgraded on reading)
 GEOMETRY_FILE = "geometry.jsonl"
 # A record's parts: statistics, spectra, tangents (rho), SLQ density (last 3 wait for budget).
 PARTS = ("stats", "hessian", "augment", "density")
@@ -93,6 +94,11 @@ class Settings:
             ``float32``).
         features_dtype: the dtype the backbone computed the measured features in (e.g.
             ``bfloat16`` under ``bf16-mixed``; the measurement raises them to float32).
+        rank_eps: machine epsilon of ``features_dtype``, the relative round-off of the captured
+            features: the statistics' rank tolerance is max(max(M, d) * rank_work_eps * s_1,
+            rank_eps * ||X||_F) on the uncentred features X (docs/design.md section 3).
+        rank_work_eps: machine epsilon of the arithmetic the features were computed in
+            (float32, or float64 for float64 features).
         precision: the trainer's precision (``32-true``, ``bf16-mixed``, ...): the head and
             loss are re-evaluated in ``dtype`` at that forward's features (docs/design.md 3).
         user_matmul: the float32 matmul settings the user had (TF32 flags, matmul precision),
@@ -116,6 +122,8 @@ class Settings:
 
     dtype: str | None = None
     features_dtype: str | None = None
+    rank_eps: float | None = None
+    rank_work_eps: float | None = None
     precision: str | None = None
     user_matmul: dict[str, Any] | None = None
     recurrence_dtype: str | None = None
@@ -220,7 +228,7 @@ class GeometryRecord:
         if data["schema"] == 1:  # upgraded: the parts it held, read off its metrics
             ok = data.get("status") == "ok"
             data["parts"] = _parts_of(data.get("metrics") or {}, data.get("density")) if ok else []
-        data["schema"] = SCHEMA_VERSION  # 1 and 2 hold no alert: None
+        data["schema"] = SCHEMA_VERSION  # 1, 2 hold no alert, 1 to 3 no rank_eps: None
         data["settings"] = from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
         try:
             return from_dict(cls, data, where)

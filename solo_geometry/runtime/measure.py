@@ -8,7 +8,8 @@ docs/design.md section 3 from it and says which settings define them:
   of ``max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;
 * normalised std, covariance condition number and effective rank of Z and of H, over the whole
   batch (all views), with the quality metrics RankMe, LiDAR, alpha-ReQ, lightly's collapse level
-  and the linear CKA between Z and H;
+  and the linear CKA between Z and H; every rank among them at the precision of the dtype the
+  backbone computed the features in (``features_dtype``: H inherits Z's round-off);
 * the metric singularity rho of the head along colour-augmentation tangents;
 * on request, the SLQ spectral density of H_eff.
 
@@ -33,7 +34,12 @@ from solo_geometry.geometry.spectrum import (
     SpectrumSettings,
     effective_hessian_spectrum,
 )
-from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
+from solo_geometry.geometry.stats import (
+    metric_spectrum,
+    round_off_eps,
+    stats_record,
+    whitening_score,
+)
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.records import Scalar, Settings
 from solo_geometry.runtime.precision import full_precision
@@ -117,9 +123,12 @@ def record_settings(
         run: what the monitor knows of the run; None (a measurement outside a run): unset.
     """
     tau = DEFAULT_TAU[getattr(torch, cfg.dtype)] if cfg.measure.tau is None else cfg.measure.tau
+    eps_c, eps_w = round_off_eps(getattr(torch, features_dtype))
     fields: dict[str, Any] = dict(
         dtype=cfg.dtype,
         features_dtype=features_dtype,
+        rank_eps=eps_c if cfg.measure.stats else None,
+        rank_work_eps=eps_w if cfg.measure.stats else None,
         tau=tau,
         n_batch=n_batch,
         recurrence_dtype="float64" if spectrum is not None else None,
@@ -170,26 +179,34 @@ def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:
     return Z.flatten(0, 1), H.flatten(0, 1)
 
 
-def _stats(view: GeometryView, history: Sequence[tuple[Tensor, Tensor]]) -> dict[str, Scalar]:
+def _stats(
+    view: GeometryView, history: Sequence[tuple[Tensor, Tensor]], features_dtype: torch.dtype
+) -> dict[str, Scalar]:
     """Statistics of Z and H pooled over the whole batch, all views, and the queued batches.
 
     The quality metrics (:mod:`~solo_geometry.geometry.quality`) join them; LiDAR takes the
-    measured batch's views alone (a queued batch's views are pooled).
+    measured batch's views alone (a queued batch's views are pooled). Every rank is read at the
+    precision of ``features_dtype``, the dtype the backbone computed Z in (raised to float32
+    here): H = h(Z) carries Z's round-off, so it is read at the same precision.
     """
     Zb, Hb = outputs(view)  # (V * N, d), (V * N, p)
     Zp, Hp = Zb, Hb
     if history:
         Zp = torch.cat([Zp, *(z.to(Zp) for z, _ in history)])  # (M, d)
         Hp = torch.cat([Hp, *(h.to(Hp) for _, h in history)])  # (M, p)
-    out: dict[str, Scalar] = {**stats_record("z", Zp), **stats_record("h", Hp)}
+    dt = features_dtype
+    out: dict[str, Scalar] = {
+        **stats_record("z", Zp, features_dtype=dt),
+        **stats_record("h", Hp, features_dtype=dt),
+    }
     V = view.features.shape[0]
-    out.update(quality_record("z", Zp, Zb.unflatten(0, (V, -1))))  # views (V, N, d)
-    out.update(quality_record("h", Hp, Hb.unflatten(0, (V, -1))))  # views (V, N, p)
+    out.update(quality_record("z", Zp, Zb.unflatten(0, (V, -1)), features_dtype=dt))  # (V, N, d)
+    out.update(quality_record("h", Hp, Hb.unflatten(0, (V, -1)), features_dtype=dt))  # (V, N, p)
     out["cka/z_h"] = linear_cka(Zp, Hp)
-    out.update(whitening_score(Zp, Hp).as_record("whitening"))
+    out.update(whitening_score(Zp, Hp, features_dtype=dt).as_record("whitening"))
     if isinstance(view.head, MetricLinearHead):
-        with torch.no_grad():
-            out.update(metric_spectrum(view.head.metric_spectrum().double()).as_record("metric"))
+        with torch.no_grad():  # the floor at the dtype the head computed its eigenvalues in
+            out.update(metric_spectrum(view.head.metric_spectrum()).as_record("metric"))
     out["stats/n_samples"] = Zp.shape[0]
     return out
 
@@ -303,6 +320,7 @@ def measure(
     """
     gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
     features_dtype = view.features_dtype or str(view.features.dtype).removeprefix("torch.")
+    captured = getattr(torch, features_dtype)
     view = full_precision(view)
     Z = view.features.detach()  # (V, N, d)
     hessian, augment = (cfg.measure.hessian, cfg.measure.augment) if not stats_only else (0, 0)
@@ -314,7 +332,9 @@ def measure(
     spectra, spectral, dens = taken or ({}, None, None)  # metrics, SpectrumSettings, density
     metrics.update(spectra)
     if cfg.measure.stats:
-        metrics.update(_taken("stats", lambda: checked(_stats(view, history)), failed) or {})
+        metrics.update(
+            _taken("stats", lambda: checked(_stats(view, history, captured)), failed) or {}
+        )
     if augment:
         metrics.update(_taken("augment", lambda: checked(_rho(view, Z, cfg, gen)), failed) or {})
     due = [

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from precision_cases import KNOWN_RANK, LOW_DTYPES, known_rank
 
 from solo_geometry.geometry.quality import (
     LIDAR_DELTA,
@@ -214,3 +215,44 @@ class TestQualityRecord:
         }
         assert rec["z/lidar"] == pytest.approx(lidar(z)) and rec["z/dim"] == 8.0
         assert quality_record("h", z.reshape(32, 8))["h/lidar"] is None
+
+
+def alpha_shift_bound(s: np.ndarray, delta: float) -> float:
+    """Largest change of the least-squares slope of log(s_k^2) on log k when each s_k moves by
+    up to ``delta`` (Weyl): each log lambda_k by up to 2 log(s_k / (s_k - delta))."""
+    x = np.log(np.arange(1, s.size + 1))
+    e = 2 * np.log(s / (s - delta))
+    return float((np.abs(x - x.mean()) * e).sum() / ((x - x.mean()) ** 2).sum())
+
+
+class TestAtFeaturesPrecision:
+    """alpha-ReQ and RankMe of matrices of known rank cast to float32, bfloat16 and float16."""
+
+    @pytest.mark.parametrize("dtype", LOW_DTYPES)
+    @pytest.mark.parametrize(("m", "d", "rank", "centred"), KNOWN_RANK)
+    def test_rankme(self, dtype: torch.dtype, m: int, d: int, rank: int, centred: int) -> None:
+        x64 = known_rank(m, d, rank)
+        s64 = np.linalg.svd(x64.numpy(), compute_uv=False)
+        got = rankme(x64.to(dtype))
+        if dtype == torch.float32:  # against the float64 copy's RankMe
+            assert got == pytest.approx(np_entropy_rank(s64), rel=1e-6)
+        # the cast's own top-`rank` singular values: none of its round-off counted
+        s = np.linalg.svd(x64.to(dtype).double().numpy(), compute_uv=False)
+        assert got == pytest.approx(np_entropy_rank(np.where(np.arange(s.size) < rank, s, 0)))
+
+    @pytest.mark.parametrize("dtype", LOW_DTYPES)
+    @pytest.mark.parametrize(("m", "d", "rank", "centred"), KNOWN_RANK)
+    def test_alpha_req(self, dtype: torch.dtype, m: int, d: int, rank: int, centred: int) -> None:
+        x64 = known_rank(m, d, rank).numpy()
+        got = alpha_req(torch.from_numpy(x64).to(dtype))
+        assert got.n_fit == centred
+        if centred < 2:
+            assert got.alpha is None
+            return
+        s = np.linalg.svd(x64 - x64.mean(axis=0), compute_uv=False)[:centred]
+        ref = -np.polyfit(np.log(np.arange(1, centred + 1)), np.log(s**2 / (m - 1)), 1)[0]
+        # rounding moves the raw matrix, hence the centred one, by <= u ||X||_F (Weyl)
+        delta = torch.finfo(dtype).eps / 2 * float(np.linalg.norm(x64))
+        assert abs(got.alpha - ref) <= alpha_shift_bound(s, delta)
+        if dtype == torch.float32:
+            assert got.alpha == pytest.approx(ref, rel=1e-4)

@@ -5,14 +5,26 @@ import math
 import numpy as np
 import pytest
 import torch
+from precision_cases import (
+    KNOWN_RANK,
+    LOW_DTYPES,
+    centred_svals,
+    known_rank,
+    simsiam_bn_head_outputs,
+    unit_rows,
+    weyl_cond_bounds,
+)
 
+from solo_geometry.geometry.quality import alpha_req, rankme
 from solo_geometry.geometry.stats import (
     RANKME_EPS,
     MetricSpectrum,
     RepresentationStats,
     metric_spectrum,
     normalized_std,
+    rank_tolerance,
     representation_stats,
+    round_off_eps,
     stats_record,
     whitening_score,
 )
@@ -182,3 +194,113 @@ class TestMetricSpectrum:
     def test_rejects_bad_input(self) -> None:
         with pytest.raises(ValueError, match="eigenvalues"):
             metric_spectrum(torch.ones(2, 2))
+
+
+class TestRankAtFeaturesPrecision:
+    """Rank, condition number and effective rank at the dtype the features were captured in."""
+
+    @pytest.mark.parametrize("dtype", LOW_DTYPES)
+    @pytest.mark.parametrize(("m", "d", "rank", "centred"), KNOWN_RANK)
+    def test_known_rank_reads_its_rank(
+        self, dtype: torch.dtype, m: int, d: int, rank: int, centred: int
+    ) -> None:
+        x64 = known_rank(m, d, rank)
+        ref = numpy_stats(x64.numpy())  # the float64 copy, NumPy's matrix_rank
+        assert ref["rank"] == centred
+        got = representation_stats(x64.to(dtype))
+        assert got.rank == centred
+        # Weyl: rounding moves each normalised row by <= 2u = eps, so every singular value of
+        # the centred rows by <= eps * ||X_n||_F = eps * sqrt(M)
+        s = centred_svals(x64.numpy())
+        low, high = weyl_cond_bounds(s, centred, torch.finfo(dtype).eps * math.sqrt(m))
+        assert low <= got.cond <= high
+        if dtype == torch.float32:
+            assert got.cond == pytest.approx(ref["cond"], rel=0.02)
+            assert got.effective_rank == pytest.approx(ref["effective_rank"], rel=1e-6)
+        # RankMe of the normalised rows: the cast's own top-`rank` singular values, no round-off
+        xc = unit_rows(x64.to(dtype).double().numpy())
+        sv = np.linalg.svd(xc, compute_uv=False)
+        p = np.where(np.arange(sv.size) < rank, sv, 0.0)
+        p = p / p.sum() + RANKME_EPS
+        assert got.effective_rank == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-10)
+
+    @pytest.mark.parametrize("dtype", [torch.float64, *LOW_DTYPES])
+    def test_small_true_singular_values_above_round_off_are_kept(self, dtype: torch.dtype) -> None:
+        # centred orthonormal U, singular values 1 down to 4x the tolerance (whatever the dtype)
+        m, d, r = 128, 512, 20
+        gen = np.random.default_rng(5)
+        g = gen.normal(size=(m, r))
+        u, _ = np.linalg.qr(g - g.mean(axis=0))
+        v, _ = np.linalg.qr(gen.normal(size=(d, r)))
+        eps_c, eps_w = round_off_eps(dtype)
+        s = np.geomspace(1.0, 1e-3, r)
+        for _ in range(30):  # s_r = 4 tol(s), a fixed point (tol depends on ||s||)
+            floor = max(max(m, d) * eps_w, eps_c * float(np.linalg.norm(s)))
+            s = np.geomspace(1.0, 4 * floor, r)
+        x = torch.from_numpy((u * s) @ v.T)
+        tol = rank_tolerance(torch.from_numpy(s), (m, d), dtype)
+        assert s[-1] == pytest.approx(4 * tol, rel=1e-6)
+        # raw rows (no normalisation): alpha-ReQ's rank is the centred matrix's
+        assert alpha_req(x.to(dtype)).n_fit == r
+
+    @pytest.mark.parametrize("dtype", LOW_DTYPES)
+    def test_explicit_dtype_when_the_caller_has_cast(self, dtype: torch.dtype) -> None:
+        x = known_rank(128, 512, 20).to(dtype)
+        cast = x.float() if dtype != torch.float32 else x.double()
+        assert representation_stats(cast, features_dtype=dtype).rank == 20
+        record = stats_record("h", cast, features_dtype=dtype)
+        assert record["h/rank"] == 20.0
+        assert representation_stats(x.double()).rank == 127  # at float64's eps: round-off counted
+        z = known_rank(128, 64, 10, seed=1).to(dtype)
+        assert whitening_score(z.double(), cast, features_dtype=dtype).rank == 10
+
+    def test_round_off_eps(self) -> None:
+        f32, f64 = torch.finfo(torch.float32).eps, torch.finfo(torch.float64).eps
+        assert round_off_eps(torch.float64) == (f64, f64)
+        assert round_off_eps(torch.float32) == (f32, f32)
+        assert round_off_eps(torch.bfloat16) == (2.0**-7, f32)
+        assert round_off_eps(torch.float16) == (2.0**-10, f32)
+        assert round_off_eps(torch.int64) == (f64, f64)  # integers are held exactly
+
+
+class TestSimSiamBatchNormHead:
+    """2 x 64 rows of a BN-ended projector: each view centred by BN, so rank <= M - 2 = 126."""
+
+    def test_true_centred_rank_and_cond(self) -> None:
+        H, H64 = simsiam_bn_head_outputs()
+        x64 = H64.reshape(128, -1).numpy()
+        s = centred_svals(x64)
+        # the float64 reference: 126 singular values of order 0.1-1, two at round-off; with L2-
+        # normalised rows the null space is span{1, s_2 n_1 - s_1 n_2} (n_v the row norms of view
+        # v on its block, s_v their sums), one more than the pooled centring's
+        assert s[125] > 0.1 and s[126] < 1e-12 * s[0]
+        ref = numpy_stats(x64)
+        assert ref["rank"] == 126
+        got = representation_stats(H)
+        assert got.rank == 126 and got.n_samples == 128
+        assert got.cond == pytest.approx(ref["cond"], rel=0.02)
+        assert got.effective_rank == pytest.approx(ref["effective_rank"], rel=1e-6)
+        assert representation_stats(H.double()).rank == 127  # float64's eps counts round-off
+        # alpha-ReQ and RankMe of the raw rows against NumPy on the float64 reference
+        raw = x64 - x64.mean(axis=0)
+        lam = np.linalg.svd(raw, compute_uv=False)[:126] ** 2 / 127
+        slope = np.polyfit(np.log(np.arange(1, 127)), np.log(lam), 1)[0]
+        fit = alpha_req(H)
+        assert fit.n_fit == 126 and fit.alpha == pytest.approx(-slope, rel=1e-4)
+        sv = np.linalg.svd(x64, compute_uv=False)
+        p = np.where(sv > 1e-10 * sv[0], sv, 0.0)
+        p = p / p.sum() + RANKME_EPS
+        assert rankme(H) == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-6)
+
+
+class TestMetricSpectrumPrecision:
+    def test_float32_eigenvalues_cast_to_float64(self) -> None:
+        gen = torch.Generator().manual_seed(4)
+        w = torch.randn(3, 8, generator=gen)  # rank 3 of 8
+        eig32 = torch.linalg.eigvalsh(w.T @ w)  # float32: 5 round-off eigenvalues
+        at32 = metric_spectrum(eig32.double(), dtype=torch.float32)
+        assert at32.rank == metric_spectrum(eig32).rank == 3
+        assert metric_spectrum(eig32.double()).rank > 3  # float64's floor counts round-off
+        s = np.linalg.svd(w.double().numpy(), compute_uv=False)
+        p = np.concatenate([s, np.zeros(5)]) / s.sum() + RANKME_EPS
+        assert at32.effective_rank == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-5)

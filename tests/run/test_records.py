@@ -104,7 +104,7 @@ class TestGeometryRecord:
             "density": {"nodes": [0.0], "weights": [1.0]},
         }
         record = GeometryRecord.from_dict(v1)
-        assert record.schema == SCHEMA_VERSION == 3
+        assert record.schema == SCHEMA_VERSION == 4
         assert record.parts == ["stats", "hessian", "augment", "density"]
         assert record.deferred_parts == {}
         stats_only = GeometryRecord.from_dict({**v1, "metrics": {"h/rank": 3}, "density": None})
@@ -149,6 +149,18 @@ class TestGeometryRecord:
         assert back == record and back.holds("stats") and not back.holds("hessian")
         with pytest.raises(RecordsError, match="rho"):
             GeometryRecord(2, 0, "ok", failed_parts={"rho": "?"})
+
+    def test_version_3_reads_without_rank_eps_and_version_4_round_trips_it(self) -> None:
+        settings = {"dtype": "float32", "features_dtype": "bfloat16", "precision": "bf16-mixed"}
+        v3 = {"schema": 3, "step": 1, "epoch": 0, "status": "ok", "settings": settings}
+        old = GeometryRecord.from_dict(v3)
+        assert old.schema == SCHEMA_VERSION == 4
+        assert old.settings.rank_eps is None and old.settings.rank_work_eps is None
+        assert old.settings.features_dtype == "bfloat16"
+        eps = {"rank_eps": 2.0**-7, "rank_work_eps": 2.0**-23}
+        record = GeometryRecord(1, 0, "ok", settings=Settings(**settings, **eps), parts=["stats"])
+        back = GeometryRecord.from_dict(json.loads(record.to_json()))
+        assert back == record and back.settings.rank_eps == 2.0**-7
 
     @pytest.mark.parametrize("field", ["parts", "deferred_parts"])
     def test_unknown_part_rejected_naming_the_choices(self, field: str) -> None:

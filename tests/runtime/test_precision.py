@@ -3,7 +3,10 @@
 * :func:`exact_matmul` turns TF32 and reduced-precision float32 matmul off inside and restores
   every user setting after (the flags can be set on a CPU), also when the body raises;
 * a ``bf16-true`` view (bfloat16 head, backbone, features and images) is measured exactly as a
-  float32 view of the same parameter values, the modules left untouched;
+  float32 view of the same parameter values whose features say they were bfloat16, the modules
+  left untouched;
+* the statistics read every rank at the features' precision: a BatchNorm-ended head's centred
+  rank M - 2, not round-off's M - 1, with the tolerance's epsilons in the record's settings;
 * each part of a record fails alone, the others kept;
 * a real Trainer at ``bf16-mixed`` writes records whose settings say the precision, the
   features' dtype (bfloat16: the training step's autocast output) and the user's TF32 settings;
@@ -27,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from solo_geometry.config import GeometryConfig, MeasureConfig
 from solo_geometry.hosts.base import assemble_view
 from solo_geometry.linalg.operators import block_indices, restrict_to_block
+from solo_geometry.models.heads import build_head
 from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import measure
 from solo_geometry.runtime.monitor import GeometryMonitor
@@ -128,7 +132,8 @@ def test_bf16_true_view_measured_as_float32_of_the_same_values() -> None:
     backbone, head = _modules(torch.bfloat16)
     before = copy.deepcopy(head.state_dict())
     half = measure(_view(backbone, head, torch.bfloat16), _cfg(), density=False)
-    # the reference: float32 modules holding the bfloat16 values, fed the same (raised) inputs
+    # the reference: float32 modules holding the bfloat16 values, fed the same (raised) inputs,
+    # whose features say they were bfloat16 (the ranks' precision)
     view = _view(backbone, head, torch.bfloat16)
     ref_view = assemble_view(
         view.features.float(),
@@ -136,6 +141,7 @@ def test_bf16_true_view_measured_as_float32_of_the_same_values() -> None:
         _loss,
         float32_copy(backbone),
         view.images.float(),
+        features_dtype="bfloat16",
     )
     ref = measure(ref_view, _cfg(), density=False)
     assert half.failed == {} and half.parts == ["stats", "hessian", "augment"]
@@ -259,7 +265,34 @@ def test_bf16_mixed_records_say_precision_and_dtype(tmp_path: Path, restore_flag
         assert r.settings.precision == "bf16-mixed" and r.settings.dtype == "float32"
         assert r.settings.user_matmul == user and r.failed_parts == {}
     assert [r.settings.features_dtype for r in records] == ["bfloat16", "bfloat16", "float32"]
+    f32 = torch.finfo(torch.float32).eps  # the ranks' tolerance: the features' eps
+    assert [r.settings.rank_eps for r in records] == [2.0**-7, 2.0**-7, f32]
+    assert [r.settings.rank_work_eps for r in records] == [f32] * 3
     assert matmul_settings() == user  # restored after every measurement
+
+
+@pytest.mark.parametrize("features_dtype", [None, "bfloat16"])
+def test_statistics_read_ranks_at_the_features_precision(features_dtype: str | None) -> None:
+    """SimSiam's BN-ended head on 2 x 64 rows: centred rank M - 2 = 126, not 127 (round-off)."""
+    torch.manual_seed(0)
+    options = dict(hidden_dim=512, activation="relu", norm="bn", bias=False, out_norm=True)
+    head = build_head("smooth_mlp", 512, 512, **options).train()
+    Z = torch.relu(torch.randn(2, 64, 512, generator=torch.Generator().manual_seed(1)))
+    if features_dtype is not None:  # a bf16-mixed forward's features, kept in float32
+        Z = Z.bfloat16().float()
+    view = assemble_view(Z, head, _loss, features_dtype=features_dtype)
+    result = measure(view, _cfg(), density=False, stats_only=True)
+    H64 = torch.stack([copy.deepcopy(head).double()(Z[v].double()) for v in range(2)])
+    Hn = H64.reshape(128, -1) / H64.reshape(128, -1).norm(dim=1, keepdim=True)
+    s = torch.linalg.svdvals(Hn - Hn.mean(dim=0))  # float64 reference: 126 above round-off
+    assert s[125] > 0.1 > 1e-12 > s[126] / s[0]
+    m = result.metrics
+    assert m["h/rank"] == 126 and m["z/rank"] == 127
+    assert m["h/cond"] == pytest.approx(float(s[0] ** 2 / s[125] ** 2), rel=0.02)
+    assert m["whitening/rank"] == 126
+    eps = torch.finfo(getattr(torch, features_dtype or "float32")).eps
+    assert result.settings.rank_eps == eps
+    assert result.settings.rank_work_eps == torch.finfo(torch.float32).eps
 
 
 class ProbeModule(MixedModule):

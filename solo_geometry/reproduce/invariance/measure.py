@@ -342,7 +342,7 @@ def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
     if isinstance(model.head, MetricLinearHead):
         with torch.no_grad():
             eig = model.head.metric_spectrum().double()  # (d,) ascending
-        spec = metric_spectrum(eig)
+        spec = metric_spectrum(eig, dtype=next(model.head.parameters()).dtype)  # its floor
         metric = MetricSpectrum(
             *(float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank"))
         )
