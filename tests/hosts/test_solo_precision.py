@@ -10,7 +10,9 @@ precision and the features' dtype.
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +44,20 @@ install()
 RECIPES = ["simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino"]
 
 
-def _view(method: str, digits: Path) -> Any:
-    """The captured view of one training step of ``method``'s cifar recipe, geometry on."""
-    overrides = [
-        *cifar_overrides(method, digits / "train"),
-        "+geometry=on",
-        "geometry.probes.enabled=false",
-    ]
+def _view(method: str, digits: Path, dims: Sequence[str] = (), n: int = 8) -> Any:
+    """The captured view of one training step of ``method``'s cifar recipe, geometry on.
+
+    ``dims`` replace the tiny projector sizes (``method_kwargs.proj_*``); ``n`` samples a view.
+    """
+    tiny = cifar_overrides(method, digits / "train")
+    if dims:
+        tiny = [o for o in tiny if not o.startswith("method_kwargs.proj_")]
+    overrides = [*tiny, *dims, "+geometry=on", "geometry.probes.enabled=false"]
     torch.manual_seed(0)
     cfg = parse_cfg(load_recipe(recipe(method), overrides))
     model = METHODS[cfg.method](cfg)  # barlow.yaml builds barlow_twins
     model.train()
-    b = batch(n=8, size=8)
+    b = batch(n=n, size=8)
     model.geometry_capture(True)
     with torch.no_grad():
         model.training_step(b, 0)
@@ -105,6 +109,28 @@ def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits:
         bound = max(cfg.lanczos_tol * max(abs(got.gn.ritz_min), abs(got.gn.ritz_max)), got.floor)
         assert abs(got.gn.lambda_min - float(own.ritz_values[0])) <= bound
         assert abs(got.gn.lambda_max - float(own.ritz_values[-1])) <= bound
+
+
+def test_simsiam_bn_projector_reads_its_centred_rank(digits: Path) -> None:
+    """solo-learn's SimSiam projector ends in BatchNorm (affine off): on 2 x 64 rows each view is
+    centred, so the pooled, normalised, centred H has rank M - 2 = 126; at float64's eps its
+    round-off read 127 and ``h/cond`` about 1e13 (issue 53)."""
+    dims = ["method_kwargs.proj_hidden_dim=512", "method_kwargs.proj_output_dim=512"]
+    view = _view("simsiam", digits, dims, n=64)
+    assert isinstance(view.head[-1], torch.nn.BatchNorm1d) and view.head.training
+    result = measure(view, GeometryConfig(), density=False, stats_only=True)
+    Z = view.features.detach()
+    twin = copy.deepcopy(view.head).double()
+    with torch.no_grad():
+        H64 = torch.stack([twin(Z[v].double()) for v in range(2)]).reshape(128, -1)
+    Hn = H64 / H64.norm(dim=1, keepdim=True)
+    s = torch.linalg.svdvals(Hn - Hn.mean(dim=0))  # the float64 reference
+    assert s[125] > 1e-3 * s[0] and s[126] < 1e-12 * s[0]
+    m = result.metrics
+    assert m["h/rank"] == 126 and m["whitening/rank"] <= 126
+    assert m["h/cond"] == pytest.approx(float(s[0] ** 2 / s[125] ** 2), rel=0.02)
+    assert result.settings.features_dtype == "float32"
+    assert result.settings.rank_eps == torch.finfo(torch.float32).eps
 
 
 def test_record_says_how_it_was_computed(digits: Path) -> None:
@@ -195,3 +221,4 @@ def test_bf16_mixed_byol_recipe_records_say_so(digits: Path, tmp_path: Path) -> 
     # the training steps' features are autocast's; the final record's come from a fresh
     # forward outside autocast
     assert [r.settings.features_dtype for r in records] == ["bfloat16", "bfloat16", "float32"]
+    assert [r.settings.rank_eps for r in records] == [2.0**-7, 2.0**-7, 2.0**-23]
