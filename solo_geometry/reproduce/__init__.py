@@ -4,8 +4,9 @@
   multirun sweep (on Hydra's joblib launcher, or submitit's, local or Slurm);
 * :mod:`.invariance`: SimCLR with the paper's augmentations, guillotine probes, the orbit table,
   rotation-sweep curvature, head depth and whitening;
-* ``verdicts collapse FILE``, ``verdicts invariance PATH...``: the claims judged on saved
-  results, ours or the authors' (:mod:`.verdicts`);
+* ``verdicts collapse FILE``, ``verdicts invariance PATH...``, ``verdicts hessian FILE...``:
+  the claims judged on saved results, ours or the authors' (:mod:`.verdicts`; the authors'
+  Hessian-tracker files: :mod:`.hessian`);
 * ``all``: both, and one page (``paper.html``) with each table and figure next to the paper's
   published numbers.
 

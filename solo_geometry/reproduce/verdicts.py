@@ -2,7 +2,8 @@
 
 Each kind judges the paper's claims of one part on a reproduction's own output or on the
 authors' released arrays, and prints one verdict per claim (``--json``: a list of objects with
-``id``, ``claim``, ``verdict`` and ``evidence``). A kind registers itself by a function taking
+``id``, ``claim``, ``verdict`` and ``evidence``; ``hessian --json`` an object with the runs'
+numbers beside them, :mod:`.hessian`). A kind registers itself by a function taking
 the ``verdicts`` parser's subparsers object, listed in :data:`KINDS`.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from solo_geometry.reproduce.collapse.files import add_collapse_kind
+from solo_geometry.reproduce.hessian import add_hessian_kind
 from solo_geometry.reproduce.invariance.result import read_invariance
 from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence
@@ -56,7 +58,7 @@ def _add_invariance(kinds: Any) -> None:
 
 
 # One function per kind: it adds the kind's subparser and sets its ``func``.
-KINDS: tuple[Callable[[Any], None], ...] = (add_collapse_kind, _add_invariance)
+KINDS: tuple[Callable[[Any], None], ...] = (add_collapse_kind, _add_invariance, add_hessian_kind)
 
 
 def add_verdicts_parser(actions: Any) -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@
 * :mod:`.cell`: one cell (a pretrain with the monitor and the update-size callback);
 * :mod:`.files`: the cells' records and the authors' released collapse files;
 * :mod:`.verdicts` and :mod:`.summary`: the claims judged on the runs' numbers;
+* :mod:`.mechanism`: whether lambda_min(M) at the start predicts the escape, over the cells;
 * :mod:`.page`: the figures and ``index.html``.
 """
 

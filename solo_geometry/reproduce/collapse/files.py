@@ -20,6 +20,7 @@ import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
+from solo_geometry.reproduce.collapse.mechanism import escape_prediction, sweep_rows
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 from solo_geometry.reproduce.results import Verdict
@@ -183,6 +184,15 @@ def verdicts_of_file(
 
 def _run_verdicts(args: argparse.Namespace) -> int:
     """Entry of ``solo-geometry reproduce verdicts collapse FILE``."""
+    if args.mechanism:
+        test = escape_prediction(sweep_rows(args.file))
+        v = test.verdict
+        print(
+            json.dumps(test.as_json(), indent=1)
+            if args.json
+            else f"[{v.verdict}] {v.id}: {v.claim}\n    {v.evidence}"
+        )
+        return 0
     verdicts = verdicts_of_file(args.file, trust_pickle=args.trust_pickle, factor=args.factor)
     if args.alert:
         print(alert_markdown(load_runs(args.file, trust_pickle=args.trust_pickle), args.factor))
@@ -207,7 +217,9 @@ def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
         "and data set, on our summary.json, the authors' collapse_results.npy "
         "(read by the restricted unpickler) or their curves as JSON (tests/fixtures).",
     )
-    collapse.add_argument("file", type=Path, help="summary.json, collapse_results.npy or JSON")
+    collapse.add_argument(
+        "file", type=Path, help="summary.json (or its sweep folder), collapse_results.npy or JSON"
+    )
     collapse.add_argument(
         "--json",
         action="store_true",
@@ -218,6 +230,13 @@ def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the collapse alert replayed on each run's curve (geometry.alert's defaults) "
         "against its outcome, instead of the claims",
+    )
+    collapse.add_argument(
+        "--mechanism",
+        action="store_true",
+        help="instead of the claims: does lambda_min(M) at the collapsed start predict the "
+        "escape? Spearman's rho over the cells with a bootstrap interval (FILE: our summary.json "
+        "or the sweep folder)",
     )
     collapse.add_argument(
         "--factor",

@@ -1,0 +1,157 @@
+"""Does lambda_min(M) at the collapsed start predict the escape? A rank test over the cells.
+
+The paper's mechanism: a smooth head's interaction term M has negative curvature at the
+pseudo-collapsed start, and that is what lets training leave. Quantitatively, across a sweep's
+cells: the more negative ``m_lambda_min_start`` (the Lanczos lambda_min of M at step 0,
+``summary.json``'s rows), the sooner the escape. Per cell the escape time is its
+``escape_epoch`` (first epoch at 2x the epoch-0 std), +infinity for "not escaped" (ranked after
+every escape, ties among themselves); cells that are "undecidable" (2x above the ceiling) or
+whose lambda_min(M) did not converge (None) are left out.
+
+Spearman's rho of (lambda_min(M), escape time) with a percentile bootstrap interval
+(:func:`solo_geometry.reproduce.ranks.bootstrap_spearman`, fixed seed). The prediction says
+rho > 0. Verdict: **held** when the interval lies above 0, **not held** when it lies at or
+below 0, **undecidable** when it straddles 0, when fewer than :data:`MIN_CELLS` cells are left,
+or when either variable is constant over them (no escape at all, say). Cells of the same head
+and seed start from the same weights, so their lambda_min(M) is one value whatever the lr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from solo_geometry.reproduce.collapse.result import CellRecord, CollapseRow, read_summary
+from solo_geometry.reproduce.ranks import RankCorrelation, bootstrap_spearman
+from solo_geometry.reproduce.results import Verdict
+
+__all__ = [
+    "CLAIM",
+    "MIN_CELLS",
+    "EscapePrediction",
+    "escape_prediction",
+    "prediction_pairs",
+    "sweep_rows",
+]
+
+CLAIM = "a more negative lambda_min(M) at the collapsed start predicts an earlier escape"
+MIN_CELLS = 6
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class EscapePrediction:
+    """The rank test and its verdict.
+
+    Attributes:
+        correlation: Spearman's rho of (lambda_min(M), escape time) and its interval.
+        cells: the cells used, ``head-norm-lr-seed``.
+        left_out: cells left out, with why.
+        verdict: the :class:`Verdict` (id ``m_predicts_escape``).
+    """
+
+    correlation: RankCorrelation
+    cells: tuple[str, ...]
+    left_out: tuple[str, ...]
+    verdict: Verdict
+
+    def as_json(self) -> dict[str, Any]:
+        """The correlation's fields, the cells, those left out and the verdict's object."""
+        return {
+            **asdict(self.correlation),
+            "cells": list(self.cells),
+            "left_out": list(self.left_out),
+            "verdict": self.verdict.as_json(),
+        }
+
+
+def sweep_rows(path: str | Path) -> list[CollapseRow]:
+    """The rows of a sweep: its ``summary.json`` (or the folder holding it), else its cells.
+
+    A folder without ``summary.json`` (an unfinished sweep) gives the rows of its finished
+    cells, ``cells/*.json``.
+
+    Raises:
+        ValueError: naming the path: neither, or a file that does not read as a row.
+    """
+    path = Path(path)
+    if not path.is_dir() or (path / "summary.json").is_file():
+        return list(read_summary(path).rows)
+    files = sorted((path / "cells").glob("*.json"))
+    if not files:
+        raise ValueError(
+            f"{str(path)!r} holds neither summary.json nor cells/*.json; expected a collapse "
+            "sweep folder (solo-geometry reproduce collapse --out DIR)"
+        )
+    rows = []
+    for f in files:
+        try:
+            rows.append(CellRecord.from_json(json.loads(f.read_text()), where=str(f)).row)
+        except ValueError as err:
+            raise ValueError(f"{str(f)!r}: not a cell record ({err})") from None
+    return rows
+
+
+def _name(row: CollapseRow) -> str:
+    return f"{row.head}-{row.norm}-lr{row.lr:g}-s{row.seed}"
+
+
+def prediction_pairs(
+    rows: Sequence[CollapseRow],
+) -> tuple[list[float], list[float], list[str], list[str]]:
+    """``(lambda_min(M), escape time, cells used, cells left out with why)`` (module docstring)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    used: list[str] = []
+    left: list[str] = []
+    for row in rows:
+        if row.outcome not in ("escaped", "not escaped"):
+            left.append(f"{_name(row)} ({row.outcome or 'no outcome'})")
+        elif row.m_lambda_min_start is None:
+            left.append(f"{_name(row)} (lambda_min(M) not converged)")
+        elif row.outcome == "escaped" and row.escape_epoch is None:
+            left.append(f"{_name(row)} (escaped without an escape epoch)")
+        else:
+            xs.append(row.m_lambda_min_start)
+            ys.append(math.inf if row.outcome == "not escaped" else float(row.escape_epoch or 0))
+            used.append(_name(row))
+    return xs, ys, used, left
+
+
+def _judge(r: RankCorrelation, xs: list[float], ys: list[float]) -> str:
+    if r.n < MIN_CELLS or len(set(xs)) < 2 or len(set(ys)) < 2 or math.isnan(r.low):
+        return "undecidable"
+    if r.low > 0:
+        return "held"
+    return "not held" if r.high <= 0 else "undecidable"
+
+
+def escape_prediction(
+    rows: Sequence[CollapseRow], *, resamples: int = RESAMPLES, seed: int = 0
+) -> EscapePrediction:
+    """The rank test over the sweep's rows and its verdict (module docstring)."""
+    xs, ys, used, left = prediction_pairs(rows)
+    r = bootstrap_spearman(xs, ys, resamples=resamples, seed=seed)
+    verdict = _judge(r, xs, ys)
+    escaped = sum(not math.isinf(y) for y in ys)
+    evidence = (
+        f"Spearman rho {r.rho:+.3f}, {r.level:.0%} bootstrap interval [{r.low:+.3f}, "
+        f"{r.high:+.3f}] ({r.resamples} resamples, seed {r.seed}) over {r.n} cells "
+        f"({escaped} escaped); {len(left)} left out"
+    )
+    if r.n < MIN_CELLS:
+        evidence += f"; fewer than {MIN_CELLS} cells"
+    elif len(set(ys)) < 2:
+        evidence += "; every cell has the same escape time"
+    elif len(set(xs)) < 2:
+        evidence += "; every cell has the same lambda_min(M)"
+    return EscapePrediction(
+        correlation=r,
+        cells=tuple(used),
+        left_out=tuple(left),
+        verdict=Verdict("m_predicts_escape", CLAIM, verdict, evidence),
+    )

@@ -1,0 +1,267 @@
+"""``solo-geometry reproduce verdicts hessian FILE...``: the authors' Hessian tracker re-read.
+
+The paper's Figure 3 (hessian_tracker.py, github farischaudhry/projection-head-geometry) rests
+on ``raw_data_<init>_<activation>.npz``: per epoch ``min_eigenvalues`` (the mean over the
+epoch's first 5 batches of a 20-step float32 shifted power iteration on the Hessian of the
+SimSiam loss in the first view's backbone features z1, taken before the step),
+``variances`` (the per-step ``torch.std(F.normalize(cat(z1, z2)), dim=0).mean()`` of the
+backbone features, averaged per epoch) and ``condition_numbers`` (lambda_max over lambda_min
+clamped at 1e-7 of those rows' covariance, averaged per epoch), and ``epochs``. The files are
+read by the restricted reader of :mod:`solo_geometry.inputs.npfiles` (no pickle runs).
+
+Per file (:class:`TrackerSummary`; ``--json`` prints ``{"runs": {FILE: {...}}, "verdicts":
+[...]}``):
+
+* ``spearman_var_cond``: Spearman's rho of ``variances`` and ``condition_numbers`` under the
+  authors' protocol: ``plot_hessian_composite`` drops epoch 0 (``data[...][1:]``) and calls
+  ``scipy.stats.spearmanr`` on the rest (``spearman_epochs`` of them);
+* ``negative_epochs``, ``negative_epochs_below_1e-7``, ``negative_epochs_below_1e-6``: epochs
+  of the file (epoch 0 included) whose recorded lambda_min is below 0, -1e-7 and -1e-6;
+  ``zero_epochs``: epochs whose value is exactly 0.0: each step divides by ``||Hv|| + 1e-8``,
+  so where the spectrum's scale is far below 1e-8 the vector shrinks by about
+  ``||H|| / 1e-8`` a step and underflows to 0 in float32 within 20 steps, whatever the signs
+  (the package's ReLU cell reads 0.0 where dense float64 has lambda_min -1.1e-10);
+* ``min_eigenvalue`` and ``min_eigenvalue_epoch``: the smallest recorded value and its epoch;
+  ``first_min_eigenvalue``: epoch 0's (Figure 3 does not plot it);
+* ``var_ratio``: ``variances[-1] / variances[0]``;
+* ``resolution``: the estimator's round-off at the spectrum's scale,
+  ``ROUNDOFF_FACTOR * eps(float32) * lambda_max`` (``--lambda-max``, default
+  :data:`DEFAULT_LAMBDA_MAX`: the files do not record lambda_max), and
+  ``resolved_negative_epochs``: epochs below ``-resolution``.
+
+What the estimator resolves (benchmarks/bench_estimators.py, docs/reproducing.md): its value
+is a Rayleigh quotient, so in exact arithmetic it is >= lambda_min, and a reading below minus
+its round-off certifies a negative eigenvalue at least that negative. A reading at or above
+``-resolution`` certifies nothing. Its magnitude is lambda_min's only in a window: 20 steps
+weight each eigenvalue by (1 - lambda / lambda_max)^40 against the start vector's spread over n
+coordinates, so lambda_min stands out only where |lambda_min| exceeds about
+(n^(1/40) - 1) x lambda_max (0.23 at n = 4,096; 0.34 at the paper's 256 x 512); below that the
+last vector mixes the near-null eigenvectors (the package's cells: 0.0075 of lambda_min at
+0.13 lambda_max, a positive reading at 0.0008 to 0.005). Where |lambda_min| exceeds lambda_max
+the first power iteration returns lambda_min as its "lambda_max" and the shifted one returns
+lambda_max: a positive reading of an indefinite operator. And where the spectrum lies far under
+the 1e-8 guard the vector underflows and the reading is exactly 0. The estimator can show that
+negative eigenvalues exist; it cannot show that they do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solo_geometry.inputs.npfiles import load_arrays
+from solo_geometry.reproduce.ranks import spearman
+from solo_geometry.reproduce.results import Verdict
+
+__all__ = [
+    "DEFAULT_LAMBDA_MAX",
+    "ROUNDOFF_FACTOR",
+    "TRACKER_KEYS",
+    "TrackerSummary",
+    "add_hessian_kind",
+    "hessian_verdict",
+    "read_tracker",
+    "resolution",
+    "summarise_tracker",
+]
+
+TRACKER_KEYS = ("epochs", "min_eigenvalues", "variances", "condition_numbers")
+# Round-off of the estimator's Rayleigh quotient in units of eps(float32) x lambda_max: the
+# largest |theta_32 - theta_64| / (eps32 lambda_max) over the 12 states of
+# benchmarks/bench_estimators.py (2026-12-06) was 2.85; rounded up.
+ROUNDOFF_FACTOR = 4.0
+# The spectrum's scale the resolution assumes when --lambda-max is not given: the order of the
+# paper's spectrum (issue 53); the files hold no lambda_max. The package's cells read 2.3e-4 to
+# 7.5e-3 at the pseudo-collapsed start (bench_estimators.py).
+DEFAULT_LAMBDA_MAX = 1e-3
+_FLOAT32_EPS = float(np.finfo(np.float32).eps)
+_NAME = re.compile(r"raw_data_(normal|collapsed)_(swish|relu|gelu)\.npz$")
+_SMOOTH = ("swish", "gelu")
+
+
+def resolution(lambda_max: float) -> float:
+    """The float32 estimator's round-off at spectral scale ``lambda_max`` (module docstring)."""
+    return ROUNDOFF_FACTOR * _FLOAT32_EPS * lambda_max
+
+
+def read_tracker(path: str | Path) -> dict[str, np.ndarray]:
+    """The four per-epoch arrays of a ``raw_data_*.npz``, checked.
+
+    Raises:
+        ValueError: naming the file: not a readable ``.npz`` (or a refused pickle), a missing
+            key, an array that is not 1-D real numbers, lengths that differ, fewer than 3
+            epochs or a value that is not finite.
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise ValueError(f"{str(path)!r}: expected hessian_tracker.py's raw_data_*.npz")
+    held = load_arrays(path)
+    out: dict[str, np.ndarray] = {}
+    for key in TRACKER_KEYS:
+        if key not in held:
+            raise ValueError(f"{str(path)!r} lacks {key!r}; expected the keys {list(TRACKER_KEYS)}")
+        arr = np.asarray(held[key])
+        if arr.dtype.kind not in "iuf" or arr.ndim != 1:
+            raise ValueError(
+                f"{str(path)!r}[{key!r}] is a {arr.dtype} array of shape {arr.shape}; "
+                "expected one real number per epoch (1-D)"
+            )
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{str(path)!r}[{key!r}] holds a value that is not finite")
+        out[key] = arr.astype(float)
+    lengths = {k: len(v) for k, v in out.items()}
+    if len(set(lengths.values())) != 1 or lengths["epochs"] < 3:
+        raise ValueError(
+            f"{str(path)!r}: per-epoch arrays of lengths {lengths}; expected one length >= 3"
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class TrackerSummary:
+    """One file's numbers (the module docstring defines each)."""
+
+    init: str | None
+    activation: str | None
+    epochs: int
+    spearman_var_cond: float | None
+    spearman_epochs: int
+    negative_epochs: int
+    negative_epochs_below_1e_7: int
+    negative_epochs_below_1e_6: int
+    zero_epochs: int
+    resolved_negative_epochs: int
+    resolution: float
+    min_eigenvalue: float
+    min_eigenvalue_epoch: int
+    first_min_eigenvalue: float
+    var_ratio: float
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object of ``--json`` (``_1e_7`` spelled ``_1e-7``)."""
+        return {k.replace("_1e_", "_1e-"): v for k, v in asdict(self).items()}
+
+
+def summarise_tracker(
+    arrays: dict[str, np.ndarray], *, name: str = "", lambda_max: float = DEFAULT_LAMBDA_MAX
+) -> TrackerSummary:
+    """The numbers of one run (:func:`read_tracker`'s arrays); ``name`` gives init and head."""
+    lam, var, cond = arrays["min_eigenvalues"], arrays["variances"], arrays["condition_numbers"]
+    rho = spearman(var[1:], cond[1:])  # plot_hessian_composite: data[...][1:]
+    match = _NAME.search(name)
+    res = resolution(lambda_max)
+    low = int(np.argmin(lam))
+    return TrackerSummary(
+        init=match.group(1) if match else None,
+        activation=match.group(2) if match else None,
+        epochs=len(lam),
+        spearman_var_cond=None if math.isnan(rho) else rho,
+        spearman_epochs=len(lam) - 1,
+        negative_epochs=int((lam < 0).sum()),
+        negative_epochs_below_1e_7=int((lam < -1e-7).sum()),
+        negative_epochs_below_1e_6=int((lam < -1e-6).sum()),
+        zero_epochs=int((lam == 0).sum()),
+        resolved_negative_epochs=int((lam < -res).sum()),
+        resolution=res,
+        min_eigenvalue=float(lam[low]),
+        min_eigenvalue_epoch=int(arrays["epochs"][low]),
+        first_min_eigenvalue=float(lam[0]),
+        var_ratio=float(var[-1] / var[0]) if var[0] else math.nan,
+    )
+
+
+CLAIM = "smooth heads inject negative eigenvalues into the effective Hessian, ReLU heads do not"
+
+
+def _describe(name: str, s: TrackerSummary) -> str:
+    return (
+        f"{name}: {s.resolved_negative_epochs}/{s.epochs} epochs below -{s.resolution:.1e} "
+        f"(below 0: {s.negative_epochs}, -1e-7: {s.negative_epochs_below_1e_7}, -1e-6: "
+        f"{s.negative_epochs_below_1e_6}; exactly 0: {s.zero_epochs}; lowest "
+        f"{s.min_eigenvalue:.3g} at epoch {s.min_eigenvalue_epoch})"
+    )
+
+
+def hessian_verdict(runs: dict[str, TrackerSummary]) -> Verdict:
+    """The claim judged on the runs whose file names give the head (``raw_data_<i>_<a>``).
+
+    Only a reading below ``-resolution`` counts (a certified negative eigenvalue); no reading
+    certifies the absence of one. Not held: a smooth run without such a reading, or a ReLU run
+    with one. Otherwise undecidable: the ReLU half cannot be shown by this estimator (never
+    held). Undecidable without both a smooth and a ReLU run.
+    """
+    smooth = {n: s for n, s in runs.items() if s.activation in _SMOOTH}
+    relu = {n: s for n, s in runs.items() if s.activation == "relu"}
+    evidence = "; ".join(_describe(Path(n).name, s) for n, s in {**smooth, **relu}.items())
+    if not smooth or not relu:
+        verdict = "undecidable"
+        evidence = f"needs a smooth (swish, gelu) and a ReLU run, by file name; {evidence}"
+    elif any(s.resolved_negative_epochs == 0 for s in smooth.values()):
+        verdict = "not held"
+    elif any(s.resolved_negative_epochs > 0 for s in relu.values()):
+        verdict = "not held"
+        evidence += "; a ReLU run reads a certified negative value"
+    else:
+        verdict = "undecidable"
+        evidence += "; the estimator's readings bound lambda_min from above only: none shows "
+        evidence += "that a ReLU run has no negative eigenvalue"
+    flat = [Path(n).name for n, s in runs.items() if s.zero_epochs > s.epochs / 2]
+    if flat:
+        evidence += (
+            f"; {', '.join(flat)}: most readings exactly 0, a spectrum under the estimator's "
+            "1e-8 guard (its vector underflows), which says nothing of the signs"
+        )
+    return Verdict("hessian_negative_smooth_only", CLAIM, verdict, evidence)
+
+
+def _run_hessian(args: argparse.Namespace) -> int:
+    """Entry of ``solo-geometry reproduce verdicts hessian FILE...``."""
+    if not args.lambda_max > 0:
+        raise ValueError(f"--lambda-max must be > 0; got {args.lambda_max}")
+    runs = {
+        str(f): summarise_tracker(read_tracker(f), name=f.name, lambda_max=args.lambda_max)
+        for f in args.files
+    }
+    verdict = hessian_verdict(runs)
+    if args.json:
+        plain = {"runs": {n: s.as_json() for n, s in runs.items()}, "verdicts": [verdict.as_json()]}
+        print(json.dumps(plain, indent=1))
+        return 0
+    for name, s in runs.items():
+        rho = "-" if s.spearman_var_cond is None else f"{s.spearman_var_cond:+.3f}"
+        print(
+            f"{name}: Spearman(var, cond) {rho} over epochs 1-{s.epochs - 1}; "
+            f"var final/initial {s.var_ratio:.4g}; " + _describe("lambda_min", s)
+        )
+    print(f"[{verdict.verdict}] {verdict.id}: {verdict.claim}\n    {verdict.evidence}")
+    return 0
+
+
+def add_hessian_kind(kinds: argparse._SubParsersAction) -> None:
+    """Register ``hessian`` under ``solo-geometry reproduce verdicts``."""
+    parser = kinds.add_parser(
+        "hessian",
+        help="the authors' Hessian-tracker runs (raw_data_*.npz, Figure 3)",
+        description="Per file: Spearman(variance, condition number) as Figure 3 computes it, "
+        "epochs with lambda_min below 0, -1e-7, -1e-6 and below the estimator's round-off, the "
+        "smallest lambda_min, var(final)/var(initial); then the smooth-vs-ReLU claim.",
+    )
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="raw_data_*.npz")
+    parser.add_argument(
+        "--json", action="store_true", help='{"runs": {FILE: {...}}, "verdicts": [...]}'
+    )
+    parser.add_argument(
+        "--lambda-max",
+        type=float,
+        default=DEFAULT_LAMBDA_MAX,
+        help="the Hessian spectrum's scale for the estimator's round-off (the files hold none; "
+        f"default {DEFAULT_LAMBDA_MAX:g})",
+    )
+    parser.set_defaults(func=_run_hessian)
