@@ -21,8 +21,8 @@ products, product times taken in turn with the baseline's, and ``ratio/...`` ove
 
 Usage::
 
-    PYTHONPATH=.:benchmarks python benchmarks/profile_record.py --solo-root /work/solo-learn
-    PYTHONPATH=.:benchmarks python benchmarks/profile_record.py --recipes simclr --levers-only
+    PYTHONPATH=. python benchmarks/profile_record.py --solo-root /work/solo-learn
+    PYTHONPATH=. python benchmarks/profile_record.py --recipes simclr --levers-only
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from record_levers import levers, ratios
+from record_levers import lever_tables, levers, ratios
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum
@@ -236,16 +236,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    rows = []
     for method in args.recipes:
+        row = profile(method, args)
+        rows.append(row)
         print(
-            json.dumps(
-                {
-                    k: round(v, 4) if isinstance(v, float) else v
-                    for k, v in profile(method, args).items()
-                }
-            ),
+            json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
             flush=True,
         )
+    if args.levers or args.levers_only:
+        print(lever_tables(rows))
 
 
 if __name__ == "__main__":

@@ -230,3 +230,43 @@ def ratios(row: dict[str, Any]) -> dict[str, Any]:
                 out[f"ratio/block/{label}/{name}/products"] = 3 * k / cold
                 out[f"ratio/block/{label}/{name}/time"] = k * three / (cold * one)
     return out
+
+
+def _cell(row: dict[str, Any], key: str, spec: str = "") -> str:
+    value = row.get(key)
+    return "-" if value is None else format(value, spec)
+
+
+def lever_tables(rows: list[dict[str, Any]]) -> str:
+    """The warm starts' and the blocks' markdown tables of ``levers`` rows (with ``ratios``)."""
+    warm = [
+        "| recipe | operator | cold | next batch: cold / warm (top vectors' cos) "
+        "| from H_eff's vectors |",
+        "|---|---|---|---|---|",
+    ]
+    block = [
+        "| recipe | operator | cold: steps | product s: 1 / 3 batched | 3 Gaussians: steps, "
+        "products, time | Gaussian + H_eff's 2: steps, products, time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        for op in (op for op in OPS if f"cold/{op}" in row):
+            w = f"warm_across/{op}"
+            warm.append(
+                f"| {row['recipe']} | {op} | {row[f'cold/{op}']} | {row[f'{w}/cold']} / "
+                f"{row[f'{w}/warm']} ({row[f'{w}/overlap']:.3f}) | "
+                f"{_cell(row, f'warm_within/{op}')} |"
+            )
+            cells = [
+                f"{_cell(row, f'block/{b}/{op}')}, "
+                f"{_cell(row, f'ratio/block/{b}/{op}/products', '.2f')}x, "
+                f"{_cell(row, f'ratio/block/{b}/{op}/time', '.2f')}x"
+                for b in ("gauss3", "gauss+heff")
+            ]
+            block.append(
+                f"| {row['recipe']} | {op} | {row[f'cold/{op}']} | {row[f'product/{op}']:.4f} / "
+                f"{row[f'product3/{op}']:.4f} | {cells[0]} | "
+                + (cells[1] if op != "heff" else "-")
+                + " |"
+            )
+    return "\n".join(warm) + "\n\n" + "\n".join(block)
