@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import record_levers  # noqa: E402
 
-from solo_geometry.linalg.lanczos import _check, _run  # noqa: E402
+from solo_geometry.linalg.lanczos import _check, _run, _Runs  # noqa: E402
 
 DIM, TOL = 300, 1e-3
 
@@ -38,11 +38,11 @@ def _matrix(seed: int) -> Tensor:
     return (q * eigs) @ q.T
 
 
-def _runs(A: Tensor, starts: Tensor, steps: int):  # noqa: ANN202 - lanczos._Runs
+def _runs(A: Tensor, starts: Tensor, steps: int) -> _Runs:
     return _run(lambda v: (A @ v.T).T, starts, steps, 0.0, 0.0, 1, torch.float64)
 
 
-def _first_check(runs, k_max: int) -> int:  # noqa: ANN001
+def _first_check(runs: _Runs, k_max: int) -> int:
     for k in range(2, k_max + 1):
         c = _check(runs.alpha[0], runs.beta[0], k, TOL, 0.0)
         if c.converged_min and c.converged_max:
