@@ -81,3 +81,15 @@ class TestUnionSteps:
             4,
         )
         assert record_levers.union_steps(runs, 1e-12) is None
+
+    def test_fixed_vectors_join_the_span(self) -> None:
+        A = _matrix(0)
+        _, vectors = torch.linalg.eigh(A)
+        ends = vectors[:, [0, -1]].T  # (2, DIM): the exact extreme eigenvectors
+        g = torch.Generator().manual_seed(4)
+        runs = _runs(A, torch.randn(1, DIM, generator=g, dtype=torch.float64), 30)
+        alone = record_levers.union_steps(runs, TOL)
+        assert alone is None or alone > 2
+        assert record_levers.union_steps(runs, TOL, fixed=(ends, ends @ A)) == 2
+        # a wrong image of the fixed vectors is caught by the residuals, never certified at once
+        assert record_levers.union_steps(runs, TOL, fixed=(ends, 0.5 * ends @ A)) != 2
