@@ -16,8 +16,9 @@ operator (GN's 0 where its spectrum is H_eff's run).
 
 ``--levers`` adds, and ``--levers-only`` gives alone, the levers of issue 56 on the same batch
 (``record_levers.py``): warm starts across records (the next record's batch, other images) and
-within one, blocks of three vectors with batched products, forward-over-reverse products; their
-products, product times taken in turn with the baseline's, and ``ratio/...`` over the cold run.
+within one, blocks of three vectors with batched products, GN and M from one pass,
+forward-over-reverse products; their products, product times taken in turn with the baseline's,
+``ratio/...`` over the cold run, and their tables after the JSON lines.
 
 Usage::
 

@@ -16,6 +16,9 @@ monitor's sub-block, float32 products under float64 recurrences, ``lanczos_tol``
   Ritz vectors, which keeps the Gaussian probe): the step at which the union certifies both
   extremes by the same residual test, its products (B per step) and its time (steps times one
   batched product);
+* GN and M from one pass (lever 2): H_eff's run with its products taken as GN v + M v, so that
+  GN's and M's runs have H_eff's basis and its images for free: the steps each still needs for
+  the Rayleigh-Ritz of the joint span to certify;
 * forward-over-reverse (lever 3): one H_eff product by ``torch.func.jvp`` over
   ``torch.func.grad`` against the double backward, or why it cannot run.
 
