@@ -11,12 +11,19 @@ Then, in training steps (``.../in_steps``): the record, the record with the dens
 Lanczos run alone, and rho with H_eff's run (what a record would cost with GN's and M's runs left
 out, at these products and this batch's Lanczos steps).
 H_eff's run is the spectrum's own ``seconds`` (wall time, the rest is CPU time): the same with
-``--threads 1`` on a core nothing else uses.
+``--threads 1`` on a core nothing else uses. ``products/<op>``: the record's products per
+operator (GN's 0 where its spectrum is H_eff's run).
+
+``--levers`` adds, and ``--levers-only`` gives alone, the levers of issue 56 on the same batch
+(``record_levers.py``): warm starts across records (the next record's batch, other images) and
+within one, blocks of three vectors with batched products, GN and M from one pass,
+forward-over-reverse products; their products, product times taken in turn with the baseline's,
+``ratio/...`` over the cold run, and their tables after the JSON lines.
 
 Usage::
 
     PYTHONPATH=. python benchmarks/profile_record.py --solo-root /work/solo-learn
-    PYTHONPATH=. python benchmarks/profile_record.py --recipes simclr vicreg --dtype float32
+    PYTHONPATH=. python benchmarks/profile_record.py --recipes simclr --levers-only
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from record_levers import lever_tables, levers, ratios
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum
@@ -130,19 +138,43 @@ def density_spectra(view: Any, Z: torch.Tensor, cfg: GeometryConfig) -> tuple[fl
         HeadOperators._batched_product = batched  # type: ignore[method-assign]
 
 
+def random_batch(model: Any, batch_size: int, seed: int) -> list[Any]:
+    """One batch of random 32 x 32 images in the recipe's views."""
+    g = torch.Generator().manual_seed(seed)
+    views = model.num_large_crops + model.num_small_crops
+    X = [torch.randn(batch_size, 3, 32, 32, generator=g) for _ in range(views)]
+    return [torch.arange(batch_size), X, torch.zeros(batch_size, dtype=torch.long)]
+
+
+def lever_record(model: Any, view: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The levers of ``record_levers.py`` on this view, the next record's batch another one."""
+    cfg = GeometryConfig(dtype=args.dtype)
+
+    def make(v: Any) -> HeadOperators:
+        return head_operators(v.head, v.loss_of_outputs, v.features.detach(), dtype=torch.float32)
+
+    ops = make(view)  # before the next step changes the module's state (queues, targets)
+    training_step(model, random_batch(model, args.batch_size, 1))  # the next record's batch
+    view_next = model.geometry_view(random_batch(model, args.batch_size, 1))
+    model.geometry_capture(False)
+    index = block_indices(view.features.shape[1], cfg.max_samples)
+    row = levers(view, ops, make(view_next), index)
+    return {**row, **ratios(row)}
+
+
 def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     """The cost breakdown of one record of ``method``'s recipe, in CPU seconds."""
     model = build(method, args.solo_root, args.batch_size)
     model.train()
     cfg = GeometryConfig(dtype=args.dtype)  # the defaults, at the dtype asked for
     g = torch.Generator().manual_seed(0)
-    views = model.num_large_crops + model.num_small_crops
-    X = [torch.randn(args.batch_size, 3, 32, 32, generator=g) for _ in range(views)]
-    batch = [torch.arange(args.batch_size), X, torch.zeros(args.batch_size, dtype=torch.long)]
+    batch = random_batch(model, args.batch_size, 0)
     step = statistics.median(training_step(model, batch) for _ in range(3))
     view = model.geometry_view(batch)
     Z = view.features.detach()
     out: dict[str, Any] = {"recipe": method, "step": step, "shape": list(Z.shape)}
+    if args.levers_only:
+        return {**out, **lever_record(model, view, args)}
     out["stats"], _ = timed(lambda: _stats(view, []))
     out["rho"], _ = timed(lambda: _rho(view, Z, cfg, torch.Generator().manual_seed(0)))
     index = block_indices(Z.shape[1], cfg.max_samples)
@@ -172,7 +204,10 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
         out[f"{op}/steps"], out[f"{op}/seconds"] = s.steps, s.seconds
     out["z_norm"] = float(Z.double().norm())  # the same batch's features in every run?
     out["density/side_by_side"], out["density/one_at_a_time"] = density_spectra(view, Z, cfg)
-    out["record"], _ = timed(lambda: measure(view, cfg, density=False), 1)
+    out["record"], record = timed(lambda: measure(view, cfg, density=False), 1)
+    for op in ("heff", "gn", "m"):  # the record's own products per operator (GN = H_eff: 0)
+        shared = op == "gn" and record.metrics.get("gn_is_heff")
+        out[f"products/{op}"] = 0 if shared else record.metrics.get(f"{op}/steps")
     out["record_density"], _ = timed(lambda: measure(view, cfg, density=True), 1)
     model.geometry_capture(False)
     out["gn_is_heff"] = spec.gn_is_heff
@@ -182,6 +217,10 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
         out[f"{key}/in_steps"] = out[key] / step
     out["heff_run/in_steps"] = out["heff/seconds"] / step
     out["heff_and_rho/in_steps"] = (out["rho"] + out["heff/seconds"]) / step
+    if args.levers:
+        model.geometry_capture(True)
+        training_step(model, batch)  # this batch's features captured again for its view
+        out.update(lever_record(model, model.geometry_view(batch), args))
     return out
 
 
@@ -192,18 +231,22 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--levers", action="store_true", help="add record_levers.py's levers")
+    parser.add_argument(
+        "--levers-only", action="store_true", help="the levers of record_levers.py alone"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    rows = []
     for method in args.recipes:
+        row = profile(method, args)
+        rows.append(row)
         print(
-            json.dumps(
-                {
-                    k: round(v, 4) if isinstance(v, float) else v
-                    for k, v in profile(method, args).items()
-                }
-            ),
+            json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
             flush=True,
         )
+    if args.levers or args.levers_only:
+        print(lever_tables(rows))
 
 
 if __name__ == "__main__":
