@@ -385,6 +385,11 @@ class TestProbeTableRandomInit:
         assert random_init_summary(above) == (
             "every probe is at or above the same network at random initialisation"
         )
+        worse = ProbeRow("z", "mlp", "class", 0.5, 0.1, random_init=0.625)
+        assert random_init_summary(ProbeTable([h, worse, mlp])) == (
+            "every probe is below its random initialisation (trained - random init "
+            "-0.250 to -0.125)"
+        )
 
     def test_round_trip(self) -> None:
         data = json.loads(json.dumps(self._table().to_dict()))
