@@ -20,7 +20,7 @@ from solo_geometry.inputs.features import load_cache
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.checkpoint import build_untrained, load_model
 from solo_geometry.models.solo_mlp import solo_projector
-from solo_geometry.run.probe_table import random_init_summary
+from solo_geometry.run.probe_table import random_init_summary, versus_random_init
 from solo_geometry.run.run_folder import RunFolder
 from tests.shared import image_folder
 
@@ -105,7 +105,8 @@ class TestEvaluateRandomInit:
         assert z is not None and z.accuracy == pytest.approx(z.chance)  # constant Z: chance
         assert z.random_init is not None and z.random_init > 0.9  # colour gives the class
         assert table.gaps()["trained_minus_random_init"]["z/linear/class"] < -0.5
-        assert "below its random initialisation: Z linear class" in random_init_summary(table)
+        assert versus_random_init(z).endswith(": below its random initialisation")
+        assert random_init_summary(table).startswith("every probe is below its random init")
         assert run.read_probes() == table and table.settings["random_init"] == {
             "measured": True,
             "seed": 0,
