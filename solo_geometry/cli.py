@@ -42,6 +42,7 @@ from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.preempt import Preempted
+from solo_geometry.run.probe_table import versus_random_init
 from solo_geometry.run.records import RecordsWarning
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.sink import Unwritten
@@ -111,11 +112,15 @@ def _probe(args: argparse.Namespace) -> int:
             device=args.device,
             tag=tag,
             progress=not args.quiet,
+            random_init=model.untrained,
         )
     except (ValueError, ModuleNotFoundError) as err:
         raise UsageError(str(err)) from err
-    for row in table.rows:
-        print(f"{row.features} {row.probe:>6} {row.target:>8}: {row.accuracy:.4f}")
+    for row in table.rows:  # beside each, the same network at random initialisation
+        print(
+            f"{row.features} {row.probe:>6} {row.target:>8}: {row.accuracy:.4f}   "
+            f"{versus_random_init(row)}"
+        )
     print(f"wrote {run.probes}")
     return 0
 
@@ -162,7 +167,8 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser = subparsers.add_parser(
         "probe",
         help="backbone-vs-head probes and orbit table of a run or checkpoint",
-        description="Fit linear and MLP probes on backbone (Z) and head (H) features, write "
+        description="Fit linear and MLP probes on backbone (Z) and head (H) features, and the "
+        "same probes on the same network at random initialisation (built under --seed), write "
         "probes.json and features.pt into the run folder. Needs no solo-learn.",
     )
     parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or .ckpt file")
@@ -175,7 +181,12 @@ def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="torch device: cpu, cuda, cuda:N, mps (default: cpu)",
     )
     parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
-    parser.add_argument("--seed", type=int, default=0, help="seed of draws, splits and probes")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of draws, splits, probes and the random-init network",
+    )
     parser.add_argument(
         "--targets",
         nargs="+",

@@ -1,10 +1,14 @@
 """Backbone-vs-head evaluation of a trained model on a labelled image folder.
 
 :func:`evaluate` fits the probes of :mod:`solo_geometry.analysis.probes` on Z and on H for every
-configured target (class, quarter-turn rotation, binned brightness jitter) and measures the
-orbit table (docs/design.md section 3, "Orbits") on held-out images, then writes both into the run
-folder's ``probes.json`` as a :class:`~solo_geometry.run.probe_table.ProbeTable`. Features go
-through the run's feature cache, so evaluating again costs no forward pass.
+configured target (class, quarter-turn rotation, binned brightness jitter), and, given the
+network's constructor, the same probes on the same architecture at random initialisation
+(built under ``torch.manual_seed(geometry.probes.seed)``), so each row says whether training
+helped; and it measures the orbit table (docs/design.md section 3, "Orbits") on held-out
+images, then writes both into the run folder's ``probes.json`` as a
+:class:`~solo_geometry.run.probe_table.ProbeTable`. Features go through the run's feature cache
+(the random-init network's too, under ``random_init/seed<seed>/``), so evaluating again costs
+no forward pass.
 
 References:
     - [0]: Alain and Bengio, 2016, Understanding intermediate layers using linear classifier
@@ -24,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from solo_geometry.analysis.paper_probes import PaperProbeSettings, paper_rotation_probes
-from solo_geometry.analysis.probes import linear_probe, mlp_probe
+from solo_geometry.analysis.probes import ProbeResult, linear_probe, mlp_probe
 from solo_geometry.config import OrbitsConfig, ProbesConfig
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
@@ -45,9 +49,12 @@ from solo_geometry.inputs.features import Features, extract_features
 from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run.run_folder import RunFolder
 
-__all__ = ["evaluate", "orbit_table"]
+__all__ = ["RANDOM_INIT_SETS", "evaluate", "orbit_table", "random_init_modules"]
 
 Extract = Callable[[Any, str, dict[str, Tensor] | None], Features]
+Build = Callable[[], tuple[nn.Module, nn.Module]]
+# Feature-cache sets of the random-init network: ``random_init/seed<seed>/<split>/<target>``.
+RANDOM_INIT_SETS = "random_init"
 
 
 def _plain(metrics: Any) -> dict[str, Any]:
@@ -92,31 +99,93 @@ def orbit_table(
     return rows
 
 
+def _fit(
+    probe: str, train: Features, test: Features, space: str, cfg: ProbesConfig, device: Any
+) -> ProbeResult:
+    """One probe on one feature space, fitted on ``train`` and scored on ``test``."""
+    x_tr, x_te = getattr(train, space), getattr(test, space)
+    if probe == "linear":
+        return linear_probe(
+            x_tr, train.labels, x_te, test.labels, cfg.linear, seed=cfg.seed, device=device
+        )
+    return mlp_probe(x_tr, train.labels, x_te, test.labels, cfg.mlp, seed=cfg.seed, device=device)
+
+
 def _probe_rows(
-    extract: Extract, splits: dict[str, tuple[Tensor, Tensor]], cfg: ProbesConfig, device: Any
+    extract: Extract,
+    splits: dict[str, tuple[Tensor, Tensor]],
+    cfg: ProbesConfig,
+    device: Any,
+    extract_random: Extract | None = None,
 ) -> list[ProbeRow]:
+    """Every configured probe on Z and H, and beside it the same fit at random initialisation.
+
+    The random-init features are of the same images (the same seeded nuisance draws), so each
+    pair of fits shares its split, its probe options and its seed.
+    """
     rows = []
     for target in cfg.targets:
-        feats = {}
+        feats, rand = {}, {}
         for split in ("train", "test"):
             gen = torch.Generator().manual_seed(cfg.seed + (split == "test"))
             x, y = target_set(*splits[split], target, gen, cfg.jitter_bins, cfg.jitter_max)
             feats[split] = extract((x, y), f"{split}/{target}", None)
+            if extract_random is not None:
+                rand[split] = extract_random((x, y), f"{split}/{target}", None)
         tr, te = feats["train"], feats["test"]
         chance = float(torch.bincount(te.labels).max()) / len(te.labels)
         for space in ("z", "h"):
-            x_tr, x_te = getattr(tr, space), getattr(te, space)
             for probe in cfg.probes:
-                if probe == "linear":
-                    res = linear_probe(
-                        x_tr, tr.labels, x_te, te.labels, cfg.linear, seed=cfg.seed, device=device
+                res = _fit(probe, tr, te, space, cfg, device)
+                base = (
+                    _fit(probe, rand["train"], rand["test"], space, cfg, device) if rand else None
+                )
+                rows.append(
+                    ProbeRow(
+                        space,
+                        probe,
+                        target,
+                        res.accuracy,
+                        chance,
+                        res.details,
+                        None if base is None else base.accuracy,
+                        {} if base is None else base.details,
                     )
-                else:
-                    res = mlp_probe(
-                        x_tr, tr.labels, x_te, te.labels, cfg.mlp, seed=cfg.seed, device=device
-                    )
-                rows.append(ProbeRow(space, probe, target, res.accuracy, chance, res.details))
+                )
     return rows
+
+
+def _extractor(
+    modules: tuple[nn.Module, nn.Module], prefix: str, options: dict[str, Any]
+) -> Extract:
+    """Cached extraction through ``modules``, its sets named ``prefix + name``."""
+
+    def extract(data: Any, name: str, extras: dict[str, Tensor] | None) -> Features:
+        return extract_features(*modules, data, name=prefix + name, extras=extras, **options)
+
+    return extract
+
+
+def random_init_modules(
+    build: Build, seed: int, device: str | torch.device | None = None
+) -> tuple[nn.Module, nn.Module]:
+    """The same architecture at random initialisation: ``build()`` under a fixed seed.
+
+    The caller's RNG state is left as it was (``torch.random.fork_rng``); ``build`` must make
+    its modules on the CPU (their draws come from the CPU generator seeded here).
+
+    Args:
+        build: the constructor of the probed network, ``() -> (backbone, head)``, untrained.
+        seed: ``torch.manual_seed`` before ``build()`` (``geometry.probes.seed``).
+        device: where the modules go (None: stay on the CPU).
+
+    Returns:
+        ``(backbone, head)`` in eval mode.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        backbone, head = build()
+    return backbone.to(device).eval(), head.to(device).eval()
 
 
 def evaluate(
@@ -130,6 +199,7 @@ def evaluate(
     device: str | torch.device | None = None,
     tag: str | None = None,
     progress: bool = True,
+    random_init: Build | None = None,
 ) -> ProbeTable:
     """Backbone-vs-head probes and the orbit table; writes the run's ``probes.json``.
 
@@ -149,6 +219,10 @@ def evaluate(
         device: where to run the model and the probes (default: the backbone's device).
         tag: identifies the model in the feature cache (another tag: cache rebuilt).
         progress: progress bars on stderr.
+        random_init: the constructor of this network, ``() -> (backbone, head)`` untrained:
+            each probe row then also holds the same probe on the same architecture at random
+            initialisation, built by :func:`random_init_modules` under
+            ``torch.manual_seed(cfg.seed)`` (``settings.random_init``). None: not measured.
 
     Returns:
         The :class:`ProbeTable` written.
@@ -158,23 +232,22 @@ def evaluate(
     """
     cfg = cfg if cfg is not None else ProbesConfig()
     splits = probe_splits(data if isinstance(data, tuple) else Path(data), cfg.seed)
-
-    def extract(data: Any, name: str, extras: dict[str, Tensor] | None) -> Features:
-        return extract_features(
-            backbone,
-            head,
-            data,
-            batch_size=cfg.batch_size,
-            device=device,
-            cache=run.features,
-            name=name,
-            tag=tag,
-            mean_std=mean_std,
-            extras=extras,
-            progress=progress,
-        )
-
-    rows = [] if cfg.protocol == "paper" else _probe_rows(extract, splits, cfg, device)
+    options = {
+        "batch_size": cfg.batch_size,
+        "device": device,
+        "cache": run.features,
+        "tag": tag,
+        "mean_std": mean_std,
+        "progress": progress,
+    }
+    extract = _extractor((backbone, head), "", options)
+    rows: list[ProbeRow] = []
+    if cfg.protocol != "paper":
+        untrained = None
+        if random_init is not None:  # built once; its features cached beside the trained ones
+            modules = random_init_modules(random_init, cfg.seed, _device_of(backbone, device))
+            untrained = _extractor(modules, f"{RANDOM_INIT_SETS}/seed{cfg.seed}/", options)
+        rows = _probe_rows(extract, splits, cfg, device, untrained)
     paper = None
     if cfg.protocol in ("paper", "both"):  # the authors' probes, on the same two splits
         paper = paper_rotation_probes(
@@ -213,11 +286,22 @@ def _write(
         "n_test": len(splits["test"][1]),
         "orbit_images": orbit_images,
         "probes": dataclasses.asdict(cfg),
+        "random_init": {  # how the rows' random_init were measured (None: they were not)
+            "measured": any(r.random_init is not None for r in parts[0]),
+            "seed": cfg.seed,
+        },
     }
     rows, orbits, paper = parts
     table = ProbeTable(rows, orbits, settings, paper)
     run.write_probes(table)
     return table
+
+
+def _device_of(module: nn.Module, device: str | torch.device | None) -> torch.device:
+    """``device``, else where ``module``'s parameters are (the CPU for a parameterless one)."""
+    if device is not None:
+        return torch.device(device)
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
 
 
 def _paper_orbits(

@@ -19,6 +19,7 @@ import numpy as np
 from solo_geometry.analysis import plots
 from solo_geometry.analysis.run_data import RunData, check_reportable, read_run
 from solo_geometry.run.atomic import write_text
+from solo_geometry.run.probe_table import ProbeRow, random_init_summary
 from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
 
@@ -162,6 +163,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _versus_random_init(row: ProbeRow | None) -> list[Any]:
+    """The random-init accuracy and trained minus it, or "not measured" twice."""
+    if row is None or row.random_init is None:
+        return ["not measured", "not measured"]
+    return [row.random_init, row.accuracy - row.random_init]
+
+
 def _probe_html(run: RunData) -> str:
     if not run.probes:
         return "<p class='note'>no probes.json: run <code>solo-geometry probe</code></p>"
@@ -172,8 +180,13 @@ def _probe_html(run: RunData) -> str:
         za = table.accuracy("z", probe, target)
         ha = table.accuracy("h", probe, target)
         za, ha = (math.nan if a is None else a for a in (za, ha))
-        rows.append([target, probe, za, ha, za - ha, chance[(target, probe)]])
-    out = _table(["target", "probe", "Z acc", "H acc", "Z - H", "chance"], rows)
+        versus = [v for f in ("z", "h") for v in _versus_random_init(table.row(f, probe, target))]
+        rows.append(
+            [target, probe, za, *versus[:2], ha, *versus[2:], za - ha, chance[(target, probe)]]
+        )
+    header = ["target", "probe", "Z acc", "Z random init", "Z - random init", "H acc"]
+    header += ["H random init", "H - random init", "Z - H", "chance"]
+    out = _table(header, rows) + f"<p>{html.escape(random_init_summary(table))}</p>"
     gaps = table.gaps()["mlp_minus_linear"]
     if gaps:
         out += _table(["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()])

@@ -9,8 +9,9 @@ Four stages, each announced as it starts:
 3. the probes and the report, written by the run itself at the end of fit;
 4. a findings table read back from the run's own files: lambda_min of M and the interaction
    ratio ||M|| / ||H_eff|| at the first and last measurement, orbit compression per
-   augmentation family, and the probe table (backbone Z vs head H). The numbers are printed as
-   measured.
+   augmentation family, and the probe table (backbone Z vs head H, each beside the same
+   network at random initialisation, saying which fits training left below it). The numbers
+   are printed as measured.
 
 The full form finishes in under 10 minutes on 2 cores; ``--quick`` (or
 ``SOLO_GEOMETRY_DEMO_QUICK=1``) cuts epochs, batches and measurement sizes for CI.
@@ -29,6 +30,7 @@ from typing import Any
 
 from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.inputs.digits import make_digits
+from solo_geometry.run.probe_table import ProbeTable, random_init_summary
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.alert import STATES as ALERT_STATES
 
@@ -198,7 +200,9 @@ def findings(run: str | Path) -> dict[str, Any]:
     Returns:
         ``{"geometry": [first, last] spectral records' step, m/lambda_min, interaction_ratio
         (one entry when a single record holds the spectra),
-        "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h)],
+        "n_records", "orbits": {family: (mean, std)}, "probes": [(target, probe, z, h,
+        z_random_init, h_random_init)] (the same network at random initialisation; None where
+        not measured), "random_init": the sentence naming the fits below it,
         "alert": {"last", "worst", "diagnosis"} (None where no record holds an alert)}``;
         missing files give empty entries.
     """
@@ -220,11 +224,7 @@ def findings(run: str | Path) -> dict[str, Any]:
         for o in sorted(table.orbits if table else [], key=lambda o: o.family)
     }
     pairs = sorted({(r.target, r.probe) for r in table.rows}) if table else []
-    rows = [
-        (t, p, table.accuracy("z", p, t), table.accuracy("h", p, t))
-        for t, p in pairs
-        if table is not None
-    ]
+    rows = [_probe_row(table, t, p) for t, p in pairs if table is not None]
     states = [r.alert["state"] for r in records if r.alert]
     worst = max(states, key=ALERT_STATES.index) if states else None
     last = next((r.alert for r in reversed(records) if r.alert), None)
@@ -238,8 +238,24 @@ def findings(run: str | Path) -> dict[str, Any]:
         "n_records": len(records),
         "orbits": orbits,
         "probes": rows,
+        "random_init": random_init_summary(table) if table else None,
         "alert": alert,
     }
+
+
+def _probe_row(table: ProbeTable, target: str, probe: str) -> tuple[Any, ...]:
+    """``(target, probe, z, h, z_random_init, h_random_init)``, None where not measured."""
+    z, h = (table.row(f, probe, target) for f in ("z", "h"))
+    return (
+        target,
+        probe,
+        *(None if r is None else r.accuracy for r in (z, h)),
+        *(None if r is None else r.random_init for r in (z, h)),
+    )
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def _num(x: Any, fmt: str = "{:+.3e}") -> str:
@@ -278,14 +294,23 @@ def format_findings(result: dict[str, Any]) -> str:
         lines.append(f"  {family:24s}{ratio:10.3f}    [{mean:.3f} +- {std:.3f}]")
     if not result["orbits"]:
         lines.append("  (none)")
-    lines.append("\nprobe accuracy (probes.json): backbone Z vs head H")
-    lines.append(f"  {'target':12s}{'probe':10s}{'Z':>8s}{'H':>8s}{'Z - H':>9s}")
-    for target, probe, z, h in result["probes"]:
-        gap = None if z is None or h is None else z - h
+    lines.append(
+        "\nprobe accuracy (probes.json): backbone Z vs head H; rand: the same network at random"
+        "\ninitialisation, probed the same way (n/a: not measured)"
+    )
+    lines.append(
+        f"  {'target':12s}{'probe':8s}"
+        + "".join(f"{h:>9s}" for h in ("Z", "rand", "Z - rand", "H", "rand", "H - rand", "Z - H"))
+    )
+    for target, probe, z, h, z_rand, h_rand in result["probes"]:
+        cells = [(z, "{:.3f}"), (z_rand, "{:.3f}"), (_minus(z, z_rand), "{:+.3f}")]
+        cells += [(h, "{:.3f}"), (h_rand, "{:.3f}"), (_minus(h, h_rand), "{:+.3f}")]
+        cells += [(_minus(z, h), "{:+.3f}")]
         lines.append(
-            f"  {target:12s}{probe:10s}{_num(z, '{:.3f}'):>8s}{_num(h, '{:.3f}'):>8s}"
-            f"{_num(gap, '{:+.3f}'):>9s}"
+            f"  {target:12s}{probe:8s}" + "".join(f"{_num(x, fmt):>9s}" for x, fmt in cells)
         )
+    if result.get("random_init"):
+        lines.append(f"  {result['random_init']}")
     if not result["probes"]:
         lines.append("  (none)")
     return "\n".join(lines)

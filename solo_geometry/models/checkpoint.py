@@ -13,9 +13,11 @@ trusts (a full pickle can run code stored in the file).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from solo_geometry.config import geometry_config
 from solo_geometry.inputs.datasets import MeanStd, mean_std_of
 from solo_geometry.models.backbones import build_backbone, resolve_stem
 from solo_geometry.models.heads import build_configured_head
+from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.run.run_folder import RunFolder
 
@@ -39,6 +42,7 @@ __all__ = [
     "SAFE_GLOBALS",
     "LoadedModel",
     "build_from_config",
+    "build_untrained",
     "check_weights_only",
     "load_model",
     "load_prefixed",
@@ -58,6 +62,8 @@ class LoadedModel:
         run_dir: the run folder (outputs go here).
         mean_std: the input normalisation of the recipe's dataset.
         notes: human-readable facts about the loading (ignored key prefixes, head kind).
+        untrained: ``() -> (backbone, head)``: the same constructors, untrained (the recipe's
+            ``geometry.init`` initialisers applied), for the probes' random-init rows.
     """
 
     backbone: nn.Module
@@ -66,6 +72,7 @@ class LoadedModel:
     run_dir: Path
     mean_std: MeanStd
     notes: list[str]
+    untrained: Callable[[], tuple[nn.Module, nn.Module]] | None = None
 
 
 # What ``torch.load(weights_only=True)`` may rebuild besides tensors and plain containers:
@@ -287,6 +294,21 @@ def build_from_config(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module, MeanSt
     return backbone, head, mean_std, notes
 
 
+def build_untrained(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module]:
+    """Backbone and head as :func:`build_from_config` builds them, the recipe's initialisers on.
+
+    ``geometry.init.pseudo_collapse`` scales them as the hosts do at construction; seed the
+    global RNG before calling for a reproducible draw (``evaluation.random_init_modules``).
+    """
+    backbone, head, _, _ = build_from_config(cfg)
+    gcfg = geometry_config(OmegaConf.create(cfg)) if "geometry" in cfg else None
+    if gcfg is not None and gcfg.init.pseudo_collapse:
+        pseudo_collapse_(head, gcfg.init.alpha)
+        if gcfg.init.backbone:
+            pseudo_collapse_backbone_(backbone, gcfg.init.alpha)
+    return backbone, head
+
+
 def load_prefixed(backbone: nn.Module, head: nn.Module, state: dict[str, Tensor]) -> None:
     """Load ``backbone.*`` and ``projector.*`` keys strictly (a mismatch names the keys).
 
@@ -321,4 +343,5 @@ def load_model(run_or_checkpoint: str | Path, *, trust_pickle: bool = False) -> 
     load_prefixed(backbone, head, state)
     ignored = sorted({k.split(".")[0] for k in state} - {"backbone", "projector"})
     notes = [f"checkpoint {ckpt_path}", *notes, f"ignored key prefixes: {ignored}"]
-    return LoadedModel(backbone.eval(), head.eval(), ckpt_path, run_dir, mean_std, notes)
+    untrained = functools.partial(build_untrained, cfg)
+    return LoadedModel(backbone.eval(), head.eval(), ckpt_path, run_dir, mean_std, notes, untrained)

@@ -1,7 +1,9 @@
 """``probes.json``: the probe table a run writes, one versioned schema (docs/run-folder.md).
 
 Written and read only here and through :class:`~.run_folder.RunFolder`; the checks of
-:mod:`.records` (schema version, field names and types) apply.
+:mod:`.records` (schema version, field names and types) apply. Version 2 added each row's
+``random_init``: the same probe on the same architecture at random initialisation; version 1
+files are still read, their rows with ``random_init`` None ("not measured").
 """
 
 from __future__ import annotations
@@ -13,14 +15,37 @@ from typing import Any
 
 from solo_geometry.run.records import RecordsError, check_schema, from_dict
 
-__all__ = ["PROBES_SCHEMA_VERSION", "OrbitRow", "ProbeRow", "ProbeTable"]
+__all__ = [
+    "PROBES_SCHEMA_VERSION",
+    "OrbitRow",
+    "ProbeRow",
+    "ProbeTable",
+    "below_random_init",
+    "random_init_summary",
+    "versus_random_init",
+]
 
-PROBES_SCHEMA_VERSION = 1  # of probes.json
+PROBES_SCHEMA_VERSION = 2  # of probes.json
+READABLE_PROBES_VERSIONS = (1, 2)  # 1: no random_init (read as None: not measured)
 
 
 @dataclass(frozen=True)
 class ProbeRow:
-    """One probe fit: features ``z`` or ``h``, probe ``linear`` or ``mlp``, one target."""
+    """One probe fit: features ``z`` or ``h``, probe ``linear`` or ``mlp``, one target.
+
+    Attributes:
+        features: ``z`` (backbone) or ``h`` (head).
+        probe: ``linear`` or ``mlp``.
+        target: ``class``, ``rotation`` or ``jitter``.
+        accuracy: held-out accuracy of the trained network's features.
+        chance: the held-out split's majority-class share.
+        details: the fit's facts (``ProbeResult.details``).
+        random_init: held-out accuracy of the same probe, split and seed on the same features
+            of the same architecture at random initialisation (backbone and head rebuilt by
+            the constructor that built them, under ``torch.manual_seed(settings.random_init
+            .seed)``); None: not measured (a version-1 file, or no constructor to rebuild).
+        random_init_details: that fit's facts.
+    """
 
     features: str
     probe: str
@@ -28,6 +53,12 @@ class ProbeRow:
     accuracy: float
     chance: float
     details: dict[str, Any] = field(default_factory=dict)
+    random_init: float | None = None
+    random_init_details: dict[str, Any] = field(default_factory=dict)
+
+    def over_random_init(self) -> float | None:
+        """Trained minus random-init accuracy; None when the random init was not measured."""
+        return None if self.random_init is None else self.accuracy - self.random_init
 
 
 @dataclass(frozen=True)
@@ -77,15 +108,24 @@ class ProbeTable:
 
     def accuracy(self, features: str, probe: str, target: str) -> float | None:
         """Held-out accuracy of one fit, None if it did not run."""
+        row = self.row(features, probe, target)
+        return None if row is None else row.accuracy
+
+    def row(self, features: str, probe: str, target: str) -> ProbeRow | None:
+        """The row of one fit, None if it did not run."""
         hits = [
-            r.accuracy
-            for r in self.rows
-            if (r.features, r.probe, r.target) == (features, probe, target)
+            r for r in self.rows if (r.features, r.probe, r.target) == (features, probe, target)
         ]
         return hits[0] if hits else None
 
     def gaps(self) -> dict[str, dict[str, float]]:
-        """Backbone minus head (``z_minus_h``) and MLP minus linear (``mlp_minus_linear``)."""
+        """The table's differences of accuracy.
+
+        Returns:
+            ``z_minus_h`` (backbone minus head), ``mlp_minus_linear`` and
+            ``trained_minus_random_init`` (keyed ``features/probe/target``; rows that
+            measured the random initialisation).
+        """
         acc = {(r.features, r.probe, r.target): r.accuracy for r in self.rows}
         z_h = {
             f"{p}/{t}": a - acc[("h", p, t)]
@@ -97,7 +137,12 @@ class ProbeTable:
             for (f, p, t), a in acc.items()
             if p == "mlp" and (f, "linear", t) in acc
         }
-        return {"z_minus_h": z_h, "mlp_minus_linear": mlp_lin}
+        trained = {
+            f"{r.features}/{r.probe}/{r.target}": delta
+            for r in self.rows
+            if (delta := r.over_random_init()) is not None
+        }
+        return {"z_minus_h": z_h, "mlp_minus_linear": mlp_lin, "trained_minus_random_init": trained}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types, with the gaps included for readers of the JSON file."""
@@ -105,11 +150,63 @@ class ProbeTable:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "probes") -> ProbeTable:
-        """Parse ``probes.json``; raises :class:`RecordsError` naming what is wrong."""
+        """Parse ``probes.json``; raises :class:`RecordsError` naming what is wrong.
+
+        Versions 1 and 2 are read; a version-1 table comes back as version 2 whose rows did
+        not measure the random initialisation (``random_init`` None).
+        """
         if not isinstance(data, Mapping):
             raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        check_schema(data, where, (PROBES_SCHEMA_VERSION,))
+        check_schema(data, where, READABLE_PROBES_VERSIONS)
         body = {k: v for k, v in data.items() if k != "gaps"}
+        body["schema"] = PROBES_SCHEMA_VERSION
         body["rows"] = [from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
         body["orbits"] = [from_dict(OrbitRow, r, f"{where}.orbits") for r in body.get("orbits", [])]
         return from_dict(cls, body, where)
+
+
+def versus_random_init(row: ProbeRow) -> str:
+    """The row against its random initialisation, in words (the report, ``probe``, the demo).
+
+    Returns:
+        e.g. ``"random init 0.850, trained - random init -0.374: below its random
+        initialisation"``, or ``"random init not measured"``.
+    """
+    delta = row.over_random_init()
+    if delta is None or row.random_init is None:
+        return "random init not measured"
+    text = f"random init {row.random_init:.3f}, trained - random init {delta:+.3f}"
+    return text + (": below its random initialisation" if delta < 0 else "")
+
+
+def below_random_init(table: ProbeTable) -> list[ProbeRow]:
+    """The rows whose trained accuracy is below that of the same network at random init."""
+    return [r for r in table.rows if (d := r.over_random_init()) is not None and d < 0]
+
+
+def random_init_summary(table: ProbeTable) -> str:
+    """One sentence: the fits below the same network at random initialisation, if any.
+
+    Returns:
+        ``"below its random initialisation: Z linear class (0.476 against 0.850)"`` (each
+        such fit, ``; ``-separated); ``"every probe is below its random initialisation
+        (trained - random init -0.599 to -0.042)"`` when every measured fit is;
+        ``"every probe is at or above the same network at random initialisation"``; or
+        ``"random init not measured"`` when no row measured it.
+    """
+    measured = [r for r in table.rows if r.random_init is not None]
+    if not measured:
+        return "random init not measured"
+    if len(below_random_init(table)) == len(measured) > 1:
+        deltas = [r.accuracy - r.random_init for r in measured if r.random_init is not None]
+        return (
+            f"every probe is below its random initialisation (trained - random init "
+            f"{min(deltas):+.3f} to {max(deltas):+.3f})"
+        )
+    below = [
+        f"{r.features.upper()} {r.probe} {r.target} ({r.accuracy:.3f} against {r.random_init:.3f})"
+        for r in below_random_init(table)
+    ]
+    if not below:
+        return "every probe is at or above the same network at random initialisation"
+    return "below its random initialisation: " + "; ".join(below)

@@ -20,7 +20,7 @@ into a failed one. Output on rank zero only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import nn
 from typing_extensions import override
 
 from solo_geometry.analysis.evaluation import evaluate
@@ -53,6 +54,7 @@ __all__ = [
     "check_probe_images",
     "geometry_callbacks",
     "probe_data",
+    "untrained_builder",
 ]
 
 
@@ -104,8 +106,25 @@ def check_probe_images(
     )
 
 
+def untrained_builder(pl_module: Any) -> Callable[[], tuple[nn.Module, nn.Module]] | None:
+    """The module's own constructor as a ``() -> (backbone, head)`` builder, for the probes.
+
+    A host module offers ``geometry_untrained()``: a new module built as this one was (same
+    class, same recipe, head swap and initialisers), untrained. The probes call the builder
+    under a fixed seed and probe the same architecture at random initialisation beside the
+    trained one. None for a module without it (the rows say "not measured").
+    """
+    rebuild = getattr(pl_module, "geometry_untrained", None)
+    if not callable(rebuild):
+        return None
+    return lambda: backbone_and_head(rebuild(), "probes")
+
+
 class ProbeCallback(Callback):
     """Probe the backbone and the head once, at the end of fit (rank zero).
+
+    Each probe row also holds the same probe on the same network at random initialisation
+    (:func:`untrained_builder`), so ``probes.json`` says whether training helped.
 
     Args:
         cfg: the ``geometry.probes`` node.
@@ -176,6 +195,7 @@ class ProbeCallback(Callback):
                     self.cfg,
                     mean_std=self.mean_std,
                     device=pl_module.device,
+                    random_init=untrained_builder(pl_module),
                 )
             rank_zero_info(f"solo-geometry: probes written to {run.probes}")
         except Exception as err:  # noqa: BLE001 - probes never fail a finished run

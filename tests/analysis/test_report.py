@@ -498,3 +498,36 @@ class TestQualityAndAlerts:
         page = index.read_text()
         assert "collapse alert dimensional first at step 100" in page
         assert "at the last record (step 200) complete; strict saddle" in page
+
+
+class TestProbeTableRandomInit:
+    """The probe table shows the same network at random initialisation beside Z and H."""
+
+    def _page(self, run: Path) -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no geometry.jsonl, no features.pt: notes only
+            return write_report([run]).read_text()
+
+    def test_random_init_columns_and_the_rows_below_it(self, tmp_path: Path) -> None:
+        rows = [
+            ProbeRow("z", "linear", "class", 0.875, 0.1, random_init=0.625),
+            ProbeRow("h", "linear", "class", 0.5, 0.1, random_init=0.75),
+        ]
+        RunFolder(tmp_path / "run").write_probes(ProbeTable(rows))
+        page = self._page(tmp_path / "run")
+        header = ["Z acc", "Z random init", "Z - random init", "H acc", "H random init"]
+        assert "".join(f"<th>{h}</th>" for h in header) in page
+        # Z 0.875, its random init 0.625, +0.25; H 0.5, its random init 0.75, -0.25; Z - H
+        cells = ["0.875", "0.625", "0.25", "0.5", "0.75", "-0.25", "0.375", "0.1"]
+        assert "".join(f"<td>{c}</td>" for c in cells) in page
+        assert "below its random initialisation: H linear class (0.500 against 0.750)" in page
+
+    def test_a_version_1_table_says_not_measured(self, tmp_path: Path) -> None:
+        run = tmp_path / "run"
+        run.mkdir()
+        row = {"features": "z", "probe": "linear", "target": "class", "accuracy": 0.875}
+        old = {"schema": 1, "rows": [{**row, "chance": 0.1, "details": {}}], "orbits": []}
+        (run / "probes.json").write_text(json.dumps(old))
+        page = self._page(run)
+        assert "<td>0.875</td><td>not measured</td><td>not measured</td>" in page
+        assert "random init not measured" in page

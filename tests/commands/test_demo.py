@@ -61,9 +61,9 @@ def _fake_run(run: Path) -> Path:
     ):
         folder.append_record(record)
     rows = [
-        ProbeRow("z", "linear", "class", 0.9, 0.1),
-        ProbeRow("h", "linear", "class", 0.8, 0.1),
-        ProbeRow("z", "linear", "rotation", 0.7, 0.25),
+        ProbeRow("z", "linear", "class", 0.9, 0.1, random_init=0.95),  # below its random init
+        ProbeRow("h", "linear", "class", 0.8, 0.1, random_init=0.5),
+        ProbeRow("z", "linear", "rotation", 0.7, 0.25),  # random init not measured
     ]
     orbit = OrbitRow("brightness", 0.4, 8, {}, {}, 2.5, [2.75, 0.5])
     folder.write_probes(ProbeTable(rows, [orbit]))
@@ -77,8 +77,12 @@ class TestFindings:
         assert [g["step"] for g in result["geometry"]] == [0, 10]
         assert result["geometry"][1]["m/lambda_min"] == -0.125
         assert result["orbits"] == {"brightness": (2.5, 2.75, 0.5)}
-        assert ("class", "linear", 0.9, 0.8) in result["probes"]
-        assert ("rotation", "linear", 0.7, None) in result["probes"]
+        # (target, probe, Z, H, Z at random init, H at random init)
+        assert ("class", "linear", 0.9, 0.8, 0.95, 0.5) in result["probes"]
+        assert ("rotation", "linear", 0.7, None, None, None) in result["probes"]
+        assert result["random_init"] == (
+            "below its random initialisation: Z linear class (0.900 against 0.950)"
+        )
         # the collapse alert: the last record's state, the worst one over the run
         assert result["alert"] == {"last": "healthy", "worst": "dimensional", "diagnosis": None}
         assert "collapse alert" in format_findings(result)
@@ -89,7 +93,18 @@ class TestFindings:
         assert "host used:  lightly" in text and "run folder: R" in text
         assert "-2.500e-01" in text and "+7.500e-01" in text
         assert "brightness" in text and "2.500    [2.750 +- 0.500]" in text
-        assert "+0.100" in text  # Z - H on the class probe
+        class_line = next(line for line in text.splitlines() if line.startswith("  class"))
+        # Z, its random init, Z - random init, H, its random init, H - random init, Z - H
+        assert class_line.split()[2:] == [
+            "0.900",
+            "0.950",
+            "-0.050",
+            "0.800",
+            "0.500",
+            "+0.300",
+            "+0.100",
+        ]
+        assert "below its random initialisation: Z linear class (0.900 against 0.950)" in text
 
     def test_one_spectral_record_is_shown_once(self, tmp_path: Path) -> None:
         run = tmp_path / "run"
@@ -108,7 +123,14 @@ class TestFindings:
     def test_missing_files(self, tmp_path: Path) -> None:
         result = findings(tmp_path)
         none = {"last": None, "worst": None, "diagnosis": None}
-        assert result == {"geometry": [], "n_records": 0, "orbits": {}, "probes": [], "alert": none}
+        assert result == {
+            "geometry": [],
+            "n_records": 0,
+            "orbits": {},
+            "probes": [],
+            "random_init": None,
+            "alert": none,
+        }
         assert "no successful measurement" in format_findings(result)
 
 
@@ -153,6 +175,10 @@ class TestQuickDemo:
         assert result["orbits"] and result["probes"]
         assert (run / "report" / "index.html").is_file()
         assert "lambda_min(M)" in out and "Z - H" in out
+        # the same network at random initialisation beside Z and H (the lightly host's constructor)
+        assert all(None not in row[2:] for row in result["probes"]), result["probes"]
+        assert "Z - rand" in out and result["random_init"] in out
+        assert "random init" in (run / "report" / "index.html").read_text()
 
     def test_regular_install_outside_the_source_tree(self, tmp_path: Path) -> None:
         """``pip install .`` (not editable), run elsewhere: recipes and data are package data.

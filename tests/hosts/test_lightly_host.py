@@ -99,7 +99,11 @@ def _check_run_folder(run: Path) -> list[GeometryRecord]:
     probes = folder.read_probes()
     assert probes is not None
     assert {(p.features, p.target) for p in probes.rows} >= {("z", "class"), ("h", "class")}
+    # beside each row, the same network at random initialisation (the host's own constructor)
+    assert all(p.random_init is not None for p in probes.rows), probes.rows
+    assert probes.settings["random_init"] == {"measured": True, "seed": 0}
     assert (folder.report / "index.html").is_file()
+    assert "Z random init" in (folder.report / "index.html").read_text()
     return ok
 
 
@@ -203,6 +207,42 @@ def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     except SystemExit as exit_:  # argparse's refusals
         status = int(exit_.code or 0)
     return status, capsys.readouterr().err
+
+
+class TestUntrained:
+    @pytest.mark.parametrize("head", ["projector", "smooth_mlp"])
+    def test_the_same_network_from_its_constructor_at_a_seed(
+        self, head: str, digits: Path, tmp_path: Path
+    ) -> None:
+        """``geometry_untrained()``: the trained module's architecture, a seeded fresh draw."""
+        from solo_geometry.analysis.evaluation import random_init_modules
+        from solo_geometry.hosts.lightly import prepare
+        from solo_geometry.hosts.lightly.module import LightlyMethod
+        from solo_geometry.recipe import load_recipe
+        from solo_geometry.runtime.callbacks import untrained_builder
+
+        overrides = ["+geometry=on", f"geometry.head.name={head}"]
+        recipe, geometry = prepare(load_recipe(write_recipe(tmp_path, "byol", digits), overrides))
+        trained = LightlyMethod(recipe, 10, geometry)
+        with torch.no_grad():  # as if trained: every weight moved
+            for p in trained.parameters():
+                p.add_(0.01)
+        build = untrained_builder(trained)
+        assert build is not None
+        backbone, projector = random_init_modules(build, seed=0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            fresh = LightlyMethod(recipe, 10, geometry)  # independently: the constructor
+        for got, want, old in (
+            (backbone, fresh.backbone, trained.backbone),
+            (projector, fresh.projector, trained.projector),
+        ):
+            assert type(got) is type(want)
+            ours, theirs, before = got.state_dict(), want.state_dict(), old.state_dict()
+            assert list(ours) == list(theirs) == list(before)
+            assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+            weights = [k for k in ours if k.endswith("weight")]
+            assert not any(torch.equal(ours[k], before[k]) for k in weights)
 
 
 class TestErrors:

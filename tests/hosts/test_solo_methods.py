@@ -205,6 +205,33 @@ class TestHeadAndInit:
         torch.testing.assert_close(w1, 0.1 * w0)
         assert torch.equal(collapsed.momentum_projector[0].weight, w1)
 
+    @pytest.mark.parametrize("method", ["byol", "simclr"])
+    def test_untrained_is_the_constructor_at_a_seed(self, digits: Path, method: str) -> None:
+        """``geometry_untrained()``: solo-learn's constructor, head swap and init, untrained."""
+        from solo_geometry.analysis.evaluation import random_init_modules
+        from solo_geometry.runtime.callbacks import untrained_builder
+
+        swap = ["geometry.head.name=smooth_mlp", "geometry.init.pseudo_collapse=true"]
+        cfg = _cfg(digits, method, [*GEOMETRY_ON, *swap])
+        trained = METHODS[method](cfg)
+        with torch.no_grad():  # as if trained: every weight moved
+            for p in trained.parameters():
+                p.add_(0.01)
+        build = untrained_builder(trained)
+        assert build is not None
+        backbone, head = random_init_modules(build, seed=0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            fresh = METHODS[method](_cfg(digits, method, [*GEOMETRY_ON, *swap]))
+        for got, want, old in (
+            (backbone, fresh.backbone, trained.backbone),
+            (head, fresh.projector, trained.projector),
+        ):
+            ours, theirs, before = got.state_dict(), want.state_dict(), old.state_dict()
+            assert list(ours) == list(theirs) == list(before)
+            assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+            assert not any(torch.equal(ours[k], before[k]) for k in ours if k.endswith("weight"))
+
     def test_unsupported_method_is_a_clear_error(self, digits: Path) -> None:
         cfg = _cfg(digits, "simclr", ["method=wmse", *GEOMETRY_ON])
         with pytest.raises(ValueError, match="not supported for method 'wmse' \\(.*randperm.*byol"):

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from solo_geometry.run.probe_table import PROBES_SCHEMA_VERSION, ProbeTable
+from solo_geometry.run.probe_table import (
+    PROBES_SCHEMA_VERSION,
+    ProbeRow,
+    ProbeTable,
+    below_random_init,
+    random_init_summary,
+    versus_random_init,
+)
 from solo_geometry.run.records import (
     SCHEMA_VERSION,
     GeometryRecord,
@@ -329,11 +336,16 @@ class TestProbeTable:
         assert probe_table().gaps() == {
             "z_minus_h": {"linear/digit": 0.875 - 0.625, "mlp/digit": 0.9375 - 0.8125},
             "mlp_minus_linear": {"z/digit": 0.9375 - 0.875, "h/digit": 0.8125 - 0.625},
+            "trained_minus_random_init": {},  # no row measured it
         }
         assert probe_table().gaps()["z_minus_h"]["linear/digit"] == 0.25  # sign: z minus h
 
     def test_gaps_empty(self) -> None:
-        assert ProbeTable(rows=[]).gaps() == {"z_minus_h": {}, "mlp_minus_linear": {}}
+        assert ProbeTable(rows=[]).gaps() == {
+            "z_minus_h": {},
+            "mlp_minus_linear": {},
+            "trained_minus_random_init": {},
+        }
 
     @pytest.mark.parametrize(
         ("key", "expected"),
@@ -351,4 +363,75 @@ class TestProbeTable:
     def test_to_dict_carries_gaps(self) -> None:
         data = probe_table().to_dict()
         assert data["gaps"] == probe_table().gaps()
-        assert data["schema"] == PROBES_SCHEMA_VERSION == 1
+        assert data["schema"] == PROBES_SCHEMA_VERSION == 2
+
+
+class TestProbeTableRandomInit:
+    """Schema 2: each row beside the same network at random initialisation."""
+
+    def _table(self) -> ProbeTable:
+        rows = [
+            ProbeRow("z", "linear", "class", 0.875, 0.1, random_init=0.625),
+            ProbeRow("h", "linear", "class", 0.5, 0.1, random_init=0.75),  # below it
+            ProbeRow("z", "mlp", "class", 0.875, 0.1),  # not measured
+        ]
+        return ProbeTable(rows)
+
+    def test_gap_and_words(self) -> None:
+        table = self._table()
+        assert table.gaps()["trained_minus_random_init"] == {
+            "z/linear/class": 0.25,
+            "h/linear/class": -0.25,
+        }
+        z, h, mlp = table.rows
+        assert versus_random_init(z) == "random init 0.625, trained - random init +0.250"
+        assert versus_random_init(h) == (
+            "random init 0.750, trained - random init -0.250: below its random initialisation"
+        )
+        assert versus_random_init(mlp) == "random init not measured"
+        assert below_random_init(table) == [h]
+        assert random_init_summary(table) == (
+            "below its random initialisation: H linear class (0.500 against 0.750)"
+        )
+        above = ProbeTable([z])
+        assert random_init_summary(above) == (
+            "every probe is at or above the same network at random initialisation"
+        )
+        worse = ProbeRow("z", "mlp", "class", 0.5, 0.1, random_init=0.625)
+        assert random_init_summary(ProbeTable([h, worse, mlp])) == (
+            "every probe is below its random initialisation (trained - random init "
+            "-0.250 to -0.125)"
+        )
+
+    def test_round_trip(self) -> None:
+        data = json.loads(json.dumps(self._table().to_dict()))
+        assert ProbeTable.from_dict(data) == self._table()
+
+    def test_version_1_still_read_as_not_measured(self) -> None:
+        """A probes.json written before random init: read, every row "not measured"."""
+        old = {
+            "schema": 1,
+            "rows": [
+                {
+                    "features": "z",
+                    "probe": "linear",
+                    "target": "class",
+                    "accuracy": 0.875,
+                    "chance": 0.1,
+                    "details": {"l2": 0.01},
+                }
+            ],
+            "orbits": [],
+            "settings": {"seed": 0},
+            "paper": None,
+            "gaps": {"z_minus_h": {}, "mlp_minus_linear": {}},
+        }
+        table = ProbeTable.from_dict(old)
+        (row,) = table.rows
+        assert (row.accuracy, row.details, row.random_init) == (0.875, {"l2": 0.01}, None)
+        assert table.schema == 2 and versus_random_init(row) == "random init not measured"
+        assert random_init_summary(table) == "random init not measured"
+
+    def test_unknown_version_refused(self) -> None:
+        with pytest.raises(RecordsError, match=r"schema version 3 .*\(1, 2\)"):
+            ProbeTable.from_dict({"schema": 3, "rows": []})

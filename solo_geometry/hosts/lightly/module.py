@@ -71,6 +71,7 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
     ) -> None:
         super().__init__()
         self.recipe = recipe
+        self._arguments = (recipe, num_classes, geometry)  # geometry_untrained() rebuilds
         self.backbone, self.features_dim = build_backbone(
             recipe.backbone, stem=recipe.backbone_stem
         )
@@ -100,6 +101,14 @@ class LightlyMethod(GeometryHost, pl.LightningModule):
             pseudo_collapse_(self.projector, geometry.init.alpha)
             if geometry.init.backbone:
                 pseudo_collapse_backbone_(self.backbone, geometry.init.alpha)
+
+    def geometry_untrained(self) -> LightlyMethod:
+        """A new module from this one's constructor and arguments: the same network, untrained.
+
+        The end-of-fit probes seed it (``evaluation.random_init_modules``) and probe its
+        backbone and head beside the trained ones.
+        """
+        return LightlyMethod(*self._arguments)
 
     @override
     def forward(self, x: Tensor) -> Tensor:

@@ -160,6 +160,16 @@ class GeometryMethod(GeometryHost):
         if hasattr(model, "momentum_backbone"):
             initialize_momentum_params(model.backbone, model.momentum_backbone)
 
+    def geometry_untrained(self) -> Any:
+        """A new module from this one's constructor and config: the same network, untrained.
+
+        solo-learn's constructor with the head swap and initialisers of the ``geometry`` node;
+        the end-of-fit probes seed it (``evaluation.random_init_modules``) and probe its
+        backbone and head beside the trained ones.
+        """
+        model: Any = self
+        return type(self)(model.cfg)
+
     def geometry_head(self) -> nn.Module:
         """The measured head: the projector, or the module holding it and the prototypes."""
         return attrgetter(self._spec.head)(self)
