@@ -110,6 +110,9 @@ class ProbeTable:
             raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
         check_schema(data, where, (PROBES_SCHEMA_VERSION,))
         body = {k: v for k, v in data.items() if k != "gaps"}
-        body["rows"] = [from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
-        body["orbits"] = [from_dict(OrbitRow, r, f"{where}.orbits") for r in body.get("orbits", [])]
+        for key, row in (("rows", ProbeRow), ("orbits", OrbitRow)):
+            held = body.get(key, [])
+            if not isinstance(held, list):
+                raise RecordsError(f"{where}: field {key} must be a list, got {held!r:.60}")
+            body[key] = [from_dict(row, r, f"{where}.{key}") for r in held]
         return from_dict(cls, body, where)
