@@ -691,6 +691,20 @@ CASES: tuple[Case, ...] = (
         ("probe", "{w}/good.ckpt", "--data", "{w}/data-16bit"),
         "image '{w}/data-16bit/train/0/",
     ),
+    Case(
+        "probe",
+        "PNG declaring 20000x20000 pixels (a decompression bomb; found by tests/fuzz)",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/data-bomb"),
+        "image '{w}/data-bomb/train/0/zz-bomb.png' does not decode (Image size (400000000 pixels) "
+        "exceeds limit",
+    ),
+    Case(
+        "orbits",
+        ".npy whose header does not parse (found by tests/fuzz)",
+        ("orbits", "{w}/broken-header.npy"),
+        "{w}/broken-header.npy: not a .npy array (no readable NumPy header: ('EOF in multi-line "
+        "statement'",
+    ),
     _hosted(
         "16-bit PNG in the train split",
         ("data.train_path={w}/data-16bit/train",),
@@ -783,6 +797,14 @@ def _handed_back(w: Path, run: Path, digits: Path) -> None:
     ramp = np.linspace(0, 65535, 32 * 32).astype(np.uint16).reshape(32, 32)
     Image.fromarray(ramp).save(first)
     _huge_npz(w)
+    shutil.copytree(digits, w / "data-bomb")
+    from tests.shared import png_of_size
+
+    (w / "data-bomb" / "train" / "0" / "zz-bomb.png").write_bytes(png_of_size(20000, 20000))
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': )), }".ljust(117) + "\n"
+    (w / "broken-header.npy").write_bytes(
+        b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"N."
+    )
 
 
 def _huge_npz(w: Path) -> None:

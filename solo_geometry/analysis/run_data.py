@@ -26,7 +26,7 @@ from solo_geometry.run.records import (
     read_records,
 )
 from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import MAX_JSON_BYTES, MAX_RECORDS_BYTES, read_bytes
+from solo_geometry.run.safe_files import MAX_JSON_BYTES, MAX_RECORDS_BYTES, open_read, read_bytes
 
 __all__ = ["RunData", "check_reportable", "read_run"]
 
@@ -165,8 +165,9 @@ def check_reportable(path: Path) -> None:
     folder = RunFolder(path)
     folder.refuse_links()
     if folder.geometry.is_file():
-        if read_bytes(folder.geometry, MAX_RECORDS_BYTES, "geometry records file").strip():
-            return
+        with open_read(folder.geometry, MAX_RECORDS_BYTES, "geometry records file") as fh:
+            if any(line.strip() for line in fh):
+                return
         found = f"{folder.GEOMETRY} is empty"
     else:
         found = f"no {folder.GEOMETRY}"

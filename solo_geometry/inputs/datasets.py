@@ -127,7 +127,7 @@ def _decoded(folder: ImageFolder, path: str) -> Image.Image:
     """One image of ``folder`` as RGB; a file that does not decode is a ``ValueError``."""
     try:
         return folder.loader(path).convert("RGB")
-    except (OSError, SyntaxError, ValueError) as err:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise ValueError(f"image {path!r} does not decode ({err}); expected an image") from None
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -82,7 +83,7 @@ def _header(fh: IO[bytes], name: str) -> tuple[tuple[int, ...], np.dtype]:
             version, np.lib.format.read_array_header_2_0
         )
         shape, _, dtype = read(fh)
-    except (ValueError, EOFError, OSError, SyntaxError, TypeError, MemoryError) as err:
+    except (ValueError, EOFError, OSError, SyntaxError, TypeError, tokenize.TokenError) as err:
         raise ValueError(
             f"{name}: not a .npy array (no readable NumPy header: {err}); expected a file "
             f"written by numpy.save"

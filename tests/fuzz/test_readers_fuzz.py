@@ -37,7 +37,7 @@ from solo_geometry.models.checkpoint import check_weights_only, read_checkpoint
 from solo_geometry.run.resume import resume_point
 from solo_geometry.run.run_folder import RunFolder
 from tests.record_helpers import full_record, make_record, probe_table
-from tests.shared import orbit_arrays
+from tests.shared import orbit_arrays, png_of_size
 
 EXAMPLES = int(os.environ.get("SOLO_GEOMETRY_FUZZ_EXAMPLES", "12"))
 FUZZ = settings(
@@ -245,6 +245,15 @@ class TestImageFolders:
         suffix=st.sampled_from([".png", ".jpg", ".tiff"]),
     )
     def test_image_checks_on_any_image(self, data: bytes, suffix: str) -> None:
+        self._check(data, suffix)
+
+    @FUZZ
+    @given(width=st.integers(1, 2**31 - 1), height=st.integers(1, 2**31 - 1))
+    def test_image_checks_on_any_declared_size(self, width: int, height: int) -> None:
+        """Headers declaring any size, decompression bombs included (found: a traceback)."""
+        self._check(png_of_size(width, height), ".png")
+
+    def _check(self, data: bytes, suffix: str) -> None:
         with _folder() as tmp:
             for label in ("0", "1"):
                 (tmp / label).mkdir()
