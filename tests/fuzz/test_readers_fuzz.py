@@ -2,7 +2,8 @@
 
 Property-based (hypothesis): generated and mutated inputs (random bytes, valid files truncated or
 with bits flipped, JSON of the wrong types) for ``geometry.jsonl`` (``report``), ``probes.json``
-(``report``), zoo cards and card folders (``zoo list``), ``.npy``/``.npz`` (``orbits``),
+(``report``), zoo cards (``zoo list``) and card folders (``zoo verify``), ``.npy``/``.npz``
+(``orbits``, ``reproduce verdicts collapse``),
 checkpoints (the checks of ``pretrain --resume`` and the reader of ``probe``/``analyse``) and
 image folders (the hosts' check of the training folder and the probes' reader). The command line
 runs in-process (``solo_geometry.cli.main``), as the bad-input table does; the checkpoint and
@@ -19,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,9 +85,11 @@ def _assert_clean(status: int, err: str) -> None:
 
 
 @st.composite
-def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
+def mutated(
+    draw: st.DrawFn, valid: bytes, kinds: tuple[str, ...] = ("random", "truncate", "flip", "splice")
+) -> bytes:
     """``valid`` cut short, with bits flipped, with bytes spliced in, or random bytes."""
-    kind = draw(st.sampled_from(["random", "truncate", "flip", "splice"]))
+    kind = draw(st.sampled_from(kinds))
     if kind == "random":
         return draw(st.binary(max_size=512))
     data = bytearray(valid)
@@ -160,6 +164,19 @@ class TestCards:
                 (tmp / name / "geometry.json").write_bytes(content)
                 _assert_clean(*_cli(["zoo", "list", str(tmp)]))
                 (tmp / name / "geometry.json").unlink()
+
+
+class TestCardFolders:
+    @FUZZ
+    @given(recipe=mutated((CARD / "recipe.yaml").read_bytes(), ("random", "truncate", "flip")))
+    def test_zoo_verify_on_any_card_recipe(self, recipe: bytes) -> None:
+        """A card folder whose ``recipe.yaml`` is damaged (flips keep numbers' sizes: a splice
+        could ask for a layer of millions of units, a real model, not a damaged file)."""
+        with _folder() as tmp:
+            card = tmp / "card"
+            shutil.copytree(CARD, card)
+            (card / "recipe.yaml").write_bytes(recipe)
+            _assert_clean(*_cli(["zoo", "verify", str(card)]))
 
 
 def _npz() -> bytes:
