@@ -3,11 +3,11 @@
 Property-based (hypothesis): generated and mutated inputs (random bytes, valid files truncated or
 with bits flipped, JSON of the wrong types) for ``geometry.jsonl`` (``report``), ``probes.json``
 (``report``), zoo cards (``zoo list``) and card folders (``zoo verify``), ``.npy``/``.npz``
-(``orbits``, ``reproduce verdicts collapse``),
-checkpoints (the checks of ``pretrain --resume`` and the reader of ``probe``/``analyse``) and
-image folders (the hosts' check of the training folder and the probes' reader). The command line
-runs in-process (``solo_geometry.cli.main``), as the bad-input table does; the checkpoint and
-image readers are called as the commands call them, before anything is trained.
+(``orbits``, ``reproduce verdicts collapse``), checkpoints (the checks of ``pretrain --resume``
+and the reader of ``probe``/``analyse``) and image folders (the hosts' check of the training
+folder and the probes' reader). The command line runs in-process (``solo_geometry.cli.main``),
+as the bad-input table does; the checkpoint and image readers are called as the commands call
+them, before anything is trained.
 
 CI runs a fixed seed (``derandomize``) and a bounded number of examples per reader,
 ``SOLO_GEOMETRY_FUZZ_EXAMPLES`` (default 12); a long run sets it higher (docs/failures.md,
