@@ -705,6 +705,12 @@ CASES: tuple[Case, ...] = (
         "{w}/broken-header.npy: not a .npy array (no readable NumPy header: ('EOF in multi-line "
         "statement'",
     ),
+    Case(
+        "orbits",
+        "crafted .npy: pickle frame declaring 2**64 - 1 bytes (found by tests/fuzz)",
+        ("orbits", "{w}/huge-frame.npy"),
+        "{w}/huge-frame.npy: corrupt pickled array (OverflowError: FRAME length exceeds",
+    ),
     _hosted(
         "16-bit PNG in the train split",
         ("data.train_path={w}/data-16bit/train",),
@@ -808,8 +814,16 @@ def _handed_back(w: Path, run: Path, digits: Path) -> None:
 
 
 def _huge_npz(w: Path) -> None:
-    """Orbit arrays whose ``orbits_z`` header declares 10**15 rows over 80 bytes."""
+    """Orbit arrays whose ``orbits_z`` header declares 10**15 rows over 80 bytes; a .npy of
+    them whose pickle's first frame declares 2**64 - 1 bytes."""
     from tests.shared import orbit_arrays
+
+    dicts = io.BytesIO()
+    np.save(dicts, np.array(orbit_arrays(), dtype=object), allow_pickle=True)
+    at = dicts.getvalue().index(b"\x80\x04\x95") + 3  # protocol 4's first frame: its length
+    (w / "huge-frame.npy").write_bytes(
+        dicts.getvalue()[:at] + b"\xff" * 8 + dicts.getvalue()[at + 8 :]
+    )
 
     head = io.BytesIO()
     np.lib.format.write_array_header_1_0(

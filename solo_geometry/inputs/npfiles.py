@@ -116,12 +116,20 @@ def _read(fh: IO[bytes], name: str, trust_pickle: bool) -> np.ndarray:
             return np.lib.format.read_array(fh, allow_pickle=False)
         except (ValueError, EOFError, OSError) as err:
             raise ValueError(f"{name}: truncated or corrupt .npy array ({err})") from None
+    payload = fh.read(MAX_ARRAY_BYTES + 1)  # a length the pickle states never exceeds its bytes
+    check_size(name, len(payload), MAX_ARRAY_BYTES, "array")
     try:
-        held = (pickle.Unpickler if trust_pickle else RestrictedUnpickler)(fh).load()
+        held = (pickle.Unpickler if trust_pickle else RestrictedUnpickler)(
+            io.BytesIO(payload)
+        ).load()
     except pickle.UnpicklingError as err:
         raise ValueError(f"{name}: refused: {err}; {_TRUST_HINT}") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError) as err:
+    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as err:
         raise ValueError(f"{name}: truncated or corrupt pickled array ({err})") from None
+    except (OverflowError, MemoryError, RecursionError) as err:  # a length or depth it lacks
+        raise ValueError(
+            f"{name}: corrupt pickled array ({type(err).__name__}: {err or 'out of memory'})"
+        ) from None
     if not isinstance(held, np.ndarray):
         raise ValueError(f"{name}: holds a {type(held).__name__}, expected a NumPy array")
     return held
