@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "run": (),  # records, the run folder, resume: every floor above reads and writes runs
     "recipe": ("config",),
     "conf": ("config",),
-    "inputs": ("geometry", "state"),
+    "inputs": ("geometry", "state", "run"),
     "models": ("config", "inputs", "run"),
     "analysis": ("models", "extras"),
     "runtime": ("analysis",),

@@ -11,6 +11,8 @@ import dataclasses
 import os
 import pickle
 import shutil
+import struct
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -152,3 +154,19 @@ def orbit_arrays(seed: int = 0) -> dict[str, np.ndarray]:
         "orbit_labels": np.repeat(np.array([0, 2, 4, 6, 9]), 3 * k),
         "orbit_angles": np.tile(np.arange(0.0, 360.0, 30.0), n),
     }
+
+
+def png_of_size(width: int, height: int) -> bytes:
+    """A PNG whose header (valid CRCs) claims ``width`` x ``height`` over one short row."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 25))
+        + chunk(b"IEND", b"")
+    )

@@ -15,11 +15,13 @@ default where solo-learn is importable; skipped, with the reason, where it is no
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
 import shutil
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +41,15 @@ FAILURES = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
 CARDS = Path(__file__).resolve().parents[1] / "zoo" / "cards"
 RECORD = '{"schema": 2, "step": 0, "epoch": 0, "status": "ok"}'  # one line of geometry.jsonl
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
+# Run folders with one file made a link to a file outside (world/outside, world/good.ckpt).
+LINKED = (
+    ("lock", ".lock"),
+    ("geometry", "geometry.jsonl"),
+    ("checkpoint", "checkpoints/last.ckpt"),
+    ("report", "report"),
+    ("probes", "probes.json"),
+    ("features", "features.pt"),
+)
 HOSTS = ("lightly", "solo")
 SOLO = solo_available()
 
@@ -585,6 +596,126 @@ CASES: tuple[Case, ...] = (
         ("upstream", "export", "--solo-root", "{w}/nosolo", "--out", "{w}/series"),
         "--solo-root '{w}/nosolo' is not a directory",
     ),
+    *(
+        Case(
+            "pretrain",
+            f"--resume: {name} is a link to a file outside the run folder",
+            ("pretrain", "--resume", f"{{w}}/run-link-{tag}"),
+            f"run file '{{w}}/run-link-{tag}/{name}' is a symbolic link (to '{{w}}/",
+        )
+        for tag, name in LINKED[:4]
+    ),
+    *(
+        Case(
+            "report",
+            f"{name} is a link to a file outside the run folder",
+            ("report", f"{{w}}/run-link-{tag}"),
+            f"run file '{{w}}/run-link-{tag}/{name}' is a symbolic link (to '{{w}}/",
+        )
+        for tag, name in LINKED[1:]
+    ),
+    Case(
+        "probe",
+        "run folder whose checkpoint is a link outside it",
+        ("probe", "{w}/run-link-checkpoint", "--data", "{w}/digits"),
+        "checkpoint '{w}/run-link-checkpoint/checkpoints/last.ckpt' is a symbolic link (to "
+        "'{w}/good.ckpt')",
+    ),
+    Case(
+        "report",
+        "geometry.jsonl of random bytes",
+        ("report", "{w}/run-random-records"),
+        "run-random-records/geometry.jsonl: no usable record (line 1: not UTF-8 text (byte 1)",
+    ),
+    Case(
+        "report",
+        "records whose fields have the wrong type",
+        ("report", "{w}/run-wrongtype-records"),
+        "run-wrongtype-records/geometry.jsonl: no usable record (line 1: field step must be "
+        "int, got 'ten' (str))",
+    ),
+    Case(
+        "report",
+        "0-byte probes.json",
+        ("report", "{w}/run-probes-empty"),
+        "run-probes-empty/probes.json: empty; expected a probe table (a JSON object)",
+    ),
+    Case(
+        "report",
+        "probes.json holding a list",
+        ("report", "{w}/run-probes-list"),
+        "run-probes-list/probes.json: expected a JSON object, got list",
+    ),
+    Case(
+        "report",
+        "probes.json with a field of the wrong type",
+        ("report", "{w}/run-probes-wrongtype"),
+        "run-probes-wrongtype/probes.json.rows: field accuracy must be float, got 'high' (str)",
+    ),
+    Case(
+        "orbits",
+        ".npz member declaring a shape far larger than its bytes",
+        ("orbits", "{w}/orbits-huge.npz"),
+        "{w}/orbits-huge.npz[orbits_z]: header declares shape (1000000000000000,) of float64 "
+        "(8000000000000000 bytes) but only",
+    ),
+    Case(
+        "reproduce",
+        "verdicts invariance: .npz member declaring a shape far larger than its bytes",
+        ("reproduce", "verdicts", "invariance", "{w}/depth/geometric_ablation_depth_2.npz"),
+        "geometric_ablation_depth_2.npz[orbits_z]: header declares shape (1000000000000000,)",
+    ),
+    Case(
+        "reproduce",
+        "verdicts collapse: a pickle",
+        ("reproduce", "verdicts", "collapse", "{w}/raw-pickle.pkl"),
+        "'{w}/raw-pickle.pkl' is not text (byte 0); expected a collapse summary.json (rows), "
+        "the authors' results as JSON",
+    ),
+    Case(
+        "reproduce",
+        "verdicts collapse: a plain array",
+        ("reproduce", "verdicts", "collapse", "{w}/plain.npy"),
+        "'{w}/plain.npy' holds a plain float64 array; expected a collapse summary.json",
+    ),
+    Case(
+        "zoo",
+        "list: binary card",
+        ("zoo", "list", "{w}/cards-binary"),
+        "{w}/cards-binary/x/geometry.json: cannot read a zoo card (not UTF-8 text at byte 0); "
+        "expected the JSON file `zoo card` wrote",
+    ),
+    Case(
+        "probe",
+        "16-bit PNG",
+        ("probe", "{w}/good.ckpt", "--data", "{w}/data-16bit"),
+        "image '{w}/data-16bit/train/0/",
+    ),
+    Case(
+        "probe",
+        "PNG declaring 20000x20000 pixels (a decompression bomb; found by tests/fuzz)",
+        ("probe", "{w}/run-truncated-ok", "--data", "{w}/data-bomb", "--no-orbits"),
+        "image '{w}/data-bomb/train/0/zz-bomb.png' does not decode (Image size (400000000 pixels) "
+        "exceeds limit",
+    ),
+    Case(
+        "orbits",
+        ".npy whose header does not parse (found by tests/fuzz)",
+        ("orbits", "{w}/broken-header.npy"),
+        "{w}/broken-header.npy: not a .npy array (no readable NumPy header: ('EOF in multi-line "
+        "statement'",
+    ),
+    Case(
+        "orbits",
+        "crafted .npy: pickle frame declaring 2**64 - 1 bytes (found by tests/fuzz)",
+        ("orbits", "{w}/huge-frame.npy"),
+        "{w}/huge-frame.npy: corrupt pickled array (OverflowError: FRAME length exceeds",
+    ),
+    _hosted(
+        "16-bit PNG in the train split",
+        ("data.train_path={w}/data-16bit/train",),
+        "has 'I;16' pixels (wider than 8 bits); expected 8-bit images",
+    ),
 )
 
 
@@ -635,7 +766,77 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (w / "run-nothing").mkdir()
     (w / "run-no-records").mkdir()
     (w / "run-no-records" / "geometry.jsonl").write_text("")
+    _handed_back(w, run, digits)
     return w
+
+
+def _handed_back(w: Path, run: Path, digits: Path) -> None:
+    """Run folders with links out, unusable records and probes; cards, arrays, 16-bit images."""
+    (w / "outside").write_text("the user's own file\n")
+    for tag, name in LINKED:
+        folder = w / f"run-link-{tag}"
+        shutil.copytree(run, folder)
+        (folder / "geometry.jsonl").write_text(RECORD + "\n")
+        (folder / name).unlink(missing_ok=True)
+        os.symlink(w / ("good.ckpt" if tag == "checkpoint" else "outside"), folder / name)
+    for name, text in (
+        ("run-random-records", b"\x00\xff\xfe binary\n\x13\x37\n"),
+        ("run-wrongtype-records", b'{"schema": 3, "step": "ten", "epoch": 0, "status": "ok"}\n'),
+    ):
+        (w / name).mkdir()
+        (w / name / "geometry.jsonl").write_bytes(text)
+    row = {"features": "z", "probe": "linear", "target": "class", "chance": 0.5}
+    for name, text in (
+        ("run-probes-empty", ""),
+        ("run-probes-list", "[1, 2]"),
+        ("run-probes-wrongtype", json.dumps({"schema": 1, "rows": [{**row, "accuracy": "high"}]})),
+    ):
+        (w / name).mkdir()
+        (w / name / "geometry.jsonl").write_text(RECORD + "\n")
+        (w / name / "probes.json").write_text(text)
+    (w / "cards-binary" / "x").mkdir(parents=True)
+    (w / "cards-binary" / "x" / "geometry.json").write_bytes(b"\x80\x04\x95binary")
+    (w / "raw-pickle.pkl").write_bytes(pickle.dumps({"relu": [[1.0]]}))
+    np.save(w / "plain.npy", np.zeros(3))
+    shutil.copytree(digits, w / "data-16bit")
+    first = sorted((w / "data-16bit" / "train" / "0").glob("*.png"))[0]
+    ramp = np.linspace(0, 65535, 32 * 32).astype(np.uint16).reshape(32, 32)
+    Image.fromarray(ramp).save(first)
+    _huge_npz(w)
+    shutil.copytree(digits, w / "data-bomb")
+    from tests.shared import png_of_size
+
+    (w / "data-bomb" / "train" / "0" / "zz-bomb.png").write_bytes(png_of_size(20000, 20000))
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': )), }".ljust(117) + "\n"
+    (w / "broken-header.npy").write_bytes(
+        b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"N."
+    )
+
+
+def _huge_npz(w: Path) -> None:
+    """Orbit arrays whose ``orbits_z`` header declares 10**15 rows over 80 bytes; a .npy of
+    them whose pickle's first frame declares 2**64 - 1 bytes."""
+    from tests.shared import orbit_arrays
+
+    dicts = io.BytesIO()
+    np.save(dicts, np.array(orbit_arrays(), dtype=object), allow_pickle=True)
+    at = dicts.getvalue().index(b"\x80\x04\x95") + 3  # protocol 4's first frame: its length
+    (w / "huge-frame.npy").write_bytes(
+        dicts.getvalue()[:at] + b"\xff" * 8 + dicts.getvalue()[at + 8 :]
+    )
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": "<f8", "fortran_order": False, "shape": (10**15,)}
+    )
+    (w / "depth").mkdir()
+    for path in (w / "orbits-huge.npz", w / "depth" / "geometric_ablation_depth_2.npz"):
+        with zipfile.ZipFile(path, "w") as archive:
+            for key, value in orbit_arrays().items():
+                data = io.BytesIO()
+                np.save(data, value)
+                member = head.getvalue() + bytes(80) if key == "orbits_z" else data.getvalue()
+                archive.writestr(f"{key}.npy", member)
 
 
 def _bad_data(w: Path, digits: Path) -> None:

@@ -170,6 +170,15 @@ def _versus_random_init(row: ProbeRow | None) -> list[Any]:
     return [row.random_init, row.accuracy - row.random_init]
 
 
+def _stat(stats: dict[str, Any], key: str) -> tuple[float, float]:
+    """``[mean, std]`` of an orbit statistic; NaN where a hand-made table lacks it."""
+    pair = stats.get(key)
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        return math.nan, math.nan
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+    return (float(pair[0]), float(pair[1])) if numbers else (math.nan, math.nan)
+
+
 def _probe_html(run: RunData) -> str:
     if not run.probes:
         return "<p class='note'>no probes.json: run <code>solo-geometry probe</code></p>"
@@ -194,14 +203,11 @@ def _probe_html(run: RunData) -> str:
         orows = [
             [
                 o.family,
-                o.z["spread"][0],
-                o.h["spread"][0],
-                o.z["d_intra"][0],
-                o.h["d_intra"][0],
-                o.z["d_inter"][0],
-                o.h["d_inter"][0],
-                f"{o.z['separation'][0]:.3f} +- {o.z['separation'][1]:.3f}",
-                f"{o.h['separation'][0]:.3f} +- {o.h['separation'][1]:.3f}",
+                *(_stat(s, key)[0] for key in ("spread", "d_intra", "d_inter") for s in (o.z, o.h)),
+                *(
+                    f"{m:.3f} +- {e:.3f}"
+                    for m, e in (_stat(o.z, "separation"), _stat(o.h, "separation"))
+                ),
                 o.compression,
             ]
             for o in table.orbits

@@ -1,8 +1,12 @@
 """One run folder as the report reads it: records, probes, features and config, or notes.
 
-:func:`read_run` reads what exists (a missing or unreadable file becomes a note on the page,
-never an error); :func:`check_reportable` refuses, before anything is written, a folder with
-nothing to report.
+:func:`read_run` reads what exists: a missing file becomes a note on the page; a
+``probes.json`` or ``features.pt`` it cannot read, a symbolic link among the folder's files and a
+``geometry.jsonl`` without one usable record are refused (``ValueError`` naming the file, exit 2
+on the command line), before anything is written. Records repeating a step, or out of step
+order (two runs' files concatenated, a hand edit), are drawn once each in step order: the last
+record of a step is kept, and one warning names the steps. :func:`check_reportable` refuses
+a folder with nothing to report.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from solo_geometry.run.records import (
     read_records,
 )
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.run.safe_files import MAX_JSON_BYTES, MAX_RECORDS_BYTES, open_read, read_bytes
 
 __all__ = ["RunData", "check_reportable", "read_run"]
 
@@ -63,6 +68,15 @@ def _read_geometry(folder: RunFolder, run: RunData) -> list[GeometryRecord]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecordsWarning)
         records = read_records(folder.geometry, problems=run.problems)
+    if not records and caught + run.problems:  # lines, none of them a record
+        why = "; ".join(
+            [f"line {n}: {reason}" for n, reason in run.problems[:3]]
+            or ["its one line is torn, no newline after it"]
+        )
+        raise RecordsError(
+            f"{folder.geometry}: no usable record ({why}); expected the records "
+            f"solo-geometry's GeometryMonitor writes, one JSON object a line"
+        )
     for w in caught:  # shown as they came, and the torn line's on the page too
         if issubclass(w.category, RecordsWarning):
             run.notes.append(str(w.message))
@@ -76,7 +90,22 @@ def _read_geometry(folder: RunFolder, run: RunData) -> list[GeometryRecord]:
             ),
             stacklevel=3,
         )
-    return records
+    return _in_step_order(folder, run, records)
+
+
+def _in_step_order(folder: RunFolder, run: RunData, records: list[GeometryRecord]) -> list:
+    """The records sorted by step, the last of each step kept; one warning names the rest."""
+    last = {r.step: r for r in records}  # a later record of a step replaces an earlier one
+    kept = [last[step] for step in sorted(last)]
+    repeated = sorted({r.step for r in records if last[r.step] is not r})
+    unordered = [r.step for r in records] != sorted(r.step for r in records)
+    if repeated or unordered:
+        said = f"steps {repeated[:10]} appear more than once (the last of each kept)"
+        said = said if repeated else "records are out of step order"
+        message = f"{folder.geometry}: {said}; drawn in step order, one record per step"
+        run.notes.append(message)
+        warnings.warn(RecordsWarning(message), stacklevel=4)
+    return kept
 
 
 def read_run(path: Path, name: str | None = None) -> RunData:
@@ -90,12 +119,15 @@ def read_run(path: Path, name: str | None = None) -> RunData:
         The run's data.
 
     Raises:
-        ValueError: if ``path`` is not a directory.
-        RecordsError: if ``geometry.jsonl`` was written by an unknown schema version.
+        ValueError: if ``path`` is not a directory, one of its files is a symbolic link, or
+            ``probes.json`` or ``features.pt`` cannot be read.
+        RecordsError: if ``geometry.jsonl`` was written by an unknown schema version or holds
+            lines but no usable record.
     """
     if not path.is_dir():
         raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
     folder = RunFolder(path)
+    folder.refuse_links()
     run = RunData(name or path.name, path)
     if folder.geometry.is_file():
         records = _read_geometry(folder, run)
@@ -103,22 +135,18 @@ def read_run(path: Path, name: str | None = None) -> RunData:
         run.skipped = [r for r in records if not r.ok]
     else:
         run.notes.append(f"no {folder.GEOMETRY}: no curves")
-    if folder.config.is_file():
-        run.config = folder.config.read_text(errors="replace")
+    if folder.config.is_file() or folder.config.is_symlink():
+        run.config = read_bytes(folder.config, MAX_JSON_BYTES, "recipe").decode(errors="replace")
     else:
         run.notes.append(f"no {folder.CONFIG}")
-    readers = (
-        (folder.probes, folder.read_probes, "probes"),
-        (folder.features, lambda: _features(folder), "features"),
-    )
-    for file, reader, attr in readers:
-        if not file.is_file():
-            run.notes.append(f"no {file.name}: {attr} not shown (run `solo-geometry probe`)")
-            continue
-        try:
-            setattr(run, attr, reader())
-        except (RecordsError, ValueError, OSError, RuntimeError) as err:  # the rest renders
-            run.notes.append(f"unreadable {file.name}: {type(err).__name__}: {err}")
+    if folder.probes.is_file() or folder.probes.is_symlink():
+        run.probes = folder.read_probes()  # unreadable: refused, naming the file
+    else:
+        run.notes.append(f"no {folder.PROBES}: probes not shown (run `solo-geometry probe`)")
+    if folder.features.is_file() or folder.features.is_symlink():
+        run.features = _features(folder)
+    else:
+        run.notes.append(f"no {folder.FEATURES}: features not shown (run `solo-geometry probe`)")
     return run
 
 
@@ -135,8 +163,9 @@ def check_reportable(path: Path) -> None:
     if not path.is_dir():
         raise ValueError(f"run folder {str(path)!r} does not exist or is not a directory")
     folder = RunFolder(path)
+    folder.refuse_links()
     if folder.geometry.is_file():
-        with folder.geometry.open(errors="replace") as fh:
+        with open_read(folder.geometry, MAX_RECORDS_BYTES, "geometry records file") as fh:
             if any(line.strip() for line in fh):
                 return
         found = f"{folder.GEOMETRY} is empty"

@@ -39,6 +39,7 @@ from solo_geometry.geometry.spectrum import (
     HessianSpectrum,
     effective_hessian_spectrum,
 )
+from solo_geometry.linalg.checks import check_features, check_head
 from solo_geometry.linalg.operators import (
     HeadOperators,
     LossFn,
@@ -222,12 +223,14 @@ def curvature_operators(
         The :class:`CurvatureOperators`, their graphs built once.
 
     Raises:
-        ValueError: if Z is not (V, N, d), ``dtype`` is neither float64 nor float32, or
+        ValueError: if Z is not a finite floating (V, N, d) tensor with values (NaN and the
+            ``meta`` device refused), ``dtype`` is neither float64 nor float32, or
             ``max_samples`` is not positive.
-        TypeError: if ``loss`` does not return a scalar tensor.
+        TypeError: if ``head`` is not an ``nn.Module``, or ``loss`` does not return a scalar
+            tensor.
     """
-    if Z.ndim != 3:
-        raise ValueError(f"Z must have shape (V, N, d); got {tuple(Z.shape)}")
+    check_head(head)
+    check_features(Z)
     if dtype not in (torch.float64, torch.float32):
         raise ValueError(f"dtype must be one of (torch.float64, torch.float32); got {dtype}")
     if max_samples is not None and max_samples < 1:

@@ -18,7 +18,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import functional as TF
 
 from solo_geometry.geometry.augment import MeanStd, apply_augmentation
-from solo_geometry.inputs.sizes import check_one_size, probe_folders
+from solo_geometry.inputs.sizes import check_depth, check_one_size, probe_folders
 
 __all__ = [
     "CIFAR_MEAN_STD",
@@ -91,8 +91,9 @@ def check_image_folder(path: str | Path, field: str) -> Path:
 
     Raises:
         FileNotFoundError: if the folder is missing or has no class subfolders.
-        ValueError: naming the first class folder without an image or the first image that
-            does not decode.
+        ValueError: naming the first class folder without an image, the first image that
+            does not decode, or the first wider than 8 bits a channel (16-bit PNGs: ``convert
+            ("RGB")`` would clip them).
     """
     root = Path(path).expanduser()
     where = f"{field}={str(path)!r}"
@@ -111,12 +112,14 @@ def check_image_folder(path: str | Path, field: str) -> Path:
         for image in images:
             try:
                 with Image.open(image) as im:
+                    mode = im.mode
                     im.verify()
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
                 raise ValueError(
                     f"{where}: image {str(image)!r} does not decode ({err}); expected an image "
                     f"file PIL can read"
                 ) from None
+            check_depth(image, mode, where)
     return root
 
 
@@ -124,7 +127,7 @@ def _decoded(folder: ImageFolder, path: str) -> Image.Image:
     """One image of ``folder`` as RGB; a file that does not decode is a ``ValueError``."""
     try:
         return folder.loader(path).convert("RGB")
-    except (OSError, SyntaxError, ValueError) as err:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise ValueError(f"image {path!r} does not decode ({err}); expected an image") from None
 
 

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from tqdm import tqdm
 
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd, load_image_folder
+from solo_geometry.run.safe_files import MAX_CHECKPOINT_BYTES, LinkRefused, TooLarge, open_read
 from solo_geometry.state import preserved_state
 
 __all__ = ["Features", "extract_features", "load_cache"]
@@ -76,14 +77,18 @@ def load_cache(
         The cache dictionary (``sets`` possibly empty).
 
     Raises:
-        ValueError: if the file exists but cannot be read.
+        ValueError: if the file exists but cannot be read, is a symbolic link or is over
+            :data:`~solo_geometry.run.safe_files.MAX_CHECKPOINT_BYTES`.
     """
     empty: dict[str, Any] = {"format": _FORMAT, "tag": tag, "sets": {}, "meta": {}}
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return empty
     try:
-        cache = torch.load(path, map_location="cpu", weights_only=True)
+        with open_read(path, MAX_CHECKPOINT_BYTES, "feature cache") as fh:  # no link followed
+            cache = torch.load(fh, map_location="cpu", weights_only=True)
+    except (LinkRefused, TooLarge):
+        raise  # the message names the file
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
         raise ValueError(f"cannot read feature cache {str(path)!r}: {err}") from err
     if not isinstance(cache, dict) or cache.get("format") != _FORMAT:

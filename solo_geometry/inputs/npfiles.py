@@ -12,6 +12,10 @@ user's arrays goes through :func:`load_arrays` instead:
   tuple, str, bytes, int, float, bool, None), exactly what the paper's released arrays hold,
   and refuses any other global with an error naming it;
 * a file without NumPy's header (a raw pickle renamed ``.npy``) is refused;
+* sizes are checked before anything is allocated: a numeric array whose header declares more
+  bytes than follow it (``shape=(10**15,)`` in a 100-byte file) or more than
+  :data:`~solo_geometry.run.safe_files.MAX_ARRAY_BYTES` is refused, naming the shape, the bytes
+  and the cap, as is an ``.npz`` member larger than the cap once decompressed;
 * ``trust_pickle=True`` (the commands' ``--trust-pickle``) is the only way to a full pickle.
 
 Example:
@@ -23,12 +27,17 @@ Example:
 from __future__ import annotations
 
 import io
+import math
 import pickle
+import tokenize
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from solo_geometry.run.safe_files import MAX_ARRAY_BYTES, check_size
 
 __all__ = ["ALLOWED_GLOBALS", "RestrictedUnpickler", "load_arrays", "read_npy"]
 
@@ -66,38 +75,61 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the pickle in it needs {module}.{name}")
 
 
-def _header(fh: IO[bytes], name: str) -> tuple[tuple[int, int], np.dtype]:
+def _header(fh: IO[bytes], name: str) -> tuple[tuple[int, ...], np.dtype]:
     """Read NumPy's magic and header; the file position is left after the header."""
     try:
         version = np.lib.format.read_magic(fh)
         read = {(1, 0): np.lib.format.read_array_header_1_0}.get(
             version, np.lib.format.read_array_header_2_0
         )
-        _, _, dtype = read(fh)
-    except (ValueError, EOFError, OSError, SyntaxError) as err:
+        shape, _, dtype = read(fh)
+    except (ValueError, EOFError, OSError, SyntaxError, TypeError, tokenize.TokenError) as err:
         raise ValueError(
             f"{name}: not a .npy array (no readable NumPy header: {err}); expected a file "
             f"written by numpy.save"
         ) from None
-    return version, dtype
+    return shape, dtype
+
+
+def _check_declared(fh: IO[bytes], name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuse a header declaring more bytes than follow it, or more than the cap."""
+    declared = math.prod(shape) * dtype.itemsize
+    here = fh.tell()
+    held = fh.seek(0, io.SEEK_END) - here
+    fh.seek(here)
+    if declared > held:
+        raise ValueError(
+            f"{name}: header declares shape {shape} of {dtype} ({declared} bytes) but only "
+            f"{held} bytes follow it; expected a complete array written by numpy.save"
+        )
+    check_size(name, declared, MAX_ARRAY_BYTES, "array")
 
 
 def _read(fh: IO[bytes], name: str, trust_pickle: bool) -> np.ndarray:
     """One ``.npy`` stream: numeric arrays by NumPy, object arrays by the restricted unpickler."""
     start = fh.tell()
-    _, dtype = _header(fh, name)
+    shape, dtype = _header(fh, name)
     if not dtype.hasobject:
+        _check_declared(fh, name, shape, dtype)
         fh.seek(start)
         try:
             return np.lib.format.read_array(fh, allow_pickle=False)
         except (ValueError, EOFError, OSError) as err:
             raise ValueError(f"{name}: truncated or corrupt .npy array ({err})") from None
+    payload = fh.read(MAX_ARRAY_BYTES + 1)  # a length the pickle states never exceeds its bytes
+    check_size(name, len(payload), MAX_ARRAY_BYTES, "array")
     try:
-        held = (pickle.Unpickler if trust_pickle else RestrictedUnpickler)(fh).load()
+        held = (pickle.Unpickler if trust_pickle else RestrictedUnpickler)(
+            io.BytesIO(payload)
+        ).load()
     except pickle.UnpicklingError as err:
         raise ValueError(f"{name}: refused: {err}; {_TRUST_HINT}") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError) as err:
+    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as err:
         raise ValueError(f"{name}: truncated or corrupt pickled array ({err})") from None
+    except (OverflowError, MemoryError, RecursionError) as err:  # a length or depth it lacks
+        raise ValueError(
+            f"{name}: corrupt pickled array ({type(err).__name__}: {err or 'out of memory'})"
+        ) from None
     if not isinstance(held, np.ndarray):
         raise ValueError(f"{name}: holds a {type(held).__name__}, expected a NumPy array")
     return held
@@ -129,11 +161,20 @@ def _read_npz(path: Path, trust_pickle: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
+            for info in archive.infolist():
+                member = info.filename
                 key = member[:-4] if member.endswith(".npy") else member
+                check_size(f"{path}[{key}]", info.file_size, MAX_ARRAY_BYTES, "array")
                 data = io.BytesIO(archive.read(member))
                 out[key] = _read(data, f"{path}[{key}]", trust_pickle)
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        NotImplementedError,
+        RuntimeError,
+        zlib.error,
+    ) as err:
         raise ValueError(f"{path}: not a readable .npz ({err})") from None
     return out
 

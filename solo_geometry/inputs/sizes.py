@@ -5,6 +5,11 @@ The probes (``probe``, ``analyse``, ``zoo card``/``verify``, the probes at the e
 square for the quarter-turn rotation target). :func:`check_one_size` reads only each file's
 header (PIL's ``Image.open``, no pixels), so a folder of mixed sizes is refused before any work,
 naming two files that differ, instead of failing inside ``torch.stack`` after the probes began.
+
+Images wider than 8 bits a channel (16-bit greyscale PNGs and TIFFs, PIL's modes ``I;16``,
+``I`` and ``F``) are refused by :func:`check_depth`, here and in the hosts' check of the
+training folder: every reader of images (torchvision's and solo-learn's loaders, the probes)
+takes ``convert("RGB")``, which clips such values to 255 instead of scaling them.
 """
 
 from __future__ import annotations
@@ -15,7 +20,26 @@ from pathlib import Path
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-__all__ = ["check_one_size", "image_files", "probe_folders"]
+__all__ = ["check_depth", "check_one_size", "image_files", "probe_folders"]
+
+
+def check_depth(image: Path, mode: str, where: str) -> None:
+    """Refuse an image whose pixels are wider than 8 bits (``convert("RGB")`` would clip them).
+
+    Args:
+        image: the file.
+        mode: its PIL mode, read from the header.
+        where: what the folder is, for the message.
+
+    Raises:
+        ValueError: for modes ``I;16*``, ``I`` and ``F``, naming the file and its mode.
+    """
+    if mode.startswith("I") or mode == "F":
+        raise ValueError(
+            f"{where}: image {str(image)!r} has {mode!r} pixels (wider than 8 bits); expected "
+            f"8-bit images (modes L, RGB, RGBA, P): the loaders' convert('RGB') would clip "
+            f"every value above 255 (rescale the folder to 8 bits first)"
+        )
 
 
 def image_files(root: Path) -> list[Path]:
@@ -43,11 +67,11 @@ def probe_folders(data: Path | tuple[Path, Path]) -> list[Path]:
     return [data]
 
 
-def _size(image: Path) -> tuple[int, int] | None:
-    """(width, height) from the header; None for a file that does not open (named elsewhere)."""
+def _size(image: Path) -> tuple[tuple[int, int], str] | None:
+    """(width, height) and mode from the header; None for a file that does not open."""
     try:
         with Image.open(image) as im:
-            return im.size
+            return im.size, im.mode
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None
 
@@ -67,13 +91,16 @@ def check_one_size(
         The common ``(width, height)``, None when the folders hold no readable image.
 
     Raises:
-        ValueError: naming two files of different sizes, or the first non-square one.
+        ValueError: naming two files of different sizes, the first non-square one, or the
+            first wider than 8 bits (:func:`check_depth`).
     """
     first: tuple[Path, tuple[int, int]] | None = None
     for image in (f for folder in folders for f in image_files(Path(folder))):
-        size = _size(image)
-        if size is None:
+        header = _size(image)
+        if header is None:
             continue
+        size = header[0]
+        check_depth(image, header[1], where)
         if first is None:
             first = (image, size)
             if square and size[0] != size[1]:

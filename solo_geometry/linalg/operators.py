@@ -36,6 +36,8 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _NormBase
 
+from solo_geometry.linalg.checks import check_features, check_head, check_vector
+
 __all__ = [
     "HeadOperators",
     "block_indices",
@@ -176,6 +178,7 @@ class HeadOperators:
         return self._z.dtype
 
     def _as_z(self, v: Tensor) -> Tensor:
+        check_vector(v, self.dim)
         return v.reshape(self._z.shape).to(self._z)  # (V, N, d)
 
     def jvp(self, v: Tensor) -> Tensor:
@@ -184,6 +187,7 @@ class HeadOperators:
 
     def vjp(self, w: Tensor) -> Tensor:
         """J^T w for w of shape (V, N, p); returns (V * N * d,)."""
+        check_vector(w, self._h.numel(), "w", "V * N * p")
         return _grad(self._h, self._z, w.reshape(self._h.shape).to(self._h)).reshape(-1)
 
     def heff(self, v: Tensor) -> Tensor:
@@ -216,6 +220,7 @@ class HeadOperators:
         single = getattr(self, name)
 
         def product(vs: Tensor) -> Tensor:
+            check_vector(vs, vs.shape[0] * self.dim if vs.ndim else -1, "vs", "B x V * N * d")
             zs = vs.reshape(-1, *self._z.shape).to(self._z)  # (B, V, N, d)
             if name not in self._unbatched:
                 try:
@@ -261,11 +266,13 @@ def head_operators(
         The operators, their graphs built once and reused by every product.
 
     Raises:
-        ValueError: if Z is not 3-dimensional or ``dtype`` is not floating.
-        TypeError: if ``loss_fn`` does not return a scalar tensor.
+        ValueError: if Z is not a finite floating (V, N, d) tensor with values (not on the
+            ``meta`` device), the head holds meta tensors, or ``dtype`` is not floating.
+        TypeError: if ``head`` is not an ``nn.Module``, Z not a tensor, or ``loss_fn`` does not
+            return a scalar tensor.
     """
-    if Z.ndim != 3:
-        raise ValueError(f"Z must have shape (V, N, d); got {tuple(Z.shape)}")
+    check_head(head)
+    check_features(Z)
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be floating; got {dtype}")
     was_training = head.training
@@ -303,7 +310,13 @@ def head_jvp(
 
     Returns:
         J V of shape (N, p).
+
+    Raises:
+        ValueError: Z or V is not a finite (N, d) tensor, or V's shape is not Z's.
+        TypeError: ``head`` is not an ``nn.Module``.
     """
+    check_features(Z, "Z", 2, "(N, d)")
+    check_vector(V, Z.numel(), "V", "N * d, Z's shape")
     ops = head_operators(head, lambda h: h.sum() * 0.0, Z.unsqueeze(0), dtype=dtype)
     return ops.jvp(V.unsqueeze(0)).squeeze(0)  # (N, p)
 
@@ -336,6 +349,8 @@ def restrict_to_block(
     on_device = {index.device: index}
 
     def sub(v: Tensor) -> Tensor:
+        block = views * index.numel() * d  # (V, m, d) flattened
+        check_vector(v, block * (v.shape[0] if batched and v.ndim else 1), "v", "V * m * d")
         if v.device not in on_device:
             on_device[v.device] = index.to(v.device)
         index_ = on_device[v.device]

@@ -37,6 +37,13 @@ from solo_geometry.models.heads import build_configured_head
 from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.run.safe_files import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_JSON_BYTES,
+    check_size,
+    read_bytes,
+    refuse_link,
+)
 
 __all__ = [
     "SAFE_GLOBALS",
@@ -106,12 +113,14 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
         The file's content: a flat ``{key: tensor}`` for safetensors, else what was saved.
 
     Raises:
-        ValueError: for a missing or unreadable file, or a pickle that needs more than a
-            weights-only load (the message names ``trust_pickle``).
+        ValueError: for a missing or unreadable file, one over
+            :data:`~solo_geometry.run.safe_files.MAX_CHECKPOINT_BYTES`, or a pickle that needs
+            more than a weights-only load (the message names ``trust_pickle``).
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    check_size(path, path.stat().st_size, MAX_CHECKPOINT_BYTES, "checkpoint")
     if path.suffix == ".safetensors":
         try:
             return load_file(str(path), device="cpu")
@@ -148,8 +157,11 @@ def check_weights_only(path: str | Path) -> None:
     holding a pickle payload is one error here instead of a traceback in the launched run.
 
     Raises:
-        ValueError: naming the file and what the weights-only load refused.
+        ValueError: naming the file and what the weights-only load refused; a symbolic link
+            or a file over :data:`~solo_geometry.run.safe_files.MAX_CHECKPOINT_BYTES`.
     """
+    refuse_link(path, "checkpoint")
+    check_size(path, Path(path).stat().st_size, MAX_CHECKPOINT_BYTES, "checkpoint")
     if os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0") not in ("0", ""):
         return  # the user made torch's default a full pickle: the trainer will read it so
     try:
@@ -194,7 +206,7 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_bytes(path, MAX_JSON_BYTES, "recipe").decode("utf-8")
         loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, ValueError) as err:  # UnicodeDecodeError and JSON's are ValueErrors
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

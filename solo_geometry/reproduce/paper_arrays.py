@@ -98,8 +98,8 @@ def paper_evidence(paths: list[str | Path]) -> Evidence:
         ev.files.append(str(f))
         depth = _DEPTH.search(f.name)
         if depth is not None:
-            with np.load(f, allow_pickle=False) as npz:
-                ev.depth.setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(npz, f)]
+            npz = load_arrays(f)  # the restricted reader: sizes checked before allocating
+            ev.depth.setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(npz, f)]
             continue
         d = read_npy_dict(f)
         if f.name == "guillotine_results.npy":

@@ -5,7 +5,9 @@
   path in a run folder;
 * :mod:`~solo_geometry.run.resume`: the checkpoint a killed run resumes from, on either host;
 * :mod:`~solo_geometry.run.lock`: one writer per run folder (``<run>/.lock``);
-* :mod:`~solo_geometry.run.preempt`: a run stopped by SIGTERM or SIGUSR1, and its resume line.
+* :mod:`~solo_geometry.run.preempt`: a run stopped by SIGTERM or SIGUSR1, and its resume line;
+* :mod:`~solo_geometry.run.safe_files`: files opened without following links, sizes capped;
+* :mod:`~solo_geometry.run.field_types`: a record's JSON values checked against its fields' types.
 
 May import: nothing else of the package (no torch, no solo-learn): every floor above reads and
 writes runs through it.

@@ -8,6 +8,11 @@
   in one write and flushed; when the write fails part way (a full disk) the file is cut back to
   its length before, so no reader ever meets a half line this package wrote.
 
+No link is written through: a replaced target that is a symbolic link is replaced itself (the
+file it pointed to is untouched), the temporary file is created with ``O_EXCL``, and
+:func:`append_line` opens with ``O_NOFOLLOW`` and refuses a link
+(:class:`~.safe_files.LinkRefused`).
+
 A failure raises :class:`WriteError` (an ``OSError``, so the command line's one-line handler
 prints it and exits 2) naming the file and the system's reason, e.g. ``No space left on
 device``.
@@ -21,6 +26,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from solo_geometry.run.safe_files import open_fd
 
 __all__ = ["WriteError", "append_line", "save_figure", "write_bytes", "write_text"]
 
@@ -40,6 +47,9 @@ def _replace_with(path: Path, fill: Callable[[Path], object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a stale one, or a link planted in its place: never written through
+        os.close(open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "temporary file"))
         fill(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
@@ -87,11 +97,12 @@ def append_line(path: Path, line: str) -> None:
     Raises:
         WriteError: the line could not be written whole; the file is cut back to its length
             before the call.
+        LinkRefused: ``path`` is a symbolic link (nothing is written through it).
     """
     path = Path(path)
     data = (line.rstrip("\n") + "\n").encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "log file")
     except OSError as err:
         raise _fail(path, err) from err
     try:

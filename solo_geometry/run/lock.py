@@ -4,9 +4,11 @@ The lock is an exclusive ``fcntl.flock`` on the folder's ``.lock`` file, taken w
 (a second writer is refused at once, it never queues behind the first) and held for the whole
 run, solo-learn's trainer process included: the kernel drops it when the holder exits, however
 it exits, so a killed run never leaves a stale lock. The holder writes its pid into the file;
-a refused writer names it. On release the file is removed (still locked, so no third process
-can take the lock on a file about to vanish; a writer that opened the old file sees that its
-inode is not the folder's ``.lock`` any more and tries again).
+a refused writer names it. The file is opened with ``O_NOFOLLOW``: a ``.lock`` that is a
+symbolic link (a handed-back folder) is refused, never written through. On release the file
+is removed (still locked, so no third process can take the lock on a file about to vanish; a
+writer that opened the old file sees that its inode is not the folder's ``.lock`` any more and
+tries again).
 
 Example:
     >>> with writer_lock(RunFolder(path)):
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.run.safe_files import open_fd
 
 __all__ = ["RunFolderBusy", "writer_lock"]
 
@@ -38,7 +41,7 @@ def _holder(fd: int) -> str:
 def _acquire(run: RunFolder) -> int:
     """Open and lock ``run.lock_file``; the locked descriptor, holding this process's pid."""
     for _ in range(100):  # a holder removing its file between our open and flock: once or twice
-        fd = os.open(run.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_fd(run.lock_file, os.O_RDWR | os.O_CREAT, "run lock")  # a link: refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -49,7 +52,7 @@ def _acquire(run: RunFolder) -> int:
                 f"holding {str(run.lock_file)!r}); wait for it to end or stop it, then retry"
             ) from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(run.lock_file).st_ino
+            same = os.fstat(fd).st_ino == os.lstat(run.lock_file).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -73,6 +76,7 @@ def writer_lock(run: RunFolder) -> Iterator[RunFolder]:
     Raises:
         RunFolderBusy: another process holds the lock; the message names the folder and its
             pid. Nothing in the folder is changed.
+        LinkRefused: ``.lock`` is a symbolic link (nothing is written through it).
     """
     fd = _acquire(run)
     try:

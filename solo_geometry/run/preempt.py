@@ -23,6 +23,7 @@ from pathlib import Path
 
 from solo_geometry.run.atomic import write_text
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_text
 
 __all__ = ["Preempted", "clear_marker", "preempted_error", "read_marker", "write_marker"]
 
@@ -44,8 +45,8 @@ def write_marker(run: RunFolder, signum: int, step: int, checkpoint: Path) -> No
 def read_marker(run: RunFolder) -> dict | None:
     """The marker :func:`write_marker` left, None when there is none (or it is unreadable)."""
     try:
-        data = json.loads(run.preempted.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_text(run.preempted, MAX_JSON_BYTES, "preemption marker"))
+    except (OSError, ValueError):  # a link or an oversized file too: not this package's marker
         return None
     return data if isinstance(data, dict) and "signal" in data else None
 

@@ -160,8 +160,11 @@ class ProbeTable:
         check_schema(data, where, READABLE_PROBES_VERSIONS)
         body = {k: v for k, v in data.items() if k != "gaps"}
         body["schema"] = PROBES_SCHEMA_VERSION
-        body["rows"] = [from_dict(ProbeRow, r, f"{where}.rows") for r in body.get("rows", [])]
-        body["orbits"] = [from_dict(OrbitRow, r, f"{where}.orbits") for r in body.get("orbits", [])]
+        for key, row in (("rows", ProbeRow), ("orbits", OrbitRow)):
+            held = body.get(key, [])
+            if not isinstance(held, list):
+                raise RecordsError(f"{where}: field {key} must be a list, got {held!r:.60}")
+            body[key] = [from_dict(row, r, f"{where}.{key}") for r in held]
         return from_dict(cls, body, where)
 
 

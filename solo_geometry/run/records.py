@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solo_geometry.run.field_types import check_fields
+from solo_geometry.run.safe_files import MAX_RECORDS_BYTES, read_bytes
+
 __all__ = [
     "GEOMETRY_FILE",
     "PARTS",
@@ -72,17 +75,18 @@ def _parts_of(metrics: Mapping[str, Any], density: Any) -> list[str]:
 
 
 def from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
-    """Build a dataclass from a mapping, rejecting unknown or missing keys with their names."""
+    """Build a dataclass from a mapping, rejecting unknown or missing keys, wrong types, by name."""
     if not isinstance(data, Mapping):
         raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    unknown = sorted(set(data) - names, key=str)
     if unknown:
         raise RecordsError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
+    check_fields(cls, data, where, RecordsError)  # "step": "ten" refused here, not in a plot
     try:
         return cls(**data)
-    except TypeError as err:  # a required field missing
-        raise RecordsError(f"{where}: {err}") from err
+    except (TypeError, RecordsError) as err:  # a required field missing, a value refused
+        raise RecordsError(f"{where}: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,15 @@ class GeometryRecord:
         unknown = sorted(named - set(PARTS))
         if unknown:
             raise RecordsError(f"parts: unknown {unknown}; choose from {list(PARTS)}")
+        if self.alert is not None and not isinstance(self.alert.get("state"), str):
+            raise RecordsError(f"alert: expected a 'state' string, got {self.alert!r:.60}")
+        nodes, weights = (self.density or {}).get("nodes"), (self.density or {}).get("weights")
+        if self.density is not None and (
+            nodes is None or weights is None or len(nodes) != len(weights)
+        ):
+            raise RecordsError(
+                f"density: expected 'nodes' and 'weights' of one length, got {self.density!r:.60}"
+            )
 
     @property
     def ok(self) -> bool:
@@ -227,7 +240,9 @@ class GeometryRecord:
         data = dict(data)
         if data["schema"] == 1:  # upgraded: the parts it held, read off its metrics
             ok = data.get("status") == "ok"
-            data["parts"] = _parts_of(data.get("metrics") or {}, data.get("density")) if ok else []
+            held = data.get("metrics")
+            metrics: dict[str, Any] = held if isinstance(held, dict) else {}
+            data["parts"] = _parts_of(metrics, data.get("density")) if ok else []
         data["schema"] = SCHEMA_VERSION  # 1, 2 hold no alert, 1 to 3 no rank_eps: None
         data["settings"] = from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
         try:
@@ -283,12 +298,14 @@ def read_records(
     Raises:
         RecordsError: on an unusable line other than a torn last one (unless ``problems``
             is given), or an unknown schema version; the message names the file and line.
+        LinkRefused: the file is a symbolic link (never followed).
+        TooLarge: the file is over :data:`~.safe_files.MAX_RECORDS_BYTES`.
     """
     path = Path(source)
     path = path / GEOMETRY_FILE if path.is_dir() else path
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return []
-    text = path.read_bytes()
+    text = read_bytes(path, MAX_RECORDS_BYTES, "geometry records file")
     lines = text.split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):

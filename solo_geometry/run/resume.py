@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.run.safe_files import MAX_CHECKPOINT_BYTES, open_read
 
 __all__ = [
     "LIGHTNING_KEYS",
@@ -68,10 +69,14 @@ def check_archive(path: Path) -> None:
     without unpickling anything.
 
     Raises:
-        ValueError: naming the file and what is wrong with it.
+        ValueError: naming the file and what is wrong with it (a symbolic link, a file over
+            :data:`~.safe_files.MAX_CHECKPOINT_BYTES` included).
     """
     try:
-        with zipfile.ZipFile(path) as archive:
+        with (
+            open_read(path, MAX_CHECKPOINT_BYTES, "checkpoint") as fh,
+            zipfile.ZipFile(fh) as archive,
+        ):
             bad = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError) as err:
         raise ValueError(f"checkpoint {str(path)!r} is truncated or corrupt ({err})") from err
@@ -90,7 +95,10 @@ def check_lightning_checkpoint(path: Path) -> None:
         ValueError: naming the file and the keys it lacks.
     """
     try:
-        with zipfile.ZipFile(path) as archive:
+        with (
+            open_read(path, MAX_CHECKPOINT_BYTES, "checkpoint") as fh,
+            zipfile.ZipFile(fh) as archive,
+        ):
             name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
             ops = pickletools.genops(io.BytesIO(archive.read(name)))
             strings = {arg for _, arg, _ in ops if isinstance(arg, str)}
@@ -122,13 +130,15 @@ def resume_point(
         The resume point.
 
     Raises:
-        ValueError: the folder is not a run folder, holds no checkpoint, its newest checkpoint
+        ValueError: the folder is not a run folder, holds a symbolic link among its files
+            (:meth:`.RunFolder.refuse_links`), holds no checkpoint, its newest checkpoint
             is truncated, corrupt or not a Lightning checkpoint with a backbone, it has no
             recipe, or ``host`` is not the run's.
     """
     folder = RunFolder(Path(run))
     if not folder.path.is_dir():
         raise ValueError(f"--resume {str(run)!r}: no such run folder")
+    folder.refuse_links()  # before anything: a link would be written through or read
     checkpoint = folder.latest_checkpoint()
     if checkpoint is None:
         raise ValueError(

@@ -27,6 +27,7 @@ from solo_geometry.run.records import (
     RecordsError,
     read_records,
 )
+from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_text, refuse_link
 
 __all__ = ["RunFolder", "slurm_job_id"]
 
@@ -179,9 +180,15 @@ class RunFolder:
         """The newest checkpoint (by modification time), None when there is none.
 
         ``checkpoints/**/*.ckpt`` and Lightning's ``hpc_ckpt_<n>.ckpt`` in the folder itself.
+
+        Raises:
+            LinkRefused: one of them is a symbolic link.
         """
+        refuse_link(self.checkpoints, "run file")
         ckpts = [*self.checkpoints.rglob("*.ckpt")] if self.checkpoints.is_dir() else []
         ckpts += self.path.glob(self.HPC_CHECKPOINTS) if self.path.is_dir() else []
+        for ckpt in ckpts:  # a link would be read (and resumed) from outside the folder
+            refuse_link(ckpt, "checkpoint")
         stamped = sorted((p.stat().st_mtime_ns, str(p)) for p in ckpts)
         return Path(stamped[-1][1]) if stamped else None
 
@@ -242,14 +249,50 @@ class RunFolder:
         append_line(self.geometry, record.to_json())
 
     def read_probes(self) -> ProbeTable | None:
-        """The probe table, None when the run has none."""
-        if not self.probes.is_file():
+        """The probe table, None when the run has none.
+
+        Raises:
+            RecordsError: the file is empty, not JSON, or not a probe table (each named).
+            LinkRefused: ``probes.json`` is a symbolic link.
+            TooLarge: the file is over :data:`~.safe_files.MAX_JSON_BYTES`.
+        """
+        if not self.probes.is_file() and not self.probes.is_symlink():
             return None
+        text = read_text(self.probes, MAX_JSON_BYTES, "probe table")
+        if not text.strip():
+            raise RecordsError(f"{self.probes}: empty; expected a probe table (a JSON object)")
         try:
-            data = json.loads(self.probes.read_text())
+            data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise RecordsError(f"{self.probes}: not JSON ({err.msg})") from err
+            raise RecordsError(
+                f"{self.probes}: not JSON ({err.msg}, line {err.lineno}); expected a probe table"
+            ) from err
         return ProbeTable.from_dict(data, str(self.probes))
+
+    def refuse_links(self) -> None:
+        """Refuse a run folder any of whose files or folders is a symbolic link.
+
+        The files this package reads or writes (``.lock``, the records, ``probes.json``,
+        ``features.pt``, ``config.yaml``, the markers), ``checkpoints/``, ``report/`` and
+        ``.hydra/`` with everything under them: a link there would be read, or written,
+        outside the folder.
+
+        Raises:
+            LinkRefused: naming the first link and where it points.
+        """
+        names = (
+            self.LOCK, self.GEOMETRY, self.UPDATES, self.PROBES, self.FEATURES, self.CONFIG,
+            self.INCOMPLETE, self.PREEMPTED, self.SLURM_JOB, self.CHECKPOINTS, self.REPORT,
+            ".hydra",
+        )  # fmt: skip
+        for name in names:
+            refuse_link(self.path / name, "run file")
+        for folder in (self.checkpoints, self.report, self.path / ".hydra"):
+            for top, dirs, files in os.walk(folder):  # links are listed, never entered
+                for name in sorted(dirs + files):
+                    refuse_link(Path(top) / name, "run file")
+        for path in sorted(self.path.glob(self.HPC_CHECKPOINTS)):
+            refuse_link(path, "run file")
 
     def write_probes(self, table: ProbeTable) -> Path:
         """Write ``probes.json`` atomically."""

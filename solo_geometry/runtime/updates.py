@@ -50,6 +50,7 @@ from typing_extensions import override
 
 from solo_geometry.run.atomic import append_line
 from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.run.safe_files import MAX_RECORDS_BYTES, read_text
 from solo_geometry.runtime.view import backbone_and_head
 
 __all__ = [
@@ -109,9 +110,9 @@ class UpdateRecord:
 def read_update_records(run: str | Path) -> list[UpdateRecord]:
     """Read ``<run>/updates.jsonl`` (a torn last line is dropped); [] when absent."""
     path = RunFolder(Path(run)).updates
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return []
-    lines = path.read_text().splitlines()
+    lines = read_text(path, MAX_RECORDS_BYTES, "update records file").splitlines()
     out = []
     for i, line in enumerate(lines):
         try:

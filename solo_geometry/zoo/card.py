@@ -31,6 +31,7 @@ import yaml
 
 from solo_geometry import __version__
 from solo_geometry.run.records import RecordsError
+from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_bytes
 from solo_geometry.zoo.card_schema import check_card
 
 __all__ = [
@@ -183,7 +184,12 @@ class ZooCard:
                 (:func:`~solo_geometry.zoo.card_schema.check_card`).
         """
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(read_bytes(path, MAX_JSON_BYTES, "zoo card").decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise RecordsError(
+                f"{path}: cannot read a zoo card (not UTF-8 text at byte {err.start}); expected "
+                f"the JSON file `zoo card` wrote"
+            ) from None
         except (OSError, json.JSONDecodeError) as err:
             raise RecordsError(f"{path}: cannot read a zoo card ({err})") from err
         if not isinstance(data, dict) or data.get("schema") != CARD_SCHEMA:

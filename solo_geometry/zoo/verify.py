@@ -104,7 +104,7 @@ def verify_card(folder: str | Path, *, data: str | Path | None = None) -> list[M
         if now != card.files.get(key):
             found.append(Mismatch(f"files/{key}", card.files.get(key), now))
     readme = folder / CARD_FILES["readme"]
-    if not readme.is_file() or readme.read_text() != render_readme(card):
+    if not readme.is_file() or readme.read_bytes() != render_readme(card).encode():
         found.append(Mismatch("README.md", "rendered from geometry.json", "differs"))
     model = load_card_model(folder)
     settings = MeasureSettings(**card.settings)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from solo_geometry.reproduce.collapse.mechanism import escape_prediction, sweep_
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 from solo_geometry.reproduce.results import Verdict
+from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_bytes
 
 __all__ = [
     "AUTHORS_SETUP",
@@ -147,25 +148,56 @@ def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
     if path.suffix == ".npy":
         dataset, backbone = _from_path(path)
         results = load_arrays(path, trust_pickle=trust_pickle)
-        return authors_runs(results, dataset=dataset, backbone=backbone)
-    data = json.loads(path.read_text())
+        if "" in results:  # a plain array, not the dict np.save wrote
+            raise ValueError(f"{str(path)!r} holds a plain {results[''].dtype} array; {_EXPECTED}")
+        return _authors(path, lambda: authors_runs(results, dataset=dataset, backbone=backbone))
+    try:
+        data = json.loads(read_bytes(path, MAX_JSON_BYTES, "results file").decode("utf-8"))
+    except UnicodeDecodeError as err:  # a pickle, say
+        raise ValueError(f"{str(path)!r} is not text (byte {err.start}); {_EXPECTED}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{str(path)!r} is not JSON ({err.msg}); {_EXPECTED}") from None
     if isinstance(data, dict) and ("rows" in data or data.get("kind") == "collapse"):
         return summary_runs(read_summary(path))
     if isinstance(data, dict) and "results" in data and "provenance" in data:
-        return [
-            run
-            for name, results in data["results"].items()
-            for run in authors_runs(
-                results,
-                dataset=name.split("/")[0],
-                backbone=name.split("/")[1],
-                setup=data.get("setup", AUTHORS_SETUP),
-            )
-        ]
+        return _authors(path, lambda: _fixture_runs(data))
     raise ValueError(
-        f"{str(path)!r}: neither a collapse summary.json (rows) nor the authors' "
-        "results (provenance, results), nor a .npy"
+        f"{str(path)!r} holds a JSON {type(data).__name__} of neither kind; {_EXPECTED}"
     )
+
+
+_EXPECTED = (
+    "expected a collapse summary.json (rows), the authors' results as JSON (provenance, "
+    "results) or their collapse_results.npy (a saved dict of <act>_bn_<True|False>_lr_<lr> -> "
+    "seeds x epochs)"
+)
+
+
+def _fixture_runs(data: Mapping[str, Any]) -> list[Run]:
+    """The runs of the authors' results as JSON (``tests/fixtures/collapse_authors.json``)."""
+    return [
+        run
+        for name, results in data["results"].items()
+        for run in authors_runs(
+            results,
+            dataset=name.split("/")[0],
+            backbone=name.split("/")[1],
+            setup=data.get("setup", AUTHORS_SETUP),
+        )
+    ]
+
+
+def _authors(path: Path, runs: Callable[[], list[Run]]) -> list[Run]:
+    """``runs()``; content of the wrong shape or types is one ``ValueError`` naming the file."""
+    try:
+        return runs()
+    except ValueError as err:
+        hint = "" if "expected" in str(err) else f"; {_EXPECTED}"
+        raise ValueError(f"{str(path)!r}: {err}{hint}") from None
+    except (KeyError, TypeError, AttributeError, IndexError) as err:
+        raise ValueError(
+            f"{str(path)!r}: unexpected content ({type(err).__name__}: {err}); {_EXPECTED}"
+        ) from None
 
 
 def verdicts_of_file(
