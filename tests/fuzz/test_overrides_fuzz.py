@@ -22,12 +22,14 @@ import os
 import shutil
 import sys
 import tempfile
+import types
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
@@ -107,6 +109,7 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 
 def check_outcome(status: int, err: str) -> None:
     """Exit 0 or 2; a 2 with one ``error:`` line, the last, and no traceback."""
+    event(f"exit {status}")  # --hypothesis-show-statistics: how many examples were accepted
     assert status in (0, 2), err
     assert "Traceback" not in err, err
     if status == 2:
@@ -152,20 +155,44 @@ def _mutate(text: str, data: st.DataObject) -> str:
 def _same(raw: Any, composed: Any, hint: Any) -> bool:
     """Whether the composed value is the value as written (a bool by the package's words)."""
     if hint is bool or (hint == bool | None and raw is not None):
-        return composed == as_bool(raw, "x")
+        try:
+            return composed == as_bool(raw, "x")
+        except ValueError:  # not one of the package's words: accepted by coercion alone
+            return False
     if isinstance(raw, float) and math.isnan(raw):
         return isinstance(composed, float) and math.isnan(composed)
     return bool(composed == raw)
 
 
+_BOOLS = ["true", "false", "on", "off", "yes", "no", "1", "0", "True", "OFF"]
+_TYPED = {
+    bool: st.sampled_from(_BOOLS),
+    int: st.integers(-2, 10**4).map(str),
+    float: st.one_of(st.floats(1e-6, 0.99).map(repr), st.integers(1, 3).map(str)),
+    str: st.sampled_from(WORDS),
+    list[str]: st.sampled_from(["[brightness,hue]", "[class]", "[linear,mlp]", "[]"]),
+    list[float]: st.sampled_from(["[0.1,1e-3]", "[1]", "[]"]),
+}
+
+
+def typed(key: str) -> st.SearchStrategy[str]:
+    """Values of the option's own type (so that many examples are accepted), or null."""
+    hint = FIELDS[key]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) else hint
+    return _TYPED[base] | st.just("null") if base is not hint else _TYPED[base]
+
+
 @pytest.mark.parametrize("host", HOSTS)
-@given(key=st.sampled_from(OPTIONS), value=scalars, prefix=st.sampled_from(["", "+", "++"]))
+@given(data=st.data(), prefix=st.sampled_from(["", "", "++"]))
 def test_geometry_option_keeps_its_type_or_exits_2(
-    recipe: Path, trained: list[DictConfig], host: str, key: str, value: str, prefix: str
+    recipe: Path, trained: list[DictConfig], host: str, data: st.DataObject, prefix: str
 ) -> None:
     """Each option with a value of any kind: accepted as written, or one line and exit 2."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    key = data.draw(st.sampled_from(OPTIONS), label="key")
+    value = data.draw(typed(key) | scalars, label="value")
     override = f"{prefix}{key}={value}"
     trained.clear()
     with runs_root() as root:
