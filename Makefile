@@ -2,6 +2,7 @@
 #   make demo   set up, then run the main job on the embedded digits data
 #   make test   set up, then run the whole test suite; with SOLO_LEARN_ROOT naming a solo-learn
 #               checkout, solo-learn is installed from it first and its tests run too
+#   make fuzz   set up, then run the fuzzers (tests/fuzz) long: fresh examples, FUZZ_EXAMPLES each
 #   make docs   set up, then serve the documentation site (docs/, mkdocs.yml) on 127.0.0.1:8000
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,7 @@ PY := $(VENV)/bin/python
 # multi-GB build to satisfy a looser requirement later.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup solo demo test check docs docs-build lint clean
+.PHONY: setup solo demo test check fuzz docs docs-build lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,15 @@ test: solo
 check: solo
 	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) -m pytest -n $(TEST_WORKERS) --dist load \
 	    --maxschedchunk 1 --durations 10 -m "not e2e" $(PYTEST_ARGS)
+
+# The fuzzers with tests/fuzz/conftest.py's "long" profile: fresh examples on every run,
+# FUZZ_EXAMPLES a test (default 2000), failures kept in .hypothesis/ and tried first next time;
+# FUZZ_SEED=N repeats a run. make test runs the same tests with the fixed-seed "ci" profile.
+FUZZ_EXAMPLES ?= 2000
+fuzz: solo
+	HYPOTHESIS_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) OMP_NUM_THREADS=$(OMP_NUM_THREADS) \
+	    $(PY) -m pytest tests/fuzz -n $(TEST_WORKERS) --dist load --maxschedchunk 1 \
+	    --hypothesis-show-statistics $(if $(FUZZ_SEED),--hypothesis-seed=$(FUZZ_SEED)) $(PYTEST_ARGS)
 
 docs: setup
 	$(VENV)/bin/mkdocs serve

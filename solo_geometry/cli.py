@@ -40,6 +40,7 @@ from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
+from solo_geometry.recipe import split_overrides
 from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.preempt import Preempted
 from solo_geometry.run.probe_table import versus_random_init
@@ -49,7 +50,7 @@ from solo_geometry.runtime.sink import Unwritten
 from solo_geometry.upstream import add_upstream_parser
 from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
-__all__ = ["build_parser", "error_message", "main", "torch_device"]
+__all__ = ["build_parser", "error_message", "main", "parse_arguments", "torch_device"]
 
 # Functions adding a subparser: each module owns its subcommand.
 _SUBCOMMANDS = (
@@ -270,6 +271,57 @@ def _one_line_warnings(command: str) -> Callable[..., None]:
     return show
 
 
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """Parse the command line; a command's options may come before or after its overrides.
+
+    argparse fills a positional list (``pretrain``'s Hydra overrides) from its first run of
+    words only, so ``pretrain +geometry=on --host lightly geometry.seed=1`` would leave
+    ``geometry.seed=1`` "unrecognized". The words left over are appended, in their order, to
+    the overrides of a command that takes them; anything else left over is an error.
+
+    Args:
+        parser: :func:`build_parser`'s parser.
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The parsed arguments.
+
+    Raises:
+        SystemExit: status 2, argparse's usage error, for an argument no command takes.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list):
+        more, others = split_overrides(extra)
+        args.overrides.extend(more)
+        extra = others
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+# pathlib's error for a '~' it cannot expand (HOME unset, no entry in the password database).
+_NO_HOME = "Could not determine home directory."
+
+
+def locale_warning() -> str | None:
+    """A warning when the file-system encoding is not UTF-8 (a locale Python did not coerce).
+
+    ``LANG=C`` and ``LC_ALL=POSIX`` are read as UTF-8 by Python (PEP 538, PEP 540); only a
+    locale of another encoding, or ``PYTHONUTF8=0`` with ``PYTHONCOERCECLOCALE=0``, leaves a
+    file-system encoding in which a path with other characters cannot be opened.
+    """
+    encoding = sys.getfilesystemencoding()
+    if encoding.lower().replace("-", "") == "utf8":
+        return None
+    return (
+        f"the file-system encoding of this locale is {encoding!r}, not UTF-8: a path with "
+        f"characters outside it cannot be read or written; expected a UTF-8 locale "
+        f"(LC_ALL=C.UTF-8) or PYTHONUTF8=1"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -283,9 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 on success, 2 on bad input (also raised as ``SystemExit`` by argparse).
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(build_parser(), argv)
     action = f" {args.action}" if getattr(args, "action", None) else ""
+    if (warning := locale_warning()) is not None:
+        print(f"solo-geometry {args.command}{action}: warning: {warning}", file=sys.stderr)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warnings(f"{args.command}{action}")
@@ -299,6 +352,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"solo-geometry {args.command}: {err}", file=sys.stderr)
         sys.stderr.flush()
         return err.status
+    except RuntimeError as err:
+        if str(err) != _NO_HOME or os.environ.get("SOLO_GEOMETRY_DEBUG"):
+            raise
+        sys.stdout.flush()
+        print(
+            f"solo-geometry {args.command}{action}: error: a path starting with '~' cannot be "
+            f"expanded: HOME is unset and user id {os.getuid()} has no home directory in the "
+            f"password database; expected HOME set or paths without '~'",
+            file=sys.stderr,
+        )
+        return 2
     except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise

@@ -16,8 +16,10 @@ composed config to solo-learn.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_dir
@@ -26,10 +28,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.config import register_configs
+from solo_geometry.config.overrides import check_geometry_overrides
 
 __all__ = [
     "GEOMETRY_SEARCHPATH",
+    "NUMBERS",
     "RecipeError",
+    "check_recipe_numbers",
     "load_recipe",
     "recipe_from_yaml",
     "split_overrides",
@@ -41,6 +46,24 @@ GEOMETRY_SEARCHPATH = "pkg://solo_geometry.conf"
 # The defaults entries solo-learn recipes carry for Hydra's own logging; harmless under compose,
 # listed here only so error messages can tell them apart from recipe content.
 _HYDRA_ONLY_KEYS = ("hydra",)
+
+# Recipe numbers with a range, its least value and a value besides the range that means
+# something (Lightning's max_steps=-1: no limit): solo-learn's scheduler divides by max_epochs,
+# Lightning refuses the rest at the trainer's start, in the launched process.
+NUMBERS: tuple[tuple[str, type, float, float | None], ...] = (
+    ("max_epochs", int, 1, None),
+    ("max_steps", int, 1, -1),
+    ("accumulate_grad_batches", int, 1, None),
+    ("check_val_every_n_epoch", int, 1, None),
+    ("num_nodes", int, 1, None),
+    ("optimizer.batch_size", int, 1, None),
+    ("optimizer.lr", float, 0, None),
+    ("optimizer.classifier_lr", float, 0, None),
+    ("optimizer.weight_decay", float, 0, None),
+    ("data.num_workers", int, 0, None),
+    ("method_kwargs.proj_hidden_dim", int, 1, None),
+    ("method_kwargs.proj_output_dim", int, 1, None),
+)
 
 
 class RecipeError(ValueError):
@@ -100,25 +123,62 @@ def load_recipe(config: str | Path, overrides: Sequence[str] = ()) -> DictConfig
     Raises:
         FileNotFoundError: if the recipe file does not exist.
         RecipeError: if Hydra cannot compose the recipe with these overrides (the message
-            names the override or the missing defaults entry).
+            names the override or the missing defaults entry, and OmegaConf's reason), or a
+            ``geometry.*`` override of an unknown option or of a value of the wrong type, as
+            written (:func:`~solo_geometry.config.overrides.check_geometry_overrides`).
     """
     register_configs()  # the group's YAML options extend the "schema" node
     path = _check_path(config)
     bad = [o for o in overrides if not isinstance(o, str) or not ("=" in o or o.startswith("~"))]
     if bad:
         raise RecipeError(f"overrides must look like key=value, +group=option or ~key; got {bad}")
+    try:  # the values as written, before OmegaConf coerces them
+        check_geometry_overrides(overrides)
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.2"):
             cfg = compose(config_name=path.stem, overrides=_searchpath_override(overrides))
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as err:
         raise RecipeError(
             f"cannot compose recipe {str(path)!r} with overrides {list(overrides)}: {err}"
+            + _reason(err)
         ) from err
     for key in _HYDRA_ONLY_KEYS:
         if key in cfg:
             del cfg[key]
     OmegaConf.set_struct(cfg, False)
     return cfg
+
+
+def _reason(err: BaseException) -> str:
+    """OmegaConf's reason behind Hydra's ``Error merging override ...`` (its first line), if any."""
+    cause = err.__cause__
+    if not isinstance(cause, OmegaConfBaseException) or not str(cause).strip():
+        return ""
+    return f" ({str(cause).strip().splitlines()[0]})"
+
+
+def check_recipe_numbers(cfg: DictConfig) -> None:
+    """Check the recipe numbers of :data:`NUMBERS` for their ranges, on either host.
+
+    Args:
+        cfg: the composed recipe; a field it lacks is left to the host's defaults.
+
+    Raises:
+        ValueError: naming the first field out of its range (``max_epochs=0``, a negative
+            ``optimizer.lr``), its value and the range expected.
+    """
+    for key, kind, least, special in NUMBERS:
+        value: Any = OmegaConf.select(cfg, key, default=None)
+        if value is None or value == special and not isinstance(value, bool):
+            continue
+        ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
+        finite = not isinstance(value, float) or math.isfinite(value)
+        if not ok or isinstance(value, bool) or not finite or value < least:
+            what = "an integer" if kind is int else "a finite number"
+            also = f" (or {special:g})" if special is not None else ""
+            raise ValueError(f"recipe field {key}={value!r} must be {what} >= {least:g}{also}")
 
 
 def recipe_from_yaml(text: str) -> DictConfig:

@@ -128,6 +128,12 @@ E2E_MODULES = frozenset(
 )
 
 
+# The fuzzers (hypothesis, tests/fuzz/conftest.py's profiles): each of their tests is marked
+# ``fuzz`` and ``slow`` (so ``e2e``): make test runs them first on a worker, make check skips
+# them, make fuzz runs them alone with the long profile.
+FUZZ_FOLDER = "tests/fuzz/"
+
+
 def _is_e2e(item: Any) -> bool:
     """Whether a test runs a real recipe: its module is in E2E_MODULES, or it is slow."""
     path = str(getattr(item, "path", "")).replace("\\", "/")
@@ -147,6 +153,9 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     again. The order is the same on every worker (a stable sort), as xdist requires.
     """
     for item in items:
+        if FUZZ_FOLDER in str(getattr(item, "path", "")).replace("\\", "/"):
+            item.add_marker(pytest.mark.fuzz)
+            item.add_marker(pytest.mark.slow)
         if _is_e2e(item):
             item.add_marker(pytest.mark.e2e)
     firsts: dict[str, Any] = {}

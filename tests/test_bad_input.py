@@ -60,7 +60,8 @@ class Case:
 
     ``argv`` and ``message`` may name places of the world as ``{w}`` and the host as
     ``{host}``; ``message`` is a substring of the error line, or one per host. ``hosts``: the
-    hosts a ``pretrain`` row runs on (empty: the command has no host).
+    hosts a ``pretrain`` row runs on (empty: the command has no host). ``env``: environment
+    variables set for the command.
     """
 
     command: str
@@ -68,6 +69,7 @@ class Case:
     argv: tuple[str, ...]
     message: str | dict[str, str]
     hosts: tuple[str, ...] = field(default=())
+    env: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def id(self) -> str:
@@ -133,7 +135,7 @@ CASES: tuple[Case, ...] = (
     _hosted(
         "unknown geometry option",
         ("+geometry=on", "+geometry.every=3"),
-        "geometry.every: Key 'every' not in 'GeometryConfig'",
+        "geometry.every: unknown option; choose from ['alert', 'budget',",
     ),
     _hosted(
         "unknown geometry value",
@@ -716,6 +718,109 @@ CASES: tuple[Case, ...] = (
         ("data.train_path={w}/data-16bit/train",),
         "has 'I;16' pixels (wider than 8 bits); expected 8-bit images",
     ),
+    _hosted(
+        "geometry bool option given 2 (OmegaConf would read true)",
+        ("+geometry=on", "geometry.alert.stop=2"),
+        "geometry.alert.stop: expected a boolean (true/false, on/off, yes/no, 1/0), got the "
+        "integer 2",
+    ),
+    _hosted(
+        "geometry bool option given a word",
+        ("+geometry=on", "geometry.alert.stop=maybe"),
+        "geometry.alert.stop: expected a boolean (true/false, on/off, yes/no, 1/0), got the "
+        "string 'maybe'",
+    ),
+    _hosted(
+        "geometry int option given 1.5",
+        ("+geometry=on", "geometry.every_n_steps=1.5"),
+        "geometry.every_n_steps: expected an integer, got the number 1.5",
+    ),
+    _hosted(
+        "geometry list option given a word",
+        ("+geometry=on", "geometry.measure.augment_families=hue"),
+        "geometry.measure.augment_families: expected a list of strings, e.g. [a,b], got the "
+        "string 'hue'",
+    ),
+    _hosted(
+        "max_epochs=0", ("++max_epochs=0",), "recipe field max_epochs=0 must be an integer >= 1"
+    ),
+    _hosted(
+        "negative max_epochs",
+        ("++max_epochs=-3",),
+        "recipe field max_epochs=-3 must be an integer >= 1",
+    ),
+    _hosted(
+        "max_steps=0 (-1 means no limit)",
+        ("++max_steps=0",),
+        "recipe field max_steps=0 must be an integer >= 1 (or -1)",
+    ),
+    _hosted(
+        "batch size 0",
+        ("optimizer.batch_size=0",),
+        "recipe field optimizer.batch_size=0 must be an integer >= 1",
+    ),
+    _hosted(
+        "negative learning rate",
+        ("optimizer.lr=-0.1",),
+        "recipe field optimizer.lr=-0.1 must be a finite number >= 0",
+    ),
+    _hosted(
+        "learning rate nan",
+        ("optimizer.lr=nan",),
+        "recipe field optimizer.lr=nan must be a finite number >= 0",
+    ),
+    _hosted(
+        "negative data.num_workers",
+        ("data.num_workers=-1",),
+        "recipe field data.num_workers=-1 must be an integer >= 0",
+    ),
+    Case(
+        "pretrain",
+        "unknown option after the overrides (options may follow them)",
+        (*_pretrain("+geometry=on", "--bogus"),),
+        "unrecognized arguments: --bogus",
+        hosts=("lightly",),
+    ),
+    Case(
+        "pretrain",
+        "SLURM_RESTART_COUNT='²' (passes str.isdigit, not int)",
+        _pretrain(),
+        "environment variable SLURM_RESTART_COUNT='²': expected a whole number of ASCII digits",
+        hosts=("lightly",),
+        env=(("SLURM_JOB_ID", "77"), ("SLURM_RESTART_COUNT", "²")),
+    ),
+    Case(
+        "pretrain",
+        "SLURM_RESTART_COUNT='١' (an Arabic-Indic one, which int reads)",
+        _pretrain(),
+        "environment variable SLURM_RESTART_COUNT='١': expected a whole number of ASCII digits",
+        hosts=("lightly",),
+        env=(("SLURM_JOB_ID", "77"), ("SLURM_RESTART_COUNT", "١")),
+    ),
+    Case(
+        "pretrain",
+        "SLURM_RESTART_COUNT negative",
+        _pretrain(),
+        "environment variable SLURM_RESTART_COUNT='-1': expected a whole number of ASCII digits",
+        hosts=("lightly",),
+        env=(("SLURM_JOB_ID", "77"), ("SLURM_RESTART_COUNT", "-1")),
+    ),
+    Case(
+        "pretrain",
+        "SLURM_JOB_ID not a number",
+        _pretrain(),
+        "environment variable SLURM_JOB_ID='job/7': expected a whole number of ASCII digits",
+        hosts=("lightly",),
+        env=(("SLURM_JOB_ID", "job/7"),),
+    ),
+    Case(
+        "pretrain",
+        "SLURM_ARRAY_TASK_ID not a number",
+        _pretrain(),
+        "environment variable SLURM_ARRAY_TASK_ID='1-3': expected a whole number of ASCII digits",
+        hosts=("lightly",),
+        env=(("SLURM_ARRAY_JOB_ID", "77"), ("SLURM_ARRAY_TASK_ID", "1-3")),
+    ),
 )
 
 
@@ -1003,6 +1108,10 @@ def test_bad_input(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # a default output folder would appear here
     monkeypatch.delenv("SOLO_GEOMETRY_DEBUG", raising=False)
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in case.env:
+        monkeypatch.setenv(name, value)
     before = _tree(world)
     place = {"{w}": str(world), "{host}": host or ""}
     fill = lambda text: text.replace("{w}", place["{w}"]).replace("{host}", place["{host}"])  # noqa: E731

@@ -7,6 +7,8 @@ written by :func:`.digits.make_digits`.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -92,11 +94,19 @@ def check_image_folder(path: str | Path, field: str) -> Path:
     Raises:
         FileNotFoundError: if the folder is missing or has no class subfolders.
         ValueError: naming the first class folder without an image, the first image that
-            does not decode, or the first wider than 8 bits a channel (16-bit PNGs: ``convert
-            ("RGB")`` would clip them).
+            does not decode, the first wider than 8 bits a channel (16-bit PNGs: ``convert
+            ("RGB")`` would clip them), or a path this locale's file-system encoding cannot write.
     """
     root = Path(path).expanduser()
     where = f"{field}={str(path)!r}"
+    try:
+        os.fsencode(root)
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{where}: the path cannot be written in this locale's file-system encoding "
+            f"{sys.getfilesystemencoding()!r}; expected a UTF-8 locale (LC_ALL=C.UTF-8) or "
+            f"PYTHONUTF8=1"
+        ) from None
     if not root.is_dir():
         raise FileNotFoundError(f"{where}: data folder not found")
     classes = sorted(p for p in root.iterdir() if p.is_dir())

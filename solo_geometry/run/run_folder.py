@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterable, Mapping
@@ -29,7 +30,28 @@ from solo_geometry.run.records import (
 )
 from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_text, refuse_link
 
-__all__ = ["RunFolder", "slurm_job_id"]
+__all__ = ["RunFolder", "slurm_job_id", "slurm_number"]
+
+
+def slurm_number(name: str) -> int | None:
+    """The Slurm variable ``name`` as a whole number (ASCII digits), None when unset or empty.
+
+    Slurm writes its ids and counts in ASCII digits; ``str.isdigit`` would also pass ``'²'``
+    (which ``int`` refuses) and ``int`` would read ``'١'`` (an Arabic-Indic one), so neither is
+    the test.
+
+    Raises:
+        ValueError: naming the variable and its value when it holds anything else.
+    """
+    value = os.environ.get(name, "")
+    if not value.strip():
+        return None
+    if not re.fullmatch(r"[0-9]{1,30}", value.strip()):
+        raise ValueError(
+            f"environment variable {name}={value!r}: expected a whole number of ASCII digits "
+            f"(as Slurm sets it); unset it outside Slurm"
+        )
+    return int(value)
 
 
 def slurm_job_id() -> str | None:
@@ -37,11 +59,32 @@ def slurm_job_id() -> str | None:
 
     ``<array job>_<task>`` for a task of a job array, else ``SLURM_JOB_ID`` (Lightning's choice
     when it requeues a job on SIGUSR1).
+
+    Raises:
+        ValueError: a ``SLURM_*`` id that is not a whole number (:func:`slurm_number`).
     """
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
+    job = slurm_number("SLURM_JOB_ID")
+    array, task = slurm_number("SLURM_ARRAY_JOB_ID"), slurm_number("SLURM_ARRAY_TASK_ID")
+    if array is not None and task is not None:
         return f"{array}_{task}"
-    return os.environ.get("SLURM_JOB_ID") or None
+    return None if job is None else str(job)
+
+
+def _names_job(folder: Path, job: str) -> bool:
+    """Whether ``folder`` (a real folder, no link) holds a ``.slurm_job`` naming ``job``.
+
+    A link (to a folder or a file elsewhere), a file that is not text or cannot be read: not
+    this job's run, so never resumed (a requeued job writes only into a run it made).
+    """
+    marker = folder / RunFolder.SLURM_JOB
+    try:
+        if folder.is_symlink() or not folder.is_dir() or marker.is_symlink():
+            return False
+        if not marker.is_file() or marker.stat().st_size > 64:
+            return False
+        return marker.read_bytes().decode("ascii").strip() == job
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -87,10 +130,12 @@ class RunFolder:
             The new run folder, holding a ``.incomplete`` marker.
 
         Raises:
-            ValueError: if ``name`` is empty or holds a path separator.
+            ValueError: if ``name`` is empty or holds a path separator, or a ``SLURM_*`` id is
+                malformed (:func:`slurm_job_id`).
         """
         if not name or "/" in name or "\\" in name or name in {".", ".."}:
             raise ValueError(f"run name must be a plain folder name, got {name!r}")
+        job = slurm_job_id()  # a malformed id is refused before anything is made
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -101,7 +146,7 @@ class RunFolder:
             except FileExistsError:
                 continue
             (path / cls.INCOMPLETE).write_text("setting up\n")
-            if job := slurm_job_id():
+            if job:
                 (path / cls.SLURM_JOB).write_text(f"{job}\n")
             return cls(path)
         raise FileExistsError(f"could not create a fresh run folder for {name!r} under {root}")
@@ -113,16 +158,16 @@ class RunFolder:
         A requeued job (``SLURM_RESTART_COUNT`` >= 1) runs its script again from the top; the
         run its first start created (the folder whose ``.slurm_job`` names this job) is resumed
         instead of a new one begun. None outside Slurm, on a first start, or when that run left
-        no checkpoint (the newest such folder when there are several).
+        no checkpoint (the newest such folder when there are several). A folder that is a link,
+        or whose ``.slurm_job`` is a link or not text, is never taken for this job's.
+
+        Raises:
+            ValueError: a ``SLURM_*`` variable that is not a whole number, naming it.
         """
-        job, restarts = slurm_job_id(), os.environ.get("SLURM_RESTART_COUNT", "0")
-        if job is None or not restarts.isdigit() or int(restarts) < 1 or not Path(root).is_dir():
+        job, restarts = slurm_job_id(), slurm_number("SLURM_RESTART_COUNT")
+        if job is None or not restarts or not Path(root).is_dir():
             return None
-        mine = [
-            cls(p)
-            for p in Path(root).iterdir()
-            if (p / cls.SLURM_JOB).is_file() and (p / cls.SLURM_JOB).read_text().strip() == job
-        ]
+        mine = [cls(p) for p in Path(root).iterdir() if _names_job(p, job)]
         held = [(r.path.stat().st_mtime_ns, r) for r in mine if r.latest_checkpoint()]
         return max(held, key=lambda pair: pair[0])[1] if held else None
 

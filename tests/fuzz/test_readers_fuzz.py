@@ -9,9 +9,10 @@ folder and the probes' reader). The command line runs in-process (``solo_geometr
 as the bad-input table does; the checkpoint and image readers are called as the commands call
 them, before anything is trained.
 
-CI runs a fixed seed (``derandomize``) and a bounded number of examples per reader,
-``SOLO_GEOMETRY_FUZZ_EXAMPLES`` (default 12); a long run sets it higher (docs/failures.md,
-"Fuzzing"). Every failure found becomes a named row of docs/failures.md's table.
+The profiles are tests/fuzz/conftest.py's: under ``ci`` (CI, ``make test``) a fixed seed and
+``READER_CI_EXAMPLES`` examples per reader; ``make fuzz`` runs the ``long`` profile's
+``FUZZ_EXAMPLES`` (docs/failures.md, "Fuzzing"). Every failure found becomes a named row of
+docs/failures.md's table.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -41,13 +41,16 @@ from solo_geometry.run.run_folder import RunFolder
 from tests.record_helpers import full_record, make_record, probe_table
 from tests.shared import orbit_arrays, png_of_size
 
-EXAMPLES = int(os.environ.get("SOLO_GEOMETRY_FUZZ_EXAMPLES", "12"))
+READER_CI_EXAMPLES = 12  # per reader under the "ci" profile: the readers' fuzzers in ~20 s
+_PROFILE = settings()  # the profile tests/fuzz/conftest.py loaded ("ci", or "long": make fuzz)
 FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
+    _PROFILE,
+    max_examples=(
+        min(_PROFILE.max_examples, READER_CI_EXAMPLES)
+        if _PROFILE.derandomize
+        else _PROFILE.max_examples
+    ),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    database=None,
 )
 CARD = Path(__file__).resolve().parents[2] / "zoo" / "cards" / "simclr-digits-projector"
 JSON = st.recursive(

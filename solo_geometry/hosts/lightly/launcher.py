@@ -34,7 +34,7 @@ from solo_geometry.hosts.lightly.data import build_train_loader, num_classes
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.inputs.datasets import check_image_folder
-from solo_geometry.recipe import load_recipe
+from solo_geometry.recipe import check_recipe_numbers, load_recipe
 from solo_geometry.run.lock import writer_lock
 from solo_geometry.run.preempt import clear_marker, preempted_error
 from solo_geometry.run.resume import ResumePoint
@@ -66,6 +66,7 @@ def prepare(cfg: DictConfig) -> tuple[ParsedRecipe, GeometryConfig | None]:
         FileNotFoundError: if ``data.train_path`` (or the probes' folder) does not exist.
     """
     recipe = parse_recipe(cfg)
+    check_recipe_numbers(cfg)
     geometry = geometry_config(cfg)
     if not recipe.data.cifar:
         check_image_folder(recipe.data.train_path, "data.train_path")

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from solo_geometry.config import geometry_config
 from solo_geometry.extras import require
 from solo_geometry.inputs.datasets import check_image_folder
+from solo_geometry.recipe import check_recipe_numbers
 from solo_geometry.runtime.callbacks import check_probe_images
 
 __all__ = ["CHOICES", "NODES", "SCALARS", "check_solo_recipe"]
@@ -159,6 +160,7 @@ def check_solo_recipe(cfg: DictConfig) -> None:
             f"{sorted(methods)}"
         )
     _check_types(cfg)
+    check_recipe_numbers(cfg)  # max_epochs=0 would end in solo-learn's scheduler
     _check_choices(cfg)
     _check_folders(cfg)
     _solo_parse(cfg, str(method))
