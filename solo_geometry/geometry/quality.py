@@ -28,7 +28,7 @@ M = V * N rows (LiDAR keeps the views: each sample is a class of its V views).
 * :func:`linear_cka` [4]: ||Y_c^T X_c||_F^2 / (||X_c^T X_c||_F ||Y_c^T Y_c||_F) over centred
   rows; range [0, 1], 1 when Y is an orthogonal map of X up to scale and shift.
 
-The rank tolerance is :func:`~solo_geometry.geometry.stats.rank_tolerance` of the uncentred
+The rank tolerance is :func:`~solo_geometry.geometry.precision.rank_tolerance` of the uncentred
 features at the dtype they were captured in (``features_dtype``; by default the input's own,
 read before the cast to float64): in exact arithmetic the singular values under it are 0, and
 counting them fits alpha-ReQ to round-off. RankMe is nearly insensitive to them in float32 (each
@@ -53,13 +53,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from solo_geometry.geometry.stats import (
-    RANKME_EPS,
-    normalise_rows,
-    pool_views,
-    rank_tolerance,
-    source_dtype,
-)
+from solo_geometry.geometry.precision import rank_tolerance, source_dtype
+from solo_geometry.geometry.stats import RANKME_EPS, normalise_rows, pool_views
 
 __all__ = [
     "LIDAR_DELTA",

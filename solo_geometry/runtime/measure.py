@@ -28,18 +28,14 @@ from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
+from solo_geometry.geometry.precision import round_off_eps
 from solo_geometry.geometry.quality import linear_cka, quality_record
 from solo_geometry.geometry.spectrum import (
     DEFAULT_TAU,
     SpectrumSettings,
     effective_hessian_spectrum,
 )
-from solo_geometry.geometry.stats import (
-    metric_spectrum,
-    round_off_eps,
-    stats_record,
-    whitening_score,
-)
+from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.records import Scalar, Settings
 from solo_geometry.runtime.precision import full_precision

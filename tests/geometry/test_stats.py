@@ -15,6 +15,7 @@ from precision_cases import (
     weyl_cond_bounds,
 )
 
+from solo_geometry.geometry.precision import rank_tolerance, round_off_eps
 from solo_geometry.geometry.quality import alpha_req, rankme
 from solo_geometry.geometry.stats import (
     RANKME_EPS,
@@ -22,9 +23,7 @@ from solo_geometry.geometry.stats import (
     RepresentationStats,
     metric_spectrum,
     normalized_std,
-    rank_tolerance,
     representation_stats,
-    round_off_eps,
     stats_record,
     whitening_score,
 )

@@ -18,21 +18,24 @@ the value and what was expected:
 from __future__ import annotations
 
 import copy
+import sys
 import traceback
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_geometry.config import geometry_config
+from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.config.overrides import check_hydra_overrides
 from solo_geometry.extras import require
 from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import check_recipe_numbers
 from solo_geometry.runtime.callbacks import check_probe_images
 
-__all__ = ["CHOICES", "NODES", "SCALARS", "check_solo_recipe"]
+__all__ = ["CHOICES", "NODES", "SCALARS", "check_solo_recipe", "geometry_of"]
 
 # Recipe nodes that must be mappings (solo-learn reads their keys).
 NODES = ("backbone", "method_kwargs", "data", "optimizer", "scheduler", "checkpoint")
@@ -164,3 +167,24 @@ def check_solo_recipe(cfg: DictConfig) -> None:
     _check_choices(cfg)
     _check_folders(cfg)
     _solo_parse(cfg, str(method))
+
+
+def geometry_of(cfg: Any) -> GeometryConfig | None:
+    """The recipe's geometry config (None: absent or off), its overrides checked as written.
+
+    In a Hydra job (solo-learn's own ``main_pretrain.py`` with ``+geometry=on``) the raw
+    ``geometry.*`` overrides Hydra recorded are checked first (OmegaConf has coerced the composed
+    ones: ``geometry.alert.stop=2`` reads ``true``), and bad input ends the job as the CLI does:
+    one line on stderr, exit status 2, no traceback. Elsewhere a ``ValueError`` is raised.
+    """
+    if not isinstance(cfg, DictConfig):
+        return None
+    try:
+        if "geometry" in cfg:
+            check_hydra_overrides()
+        return geometry_config(cfg)
+    except ValueError as err:
+        if not HydraConfig.initialized():
+            raise
+        print(f"solo-geometry: error: {' '.join(str(err).split())}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None

@@ -19,7 +19,6 @@ once solo-learn has used it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
@@ -32,8 +31,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.config.overrides import check_hydra_overrides
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
+from solo_geometry.hosts.solo.checks import geometry_of
 from solo_geometry.hosts.solo.iternorm import differentiable_head
 from solo_geometry.hosts.solo.launcher import die_with_parent
 from solo_geometry.hosts.solo.losses import SUPPORTED, UNSUPPORTED, LossSpec
@@ -47,15 +46,7 @@ from solo_geometry.runtime.chunks import ranks_of, sync_batch_norm
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.preempt import PreemptionCallback
 
-__all__ = [
-    "GeometryMethod",
-    "fix_cpu_devices",
-    "geometry_of",
-    "install",
-    "is_wrapped",
-    "run_dir_of",
-    "wrap",
-]
+__all__ = ["GeometryMethod", "fix_cpu_devices", "install", "is_wrapped", "run_dir_of", "wrap"]
 
 _SKIP = ("base", "linear")  # METHODS entries that are not pretraining methods
 _MOMENTUM = "momentum_feats"  # context key of the momentum features under sync BatchNorm
@@ -70,27 +61,6 @@ def fix_cpu_devices(cfg: Any) -> None:
         devices, ListConfig | list
     ):
         cfg.devices = max(1, len(devices))
-
-
-def geometry_of(cfg: Any) -> GeometryConfig | None:
-    """The recipe's geometry config (None: absent or off), its overrides checked as written.
-
-    In a Hydra job (solo-learn's own ``main_pretrain.py`` with ``+geometry=on``) the raw
-    ``geometry.*`` overrides Hydra recorded are checked first (OmegaConf has coerced the composed
-    ones: ``geometry.alert.stop=2`` reads ``true``), and bad input ends the job as the CLI does:
-    one line on stderr, exit status 2, no traceback. Elsewhere a ``ValueError`` is raised.
-    """
-    if not isinstance(cfg, DictConfig):
-        return None
-    try:
-        if "geometry" in cfg:
-            check_hydra_overrides()
-        return geometry_config(cfg)
-    except ValueError as err:
-        if not HydraConfig.initialized():
-            raise
-        print(f"solo-geometry: error: {' '.join(str(err).split())}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
 
 
 def run_dir_of(gcfg: GeometryConfig) -> str | None:
