@@ -45,7 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from record_breakdown import breakdown, product_parts
+from record_breakdown import (
+    breakdown,
+    breakdown_tables,
+    paired_record,
+    product_parts,
+    rows_only,
+)
 from record_levers import lever_tables, levers, ratios
 
 from solo_geometry.config import GeometryConfig
@@ -187,6 +193,8 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
         cfg = GeometryConfig(dtype=args.dtype)
         out.update(breakdown(view, cfg, step))
         out.update(product_parts(view, cfg, lambda fn: timed(fn, 5)[0]))
+        out.update(rows_only(view, cfg, lambda fn: timed(fn, 5)[0]))
+        out.update(paired_record(view, cfg, step))
         model.geometry_capture(False)
         return out
     out["stats"], _ = timed(lambda: _stats(view, [], Z.dtype))
@@ -262,6 +270,8 @@ def main() -> None:
         )
     if args.levers or args.levers_only:
         print(lever_tables(rows))
+    if args.breakdown:
+        print(breakdown_tables(rows))
 
 
 if __name__ == "__main__":

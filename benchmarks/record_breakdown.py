@@ -21,6 +21,7 @@ loss's second derivative applied to it, J^T w; and one H_eff and one M product.
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -182,3 +183,123 @@ def _pad(v: torch.Tensor, ops: HeadOperators, index: torch.Tensor) -> torch.Tens
     full = torch.zeros(ops.shape, dtype=ops.dtype)
     full[:, index, :] = v.reshape(views, -1, d).to(ops.dtype)
     return full
+
+
+def _share(row: dict[str, Any], *labels: str) -> str:
+    return f"{sum(row.get(f'breakdown/{label}/share', 0.0) for label in labels):.0%}"
+
+
+def breakdown_tables(rows: list[dict[str, Any]]) -> str:
+    """Markdown tables of :func:`breakdown` and :func:`product_parts` rows, one per recipe."""
+    lines = [
+        "| recipe | record: steps (s) | products H_eff / GN / M: count, share "
+        "| setup + graphs | Lanczos rest | stats | rho | other |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        counts = " / ".join(str(r[f"breakdown/product/{op}/count"]) for op in ("heff", "gn", "m"))
+        products = _share(r, "product/heff", "product/gn", "product/m")
+        other = f"{r['breakdown/other'] / r['breakdown/total']:.0%}"
+        lines.append(
+            f"| {r['recipe']} | {r['breakdown/total_in_steps']:.2f} ({r['breakdown/total']:.2f})"
+            f" | {counts}, {products} | {_share(r, 'setup', 'graph/heff', 'graph/m', 'check_loss')}"
+            f" | {_share(r, 'lanczos')} | {_share(r, 'stats')} | {_share(r, 'rho')} | {other} |"
+        )
+    lines += [
+        "",
+        "| recipe | GN: J v / loss'' / J^T w = product (ms) | H_eff (ms) | M (ms) "
+        "| first Linear on the block: saves (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ms = {k: 1e3 * v for k, v in r.items() if k.startswith("parts/")}
+        lines.append(
+            f"| {r['recipe']} | {ms['parts/gn_jvp']:.1f} / {ms['parts/gn_loss_hvp']:.1f} / "
+            f"{ms['parts/gn_vjp']:.1f} = {ms['parts/gn']:.1f} | {ms['parts/heff']:.1f} | "
+            f"{ms['parts/m']:.1f} | {ms.get('parts/first_linear', float('nan')):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _rows_only_operators(
+    view: Any, Z: torch.Tensor, index: torch.Tensor, dtype: torch.dtype
+) -> HeadOperators:
+    """The operators with only the block's rows in the graph, the other rows' H held constant.
+
+    The head runs on the block's rows and on the others apart (each view); the loss sees all N
+    rows. Equal to the whole batch's operators on the block only where nothing couples the
+    samples (no BatchNorm in the head, a loss that is a sum over samples of terms of their own
+    rows): :func:`rows_only` measures how far from them it is.
+    """
+    head, was_training = view.head, view.head.training
+    rest = torch.tensor([i for i in range(Z.shape[1]) if i not in set(index.tolist())])
+    try:
+        head.train(True if operators_module.has_batch_norm(head) else was_training)
+        forward = operators_module.frozen_module(head, dtype, Z.device)
+        with torch.enable_grad():
+            zb = Z[:, index].to(dtype).clone().requires_grad_(True)  # (V, s, d)
+            rows = []
+            for v in range(Z.shape[0]):
+                hb, hr = forward(zb[v]), forward(Z[v, rest].to(dtype)).detach()
+                h = hb.new_zeros(Z.shape[1], hb.shape[1]).index_put((index,), hb)
+                rows.append(h.index_put((rest,), hr))
+            h = torch.stack(rows)  # (V, N, p)
+            (g,) = torch.autograd.grad(view.loss_of_outputs(h), h, create_graph=True)
+            u = torch.zeros_like(h, requires_grad=True)
+            return HeadOperators(zb, h, g, _grad(h, zb, u, create_graph=True), u)
+    finally:
+        head.train(was_training)
+
+
+def rows_only(
+    view: Any, cfg: GeometryConfig, timer: Callable[[Callable[[], Any]], float]
+) -> dict[str, float]:
+    """Products with only the block's rows in the graph against the record's, on the block.
+
+    ``rows_only/<op>/dev``: max |difference| / max |record's product| on one Gaussian vector
+    (0 to round-off where nothing couples the samples); ``rows_only/<op>``: CPU seconds of one
+    product, ``rows_only/<op>/record``: the record's own product's, timed in turn.
+    """
+    Z = view.features.detach()
+    dtype = getattr(torch, cfg.dtype)
+    index = block_indices(Z.shape[1], cfg.max_samples)
+    if index is None:
+        return {}
+    full = operators_module.head_operators(view.head, view.loss_of_outputs, Z, dtype=dtype)
+    rows = _rows_only_operators(view, Z, index, dtype)
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(rows.dim, generator=g, dtype=torch.float64).to(dtype)
+    out: dict[str, float] = {}
+    for op in ("heff", "gn", "m"):
+        record = operators_module.restrict_to_block(getattr(full, op), full.shape, index)
+        mine, theirs = getattr(rows, op)(v), record(v)
+        scale = float(theirs.abs().max()) or 1.0
+        out[f"rows_only/{op}/dev"] = float((mine - theirs).abs().max()) / scale
+        out[f"rows_only/{op}/record"] = timer(lambda: record(v))  # noqa: B023
+        out[f"rows_only/{op}"] = timer(lambda: getattr(rows, op)(v))  # noqa: B023
+    return out
+
+
+def paired_record(view: Any, cfg: GeometryConfig, step: float, pairs: int = 3) -> dict[str, Any]:
+    """The record with the block's rows alone in the graph (row-wise heads) and without, in turn.
+
+    ``record/whole_batch``: the former path (``spectrum.row_wise`` answering False), ``record/
+    rows_only``: today's; CPU seconds, medians of ``pairs`` alternating pairs, and in steps.
+    """
+    lever = spectrum.row_wise
+    times: dict[str, list[float]] = {"whole_batch": [], "rows_only": []}
+    for _ in range(pairs):
+        for name in times:
+            spectrum.row_wise = lever if name == "rows_only" else (lambda _: False)  # type: ignore[assignment]
+            try:
+                start = time.process_time()
+                measure_module.measure(view, cfg, density=False)
+                times[name].append(time.process_time() - start)
+            finally:
+                spectrum.row_wise = lever
+    out: dict[str, Any] = {"record/row_wise": lever(view.head)}
+    for name, seconds in times.items():
+        out[f"record/{name}"] = statistics.median(seconds)
+        out[f"record/{name}/in_steps"] = statistics.median(seconds) / step
+    out["record/ratio"] = out["record/rows_only"] / out["record/whole_batch"]
+    return out
