@@ -15,7 +15,10 @@ charged to itself only), in CPU seconds of this process:
 * ``other``: the rest (the record's settings, copies to full precision).
 
 ``parts/<op>``: one product's parts on the same graphs, in turn: GN's J v (double vjp), the
-loss's second derivative applied to it, J^T w; and one H_eff and one M product.
+loss's second derivative applied to it, J^T w; one H_eff and one M product; what the head's
+first Linear on the block's rows alone would save. ``rows_only/<op>``: the products with only
+the block's rows in the graph against the whole batch's on the block (deviation, times).
+``record/...``: the record with the row-wise path and without it, in turn.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import record_breakdown  # noqa: E402
 
+import solo_geometry.geometry.spectrum as spectrum  # noqa: E402
 import solo_geometry.runtime.measure as measure_module  # noqa: E402
 from solo_geometry.config import GeometryConfig  # noqa: E402
 from solo_geometry.linalg.operators import HeadOperators  # noqa: E402
@@ -57,3 +58,9 @@ class TestBreakdown:
         record_breakdown.breakdown(_view(), GeometryConfig(max_samples=6), step=1.0)
         after = (HeadOperators.heff, measure_module._stats, HeadOperators.__dict__["_grad_z"].func)
         assert before == after
+
+    def test_paired_record_restores_the_row_wise_test(self) -> None:
+        before = spectrum.row_wise
+        out = record_breakdown.paired_record(_view(), GeometryConfig(max_samples=6), 1.0, pairs=1)
+        assert spectrum.row_wise is before and out["record/row_wise"] is False  # BatchNorm head
+        assert out["record/ratio"] > 0
