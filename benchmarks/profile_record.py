@@ -14,6 +14,12 @@ H_eff's run is the spectrum's own ``seconds`` (wall time, the rest is CPU time):
 ``--threads 1`` on a core nothing else uses. ``products/<op>``: the record's products per
 operator (GN's 0 where its spectrum is H_eff's run).
 
+``--breakdown`` gives alone where one record's time goes (``record_breakdown.py``): each part's
+own CPU seconds inside ``measure`` (setup, graphs, the products per operator, the rest of the
+Lanczos runs, the statistics, rho) and one product's parts (GN's J v, loss second derivative,
+J^T w; one H_eff and one M product; what the head's first Linear on the block's rows alone
+would save).
+
 ``--levers`` adds, and ``--levers-only`` gives alone, the levers of issue 56 on the same batch
 (``record_levers.py``): warm starts across records (the next record's batch, other images) and
 within one, blocks of three vectors with batched products, GN and M from one pass,
@@ -24,6 +30,7 @@ Usage::
 
     PYTHONPATH=. python benchmarks/profile_record.py --solo-root /work/solo-learn
     PYTHONPATH=. python benchmarks/profile_record.py --recipes simclr --levers-only
+    PYTHONPATH=. python benchmarks/profile_record.py --dtype float32 --breakdown
 """
 
 from __future__ import annotations
@@ -38,6 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from record_breakdown import (
+    breakdown,
+    breakdown_tables,
+    paired_record,
+    product_parts,
+    rows_only,
+)
 from record_levers import lever_tables, levers, ratios
 
 from solo_geometry.config import GeometryConfig
@@ -175,7 +189,15 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"recipe": method, "step": step, "shape": list(Z.shape)}
     if args.levers_only:
         return {**out, **lever_record(model, view, args)}
-    out["stats"], _ = timed(lambda: _stats(view, []))
+    if args.breakdown:
+        cfg = GeometryConfig(dtype=args.dtype)
+        out.update(breakdown(view, cfg, step))
+        out.update(product_parts(view, cfg, lambda fn: timed(fn, 5)[0]))
+        out.update(rows_only(view, cfg, lambda fn: timed(fn, 5)[0]))
+        out.update(paired_record(view, cfg, step))
+        model.geometry_capture(False)
+        return out
+    out["stats"], _ = timed(lambda: _stats(view, [], Z.dtype))
     out["rho"], _ = timed(lambda: _rho(view, Z, cfg, torch.Generator().manual_seed(0)))
     index = block_indices(Z.shape[1], cfg.max_samples)
     for dtype in (torch.float64, torch.float32):
@@ -232,6 +254,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--levers", action="store_true", help="add record_levers.py's levers")
+    parser.add_argument("--breakdown", action="store_true", help="one record's time per part alone")
     parser.add_argument(
         "--levers-only", action="store_true", help="the levers of record_levers.py alone"
     )
@@ -247,6 +270,8 @@ def main() -> None:
         )
     if args.levers or args.levers_only:
         print(lever_tables(rows))
+    if args.breakdown:
+        print(breakdown_tables(rows))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,11 @@ floor is then 1e-5) run under float64 recurrences, and the density probes go sid
 the extremes' run, one batched product per step. A head that is a chain of Linear layers and
 piecewise-linear activations without BatchNorm (solo-learn's SimCLR and MoCo v2+ projectors) has
 M = 0 almost everywhere, so GN = H_eff exactly: GN's spectrum is then H_eff's run, not a second
-Lanczos run of the same operator (``gn_is_heff`` in the record).
+Lanczos run of the same operator (``gn_is_heff`` in the record). A head that maps each row
+alone (:func:`row_wise`: Linear layers and elementwise activations, those two projectors among
+them) has the sub-block of ``max_samples`` rows taken with those rows alone in the graph, the
+others' outputs constants of the loss (:func:`row_operators`): the same operator, its head's
+passes on the block's rows instead of the whole batch's.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from solo_geometry.linalg.operators import (
     block_indices,
     head_operators,
     piecewise_linear,
+    row_operators,
+    row_wise,
 )
 from solo_geometry.linalg.slq import ExtremesRunner, SpectralDensity
 
@@ -340,7 +346,8 @@ def effective_hessian_spectrum(
             ``max_samples`` evenly spaced samples (every view), i.e. their principal sub-block.
             The loss still sees the whole batch (features, BatchNorm batch statistics and
             negatives); by Cauchy interlacing the sub-block's extreme eigenvalues lie inside
-            the full operator's.
+            the full operator's. For a :func:`row_wise` head only the block's rows enter the
+            graph (the same operator, cheaper products).
         generator: draws the start vectors (CPU generator; None: seeded 0).
         tau: relative floor; default 1e-10 for float64 and 1e-5 for float32.
         density_probes: SLQ probes per operator beyond the extremes' own start vector, each a
@@ -356,9 +363,12 @@ def effective_hessian_spectrum(
     """
     _check_arguments(Z, max_steps, tol, dtype, max_samples, density_probes, operators)
     tau = DEFAULT_TAU[dtype] if tau is None else tau
-    ops = head_operators(head, loss_fn, Z, dtype=dtype)  # forks the global RNG itself
     index = block_indices(Z.shape[1], max_samples, Z.device)  # on the features' device
     n_block = Z.shape[1] if index is None else index.numel()
+    if index is not None and row_wise(head):  # the block's rows alone in the graph: same numbers
+        ops, index = row_operators(head, loss_fn, Z, index, dtype=dtype), None
+    else:
+        ops = head_operators(head, loss_fn, Z, dtype=dtype)  # forks the global RNG itself
     runner = ExtremesRunner(
         dim=Z.shape[0] * n_block * Z.shape[2],
         max_steps=max_steps,

@@ -10,12 +10,14 @@ length V * N * d, never materialising a matrix:
   not as H_eff - GN);
 * ``pullback(v)``  G v = J^T J v.
 
-Cost of one product: ``heff`` and ``gn`` each apply the loss's second derivative once (for a loss
-with p x p batch statistics such as VICReg's covariance term, p = 2048, that dominates: about
-0.3 s in float32 and 0.9 s in float64 on one CPU core at 2 x 32 samples); ``m`` never does, so
-M's products cost a fraction of theirs (about a tenth for solo-learn's cifar VICReg projector),
-which is why M is applied through its own graph rather than as ``heff(v) - gn(v)``. Products in
-float32 cost about a third of float64's on a CPU.
+Cost of one product: ``heff`` and ``gn`` cost about the same, the head's two passes (J v in,
+J^T w out) and the loss's second derivative once; on solo-learn's cifar recipes at 2 x 32
+samples in float32 the head's passes are 87 to 98% of a GN product (SimCLR, VICReg, Barlow
+Twins, DINO), the loss's second derivative 32% for BYOL (its predictor) and 85% for MoCo v2+
+(its key queue) (``benchmarks/profile_record.py --breakdown``). ``m`` never applies the loss's
+second derivative: M's products cost 0.05 to 0.85 of GN's, which is why M is applied through
+its own graph rather than as ``heff(v) - gn(v)``. Products in float32 cost about a third of
+float64's on a CPU.
 
 Every graph is built once, on the first product that needs it, and reused by every later one
 (a caller that only takes ``jvp`` products never builds the second-order graphs). The head
@@ -48,6 +50,8 @@ __all__ = [
     "head_jvp",
     "head_operators",
     "piecewise_linear",
+    "row_operators",
+    "row_wise",
 ]
 
 LossFn = Callable[[Tensor], Tensor]
@@ -283,15 +287,20 @@ def head_operators(
         with torch.enable_grad(), torch.random.fork_rng(devices=devices):
             z = Z.detach().to(dtype).clone().requires_grad_(True)  # (V, N, d)
             h = torch.stack([forward(z[v]) for v in range(z.shape[0])])  # (V, N, p)
-            loss = loss_fn(h)
-            if not isinstance(loss, Tensor) or loss.numel() != 1:
-                raise TypeError(f"loss_fn must return a scalar tensor; got {type(loss)}")
-            (g,) = torch.autograd.grad(loss.reshape(()), h, create_graph=True)  # (V, N, p)
-            u = torch.zeros_like(h, requires_grad=True)  # (V, N, p) dummy for J v
-            jt_u = _grad(h, z, u, create_graph=True)  # (V, N, d)
-            return HeadOperators(z, h, g, jt_u, u)
+            return _operators_at(z, h, loss_fn)
     finally:
         head.train(was_training)
+
+
+def _operators_at(z: Tensor, h: Tensor, loss_fn: LossFn) -> HeadOperators:
+    """The operators of ``loss_fn(h)`` in the leaf ``z``: the loss's gradient and J^T u graphs."""
+    loss = loss_fn(h)
+    if not isinstance(loss, Tensor) or loss.numel() != 1:
+        raise TypeError(f"loss_fn must return a scalar tensor; got {type(loss)}")
+    (g,) = torch.autograd.grad(loss.reshape(()), h, create_graph=True)  # (V, N, p)
+    u = torch.zeros_like(h, requires_grad=True)  # (V, N, p) dummy for J v
+    jt_u = _grad(h, z, u, create_graph=True)  # (V, [N or block], d)
+    return HeadOperators(z, h, g, jt_u, u)
 
 
 def head_jvp(
@@ -361,3 +370,76 @@ def restrict_to_block(
         return out[..., index_, :].reshape(*lead, -1)
 
     return sub
+
+
+# Modules that map each row of their input alone, matched by exact type. Dropout is left out: its
+# mask, drawn once per call, would be drawn for the block and the other rows apart.
+ROW_WISE: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.ReLU,
+    nn.LeakyReLU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Softplus,
+    nn.Identity,
+)
+
+
+def row_wise(head: nn.Module) -> bool:
+    """Whether ``head`` maps each sample's row alone, as a chain of modules shows it.
+
+    True for an ``nn.Sequential`` (nested ones too) of Linear layers and elementwise
+    activations (:data:`ROW_WISE`): no output row depends on another sample's input, so the
+    operators' principal sub-block on some samples' rows is that of the loss with the other
+    rows' outputs held constant (:func:`row_operators`). False for anything else: BatchNorm (its
+    batch statistics couple the rows), Dropout, any module whose forward this cannot see.
+    """
+    if type(head) is nn.Sequential:
+        return all(row_wise(child) for child in head)
+    return type(head) in ROW_WISE
+
+
+def row_operators(
+    head: nn.Module,
+    loss_fn: LossFn,
+    Z: Tensor,
+    index: Tensor,
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> HeadOperators:
+    """The operators' principal sub-block on samples ``index``, with only their rows in the graph.
+
+    For a :func:`row_wise` head, the sub-block of d2L/dZ2 on the rows of ``index`` (every view)
+    is the Hessian of L in those rows with the others fixed; the other rows' outputs do not
+    depend on them, so they enter the loss as constants. The head's passes of every product
+    then take ``len(index)`` of the N rows, and the products act on vectors of length
+    V * len(index) * d: those of ``restrict_to_block(head_operators(...).<op>, ...)``, the same
+    numbers. The loss sees the whole batch. Leaves the head as :func:`head_operators` does.
+
+    Args:
+        head: a row-wise projection head (:func:`row_wise`; not checked here).
+        loss_fn: loss of the head outputs (V, N, p) -> scalar.
+        Z: backbone features (V, N, d).
+        index: the block's sample indices (:func:`block_indices`).
+        dtype: floating dtype of every product.
+
+    Returns:
+        The operators on the block, of shape (V, len(index), d).
+    """
+    forward = frozen_module(head, dtype, Z.device)
+    index = index.to(Z.device)
+    rest = torch.ones(Z.shape[1], dtype=torch.bool, device=Z.device)
+    rest[index] = False
+    devices = [Z.device] if Z.device.type == "cuda" else []
+    with torch.enable_grad(), torch.random.fork_rng(devices=devices):
+        z = Z[:, index].detach().to(dtype).clone().requires_grad_(True)  # (V, s, d)
+        rows = []
+        for v in range(Z.shape[0]):
+            block = forward(z[v])  # (s, p)
+            with torch.no_grad():
+                other = forward(Z[v, rest].detach().to(dtype))  # (N - s, p)
+            h = block.new_zeros(Z.shape[1], block.shape[1]).index_put((index,), block)
+            rows.append(h.index_put((rest,), other))
+        return _operators_at(z, torch.stack(rows), loss_fn)  # H (V, N, p)

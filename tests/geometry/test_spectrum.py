@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.functional import hessian, jacobian
 
+import solo_geometry.geometry.spectrum as spectrum_module
 from solo_geometry.geometry.spectrum import (
     HessianSpectrum,
     OperatorSpectrum,
@@ -244,6 +245,35 @@ class TestEffectiveHessianSpectrum:
         # the Hessian of the loss of the 3-sample batch alone is another operator
         alone = torch.linalg.eigvalsh(dense_parts(head, loss, z[:, idx])["heff"])
         assert abs(float(alone[0]) - s.heff.lambda_min) > 1e-3 * abs(s.heff.lambda_min)
+
+    @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+    def test_row_wise_head_block_with_its_rows_alone(
+        self, dtype: torch.dtype, ssl_losses: dict, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A GELU chain's block from its rows alone: the dense block's extremes, and the very
+        numbers of the whole batch's graph restricted to the block (the former path)."""
+        loss, z, tol = (
+            ssl_losses["nt_xent"],
+            features(n=8),
+            1e-8 if dtype == torch.float64 else 1e-3,
+        )
+        torch.manual_seed(0)
+        head = nn.Sequential(nn.Linear(D, 6), nn.GELU(), nn.Linear(6, 4))
+        s = effective_hessian_spectrum(head, loss, z, tol=tol, dtype=dtype, max_samples=3)
+        rows = torch.arange(V * 8 * D).reshape(V, 8, D)[:, block_indices(8, 3)].reshape(-1)
+        dense = {op: a[rows][:, rows] for op, a in dense_parts(head, loss, z).items()}
+        scale = float(torch.linalg.eigvalsh(dense["heff"]).abs().max())
+        for op, a in dense.items():
+            exact = torch.linalg.eigvalsh(a)
+            assert s.operators[op].lambda_min == pytest.approx(float(exact[0]), abs=tol * scale)
+            assert s.operators[op].lambda_max == pytest.approx(float(exact[-1]), abs=tol * scale)
+        monkeypatch.setattr(spectrum_module, "row_wise", lambda _: False)  # the whole batch
+        whole = effective_hessian_spectrum(head, loss, z, tol=tol, dtype=dtype, max_samples=3)
+        for op in ("heff", "gn", "m"):
+            a, b = s.operators[op], whole.operators[op]
+            assert a.steps == b.steps
+            assert a.ritz_min == pytest.approx(b.ritz_min, abs=1e-5 * scale)
+            assert a.ritz_max == pytest.approx(b.ritz_max, abs=1e-5 * scale)
 
     def test_record_keys(self) -> None:
         record = effective_hessian_spectrum(small_head(), _loss, features()).as_record()

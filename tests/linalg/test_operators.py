@@ -13,6 +13,8 @@ from solo_geometry.linalg.operators import (
     head_jvp,
     head_operators,
     restrict_to_block,
+    row_operators,
+    row_wise,
 )
 
 V, N, D, HID, P = 2, 6, 4, 8, 5
@@ -190,3 +192,42 @@ class TestNoSideEffects:
         v = torch.ones(ops.dim, dtype=torch.float64)
         assert torch.equal(ops.heff(v), ops.heff(v))  # one graph, one dropout mask
         assert torch.equal(torch.get_rng_state(), rng) and head.training
+
+
+class TestRowOperators:
+    """The sub-block with only the block's rows in the graph, against the dense float64 block."""
+
+    @pytest.mark.parametrize("kind", ["linear", "relu", "swish", "gelu"])
+    def test_block_of_the_dense_matrices(
+        self, kind: str, ssl_loss: Callable[[Tensor], Tensor]
+    ) -> None:
+        head, z, index = make_head(kind), features(), torch.tensor([0, 2, 5])
+        assert row_wise(head)
+        ops = row_operators(head, ssl_loss, z, index)
+        ref = DenseReference(head, ssl_loss, z)
+        rows = torch.arange(V * N * D).reshape(V, N, D)[:, index].reshape(-1)
+        assert ops.shape == (V, 3, D) and ops.dim == rows.numel()
+        vs = torch.randn(ops.dim, 2, generator=torch.Generator().manual_seed(2)).double()
+        h_ref = ref.heff()
+        for name, matrix in (("heff", h_ref), ("gn", ref.gn()), ("m", ref.m())):
+            out = torch.stack([getattr(ops, name)(v) for v in vs.T], dim=1)
+            expected = matrix[rows][:, rows] @ vs
+            assert float((out - expected).norm()) <= 1e-10 * float(
+                (h_ref[rows][:, rows] @ vs).norm()
+            )
+
+    def test_same_products_as_the_restricted_whole_batch(
+        self, ssl_loss: Callable[[Tensor], Tensor]
+    ) -> None:
+        head, z, index = make_head("gelu"), features(), torch.tensor([1, 4])
+        whole, rows = head_operators(head, ssl_loss, z), row_operators(head, ssl_loss, z, index)
+        v = torch.randn(V * 2 * D, generator=torch.Generator().manual_seed(5)).double()
+        for name in ("heff", "gn", "m"):
+            expected = restrict_to_block(getattr(whole, name), whole.shape, index)(v)
+            assert rel(getattr(rows, name)(v), expected) < 1e-12
+
+    def test_row_wise_by_its_modules(self) -> None:
+        assert row_wise(nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.GELU()), nn.Linear(3, 1)))
+        assert not row_wise(make_head("bn_swish"))  # batch statistics couple the rows
+        assert not row_wise(nn.Sequential(nn.Linear(2, 3), nn.Dropout(), nn.Linear(3, 1)))
+        assert not row_wise(type("Custom", (nn.Linear,), {})(2, 3))  # forward unseen
