@@ -51,7 +51,8 @@ from solo_geometry.hosts.lightly.data import build_train_loader, num_classes
 from solo_geometry.hosts.lightly.launcher import prepare
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.inputs.digits import make_digits
-from solo_geometry.linalg.operators import block_indices, head_operators, restrict_to_block
+from solo_geometry.linalg.blocks import block_indices, restrict_to_block
+from solo_geometry.linalg.operators import head_operators
 from solo_geometry.recipe import load_recipe
 from solo_geometry.reproduce.collapse.cell import RECIPE, CellConfig, cell_overrides
 from solo_geometry.reproduce.collapse.protocol import CPU

@@ -47,7 +47,7 @@ from solo_geometry.geometry.spectrum import (
     effective_hessian_spectrum,
 )
 from solo_geometry.linalg import head_operators, lanczos, slq_density
-from solo_geometry.linalg.operators import block_indices, restrict_to_block
+from solo_geometry.linalg.blocks import block_indices, restrict_to_block
 from solo_geometry.models.heads import SmoothMLPHead
 
 Loss = Callable[[Tensor], Tensor]

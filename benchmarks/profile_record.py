@@ -56,12 +56,8 @@ from record_levers import lever_tables, levers, ratios
 
 from solo_geometry.config import GeometryConfig
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum
-from solo_geometry.linalg.operators import (
-    HeadOperators,
-    block_indices,
-    head_operators,
-    restrict_to_block,
-)
+from solo_geometry.linalg.blocks import block_indices, restrict_to_block
+from solo_geometry.linalg.operators import HeadOperators, head_operators
 from solo_geometry.runtime.measure import _rho, _stats, measure
 
 RECIPES = ("simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino")

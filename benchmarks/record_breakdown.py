@@ -38,7 +38,8 @@ import solo_geometry.linalg.slq as slq
 import solo_geometry.runtime.measure as measure_module
 from solo_geometry.config import GeometryConfig
 from solo_geometry.linalg import operators as operators_module
-from solo_geometry.linalg.operators import HeadOperators, _grad, block_indices
+from solo_geometry.linalg.blocks import block_indices, restrict_to_block
+from solo_geometry.linalg.operators import HeadOperators, _grad
 
 
 class Attribution:
@@ -274,7 +275,7 @@ def rows_only(
     v = torch.randn(rows.dim, generator=g, dtype=torch.float64).to(dtype)
     out: dict[str, float] = {}
     for op in ("heff", "gn", "m"):
-        record = operators_module.restrict_to_block(getattr(full, op), full.shape, index)
+        record = restrict_to_block(getattr(full, op), full.shape, index)
         mine, theirs = getattr(rows, op)(v), record(v)
         scale = float(theirs.abs().max()) or 1.0
         out[f"rows_only/{op}/dev"] = float((mine - theirs).abs().max()) / scale

@@ -39,13 +39,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from solo_geometry.linalg.blocks import restrict_to_block
 from solo_geometry.linalg.lanczos import _run, _start_vector
-from solo_geometry.linalg.operators import (
-    HeadOperators,
-    frozen_module,
-    piecewise_linear,
-    restrict_to_block,
-)
+from solo_geometry.linalg.operators import HeadOperators, frozen_module, piecewise_linear
 
 F32, F64 = torch.float32, torch.float64
 OPS = ("heff", "gn", "m")

@@ -17,7 +17,7 @@ a scalar) and features Z (V, N, d), :func:`curvature_operators` returns
 Nothing here is a copy: the products are those of
 :class:`~solo_geometry.linalg.operators.HeadOperators` (graphs built once on the first product,
 reused by every later one), the sub-block is
-:func:`~solo_geometry.linalg.operators.restrict_to_block`'s and the spectrum is
+:func:`~solo_geometry.linalg.blocks.restrict_to_block`'s and the spectrum is
 :func:`~solo_geometry.geometry.spectrum.effective_hessian_spectrum`'s. The head is never
 written to (parameters, ``.grad``, BatchNorm running statistics and train/eval mode stay as
 found); a head with BatchNorm runs in training mode, with the batch statistics of each view.
@@ -39,14 +39,9 @@ from solo_geometry.geometry.spectrum import (
     HessianSpectrum,
     effective_hessian_spectrum,
 )
+from solo_geometry.linalg.blocks import block_indices, restrict_to_block
 from solo_geometry.linalg.checks import check_features, check_head
-from solo_geometry.linalg.operators import (
-    HeadOperators,
-    LossFn,
-    block_indices,
-    head_operators,
-    restrict_to_block,
-)
+from solo_geometry.linalg.operators import HeadOperators, LossFn, head_operators
 
 __all__ = ["CurvatureOperators", "curvature_operators"]
 

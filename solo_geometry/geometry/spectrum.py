@@ -18,10 +18,8 @@ the extremes' run, one batched product per step. A head that is a chain of Linea
 piecewise-linear activations without BatchNorm (solo-learn's SimCLR and MoCo v2+ projectors) has
 M = 0 almost everywhere, so GN = H_eff exactly: GN's spectrum is then H_eff's run, not a second
 Lanczos run of the same operator (``gn_is_heff`` in the record). A head that maps each row
-alone (:func:`row_wise`: Linear layers and elementwise activations, those two projectors among
-them) has the sub-block of ``max_samples`` rows taken with those rows alone in the graph, the
-others' outputs constants of the loss (:func:`row_operators`): the same operator, its head's
-passes on the block's rows instead of the whole batch's.
+alone (those two projectors among them) has its sub-block's products taken with those rows
+alone in the graph (:mod:`solo_geometry.linalg.blocks`): the same operator, cheaper.
 """
 
 from __future__ import annotations
@@ -32,15 +30,9 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor, nn
 
+from solo_geometry.linalg.blocks import block_indices, row_operators, row_wise
 from solo_geometry.linalg.lanczos import LanczosResult
-from solo_geometry.linalg.operators import (
-    LossFn,
-    block_indices,
-    head_operators,
-    piecewise_linear,
-    row_operators,
-    row_wise,
-)
+from solo_geometry.linalg.operators import LossFn, head_operators, piecewise_linear
 from solo_geometry.linalg.slq import ExtremesRunner, SpectralDensity
 
 __all__ = [

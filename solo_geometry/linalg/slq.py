@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from solo_geometry.linalg.blocks import restrict_to_block
 from solo_geometry.linalg.lanczos import (
     CHECK_EVERY,
     LanczosResult,
@@ -34,7 +35,7 @@ from solo_geometry.linalg.lanczos import (
     lanczos,
     lanczos_side_by_side,
 )
-from solo_geometry.linalg.operators import HeadOperators, restrict_to_block
+from solo_geometry.linalg.operators import HeadOperators
 
 __all__ = ["ExtremesRunner", "FractionEstimate", "SpectralDensity", "slq_density"]
 

@@ -18,8 +18,8 @@ from solo_geometry.geometry.spectrum import (
     operator_spectrum,
     piecewise_linear,
 )
+from solo_geometry.linalg.blocks import block_indices
 from solo_geometry.linalg.lanczos import CHECK_EVERY, lanczos
-from solo_geometry.linalg.operators import block_indices
 from solo_geometry.linalg.slq import SpectralDensity
 from solo_geometry.models.heads import SmoothMLPHead
 from solo_geometry.models.init import pseudo_collapse_

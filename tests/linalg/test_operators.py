@@ -8,14 +8,8 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.functional import hessian, jacobian
 
-from solo_geometry.linalg.operators import (
-    has_batch_norm,
-    head_jvp,
-    head_operators,
-    restrict_to_block,
-    row_operators,
-    row_wise,
-)
+from solo_geometry.linalg.blocks import restrict_to_block, row_operators, row_wise
+from solo_geometry.linalg.operators import has_batch_norm, head_jvp, head_operators
 
 V, N, D, HID, P = 2, 6, 4, 8, 5
 VEC = True  # vmap-vectorised references

@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from solo_geometry.config import GeometryConfig, MeasureConfig
 from solo_geometry.hosts.base import assemble_view
-from solo_geometry.linalg.operators import block_indices, restrict_to_block
+from solo_geometry.linalg.blocks import block_indices, restrict_to_block
 from solo_geometry.models.heads import build_head
 from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import measure
