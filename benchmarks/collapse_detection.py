@@ -24,10 +24,27 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.collapse_calibrate import calibrate, halves
 from benchmarks.collapse_configs import CONFIGS, QUICK
 from benchmarks.collapse_peers import DETECTORS, markdown, plot, score_all
 from benchmarks.collapse_runs import run_config
 from solo_geometry.inputs.digits import make_digits
+
+
+def _calibration(results: list[dict[str, Any]]) -> str:
+    a, b = halves(results)
+    if not a or not b:
+        return ""
+    cal = calibrate(results)
+    names = ", ".join(r["config"]["name"] for r in a)
+    return (
+        f"\nCalibrated on half A ({names}): dimensional_enter {cal.dimensional_enter}, "
+        f"complete_enter {cal.complete_enter}.\n\n"
+        "| ours, calibrated | detections (early) | false alarms | misses | median lead "
+        "(steps) | ambiguous fired |\n|---|---|---|---|---|---|\n"
+        f"| half A (calibration, {len(a)} runs) | {cal.on_a.row()} |\n"
+        f"| half B (test, {len(b)} runs) | {cal.on_b.row()} |\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(one, enumerate(configs)))
     scores = score_all(results, DETECTORS)
-    table = markdown(results, scores)
+    table = markdown(results, scores) + _calibration(results)
     (a.out / "table.md").write_text(table)
     plot(results, a.out / "detection.png")
     print(table)

@@ -38,7 +38,7 @@ from typing import Any
 from solo_geometry.config import AlertConfig
 from solo_geometry.runtime.alert import CollapseAlert
 
-__all__ = ["DETECTORS", "Detector", "Score", "markdown", "plot", "score", "score_all"]
+__all__ = ["DETECTORS", "Detector", "Score", "firings", "markdown", "plot", "score", "score_all"]
 
 Records = Sequence[dict[str, Any]]
 
@@ -184,8 +184,8 @@ def score_all(results: Sequence[dict[str, Any]], detectors: Sequence[Detector]) 
 
 def markdown(results: Sequence[dict[str, Any]], scores: dict[str, Score]) -> str:
     """The runs' labels and the detectors' table, in markdown."""
-    lines = ["| run | expect | label | probe Z / init | probe H / init | reference step |"]
-    lines.append("|---|---|---|---|---|---|")
+    lines = ["| run | epochs | expect | label | probe Z / init | probe H / init | reference step |"]
+    lines.append("|---|---|---|---|---|---|---|")
     for r in results:
         ev = r.get("evidence")
         probes = (
@@ -196,7 +196,8 @@ def markdown(results: Sequence[dict[str, Any]], scores: dict[str, Score]) -> str
         )
         ref = r.get("reference", {}).get("step")
         lines.append(
-            f"| {r['config']['name']} | {r['config']['expect']} | {r['label']} | {probes} | "
+            f"| {r['config']['name']} | {r.get('epochs') or '-'} | {r['config']['expect']} "
+            f"| {r['label']} | {probes} | "
             f"{'-' if ref is None else ref} |"
         )
     lines += [
@@ -206,6 +207,22 @@ def markdown(results: Sequence[dict[str, Any]], scores: dict[str, Score]) -> str
         "|---|---|---|---|---|---|",
     ]
     lines += [f"| {name} | {s.row()} |" for name, s in scores.items()]
+    return "\n".join(lines) + "\n\n" + firings(results, DETECTORS)
+
+
+def firings(results: Sequence[dict[str, Any]], detectors: Sequence[Detector]) -> str:
+    """Per run, the step each detector first fires at (``-``: never), beside the reference."""
+    head = "| run | label | reference | " + " | ".join(d.name for d in detectors) + " |"
+    lines = [head, "|" + "---|" * (3 + len(detectors))]
+    for r in results:
+        if r["label"] == "failed":
+            continue
+        steps = [d.fires(r["records"]) for d in detectors]
+        ref = r.get("reference", {}).get("step")
+        cells = " | ".join("-" if s is None else str(s) for s in steps)
+        lines.append(
+            f"| {r['config']['name']} | {r['label']} | {'-' if ref is None else ref} | {cells} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -117,7 +117,9 @@ def _records(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def collect(cfg: Config, trained: Path, init: Path, seconds: float) -> dict[str, Any]:
+def collect(
+    cfg: Config, trained: Path, init: Path, seconds: float, epochs: int | None = None
+) -> dict[str, Any]:
     """The run's ``run.json``: evidence, label, reference time and records.
 
     Args:
@@ -125,6 +127,7 @@ def collect(cfg: Config, trained: Path, init: Path, seconds: float) -> dict[str,
         trained: its trained run folder.
         init: its random-initialisation run folder.
         seconds: wall time of both runs.
+        epochs: the training epochs (for the table).
 
     Returns:
         JSON-safe dict.
@@ -142,6 +145,7 @@ def collect(cfg: Config, trained: Path, init: Path, seconds: float) -> dict[str,
         ref = reference_step([s for s, _ in series], [v for _, v in series])
     return {
         "config": asdict(cfg),
+        "epochs": epochs,
         "label": name,
         "reasons": reasons,
         "evidence": {
@@ -183,7 +187,7 @@ def run_config(
             if not _finished(where / part):  # a finished run folder is read again, not rerun
                 argv = _lightly(cfg, data, where / part, epochs_of, every, batches)
                 seconds += _launch(argv, where / part, where / f"{part}.log")
-        result = collect(cfg, _folder(where / "train"), _folder(where / "init"), seconds)
+        result = collect(cfg, _folder(where / "train"), _folder(where / "init"), seconds, epochs)
     except (RuntimeError, OSError, KeyError, ValueError) as err:
         return {"config": asdict(cfg), "label": "failed", "error": str(err), "records": []}
     done.write_text(json.dumps(result, indent=1))
