@@ -18,6 +18,7 @@ A finished run's ``run.json`` is reused when the script is run again.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=None, help="training batches per epoch")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--only", nargs="+", default=None, help="configuration names")
+    p.add_argument(
+        "--from-runs",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="also score these folders' <run>/run.json (false_alarm.py --label's cifar runs)",
+    )
     a = p.parse_args(argv)
     configs = [c for c in CONFIGS if (not a.quick or c.name in QUICK)]
     if a.only:
@@ -76,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(one, enumerate(configs)))
+    for folder in a.from_runs:
+        results += [json.loads(p.read_text()) for p in sorted(folder.glob("*/run.json"))]
     scores = score_all(results, DETECTORS)
     table = markdown(results, scores) + _calibration(results)
     (a.out / "table.md").write_text(table)

@@ -73,6 +73,7 @@ def _lightly(
         *PROBES,
         *([f"+limit_train_batches={batches}"] if batches else []),
         *cfg.overrides,
+        *(["scheduler.name=none"] if epochs == 0 else []),  # a schedule divides by the epochs
     ]
 
 
