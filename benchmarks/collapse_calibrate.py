@@ -4,8 +4,9 @@ The split is fixed by the configurations' order in :data:`benchmarks.collapse_co
 half A the even positions (0, 2, ...), half B the odd ones, so each half holds collapsing and
 healthy runs of each method. On A every pair of the grid below is scored
 (:func:`benchmarks.collapse_peers.score`); the pair chosen maximises warned-before-reference
-plus detected, minus three per false alarm, ties to the larger median lead, then to the lower
-(more conservative) thresholds. The chosen pair is then scored on B, untouched by the choice.
+plus detected, minus three per false alarm and one per warned ambiguous run (unverified either
+way: the calibration leans quiet), ties to the larger median lead, then to the lower (more
+conservative) thresholds. The chosen pair is then scored on B, untouched by the choice.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _config(dimensional: float, complete: float) -> AlertConfig:
 
 def _objective(s: Score) -> tuple[float, float]:
     lead = s.median_lead if s.median_lead is not None else float("-inf")
-    return s.early + s.detections - 3 * s.false_alarms, lead
+    return s.early + s.detections - 3 * s.false_alarms - s.ambiguous_fired, lead
 
 
 @dataclass(frozen=True)

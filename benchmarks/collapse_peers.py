@@ -5,7 +5,7 @@ says at which step it first fires (None: never). Thresholds and their provenance
 
 * ``ours``: :class:`~solo_geometry.runtime.alert.CollapseAlert` at its defaults (first state
   other than ``healthy``).
-* ``ours (recorded)``: the state the run's records hold (the alert the run was made with).
+* ``ours before``: the alert before issue 52 (H only; rank below 0.05 of min(M, d)), replayed.
 * ``RankMe milestone``: stable-pretraining's ``EpochMilestones`` on its ``RankMe`` callback
   (direction ``max``: stop when RankMe <= the milestone at an epoch's end). Its docs give no
   value; a user guarding against dimensional collapse writes a fraction of the width: d / 10
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from solo_geometry.config import AlertConfig
-from solo_geometry.runtime.alert import CollapseAlert
+from solo_geometry.runtime.alert import CollapseAlert, ratios
 
 __all__ = ["DETECTORS", "Detector", "Score", "firings", "markdown", "plot", "score", "score_all"]
 
@@ -87,11 +87,35 @@ def alert(cfg: AlertConfig | None = None) -> Callable[[Records], int | None]:
     return fires
 
 
-def recorded(records: Records) -> int | None:
-    """The first record whose stored alert state is not healthy."""
+def previous(records: Records) -> int | None:
+    """The alert before issue 52 (H only, rank over min(M, d)), replayed: its first warning.
+
+    ``complete``: std below 0.05 of its ceiling (left above 0.1); ``dimensional``: effective
+    rank below 0.05 of min(M, d) (left above 0.1); patience 2.
+    """
+    state, candidate, count = "healthy", None, 0
     for r in records:
-        if r.get("alert") and r["alert"]["state"] != "healthy":
-            return int(r["step"])
+        reading = ratios(r["metrics"], "h")
+        if reading is None:
+            continue
+        std, rank = reading
+        out = state != "healthy"
+        target = (
+            "complete"
+            if std < (0.1 if state == "complete" else 0.05)
+            else "dimensional"
+            if rank < (0.1 if out else 0.05)
+            else "healthy"
+        )
+        if target == state:
+            candidate, count = None, 0
+            continue
+        count = count + 1 if target == candidate else 1
+        candidate = target
+        if count >= 2:
+            state, candidate, count = target, None, 0
+            if state != "healthy":
+                return int(r["step"])
     return None
 
 
@@ -120,7 +144,7 @@ def monai_score(records: Records) -> int | None:
 
 DETECTORS = (
     Detector("ours", "runtime/alert.py defaults (calibrated half A)", alert()),
-    Detector("ours (recorded)", "the alert the runs were made with", recorded),
+    Detector("ours before", "the alert before issue 52", previous),
     Detector("RankMe milestone", "stable-pretraining EpochMilestones, d/10", rankme_milestone),
     Detector(
         "lightly collapse level",

@@ -20,7 +20,7 @@ from benchmarks.collapse_labels import (
     reference_key,
     reference_step,
 )
-from benchmarks.collapse_peers import DETECTORS, monai_score, rankme_milestone, score
+from benchmarks.collapse_peers import DETECTORS, monai_score, previous, rankme_milestone, score
 from solo_geometry.geometry.quality import rankme
 
 
@@ -146,6 +146,18 @@ class TestPeers:
         )
         assert s.median_lead == 5  # leads 20 and -10
 
+    def test_the_previous_alert_replayed(self) -> None:
+        ceiling = math.sqrt(128 / (127 * 64))
+
+        def rec(step: int, std: float, rank: float) -> dict[str, Any]:
+            m = {"h/normalized_std": std * ceiling, "h/effective_rank": rank * 64}
+            return _record(step, 0, **m, **{"h/n_samples": 128, "h/dim": 64})
+
+        # rank 0.08 of min(M, d): above its 0.05 (the SimSiam stayed healthy so)
+        assert previous([rec(s, 0.9, 0.08) for s in range(5)]) is None
+        # std under 0.05 of its ceiling twice (patience 2): warned at the second
+        assert previous([rec(0, 0.9, 0.8), rec(5, 0.01, 0.8), rec(10, 0.01, 0.8)]) == 10
+
     def test_every_detector_names_its_provenance(self) -> None:
         assert len({d.name for d in DETECTORS}) == len(DETECTORS)
         assert all(d.provenance for d in DETECTORS)
@@ -166,3 +178,44 @@ def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
     assert all(r["records"] for r in runs)
     assert "| ours |" in table and "| rank gate |" in table
     assert (tmp_path / "detection.png").stat().st_size > 0
+
+
+class TestCalibrate:
+    def test_chooses_on_half_a_and_scores_half_b(self) -> None:
+        from benchmarks.collapse_calibrate import calibrate, halves
+
+        ceiling = math.sqrt(128 / (127 * 64))
+
+        def run(name: str, lab: str, ranks: list[float], ref: int | None) -> dict[str, Any]:
+            recs = [
+                _record(
+                    5 * i,
+                    0,
+                    **{
+                        "h/normalized_std": 0.9 * ceiling,
+                        "h/effective_rank": r,
+                        "h/n_samples": 128,
+                        "h/dim": 64,
+                    },
+                )
+                for i, r in enumerate(ranks)
+            ]
+            return {
+                "config": {"name": name},
+                "label": lab,
+                "reference": {"step": ref},
+                "records": recs,
+            }
+
+        results = [
+            run("simsiam_no_predictor", "collapsed", [60, 19, 19, 19], 15),  # 0.32 of its max
+            run("byol_defaults", "healthy", [60, 27, 27, 27], None),  # 0.45: must stay quiet
+            run("byol_no_predictor", "collapsed", [60, 12, 12, 12], 15),  # half B
+        ]
+        a, b = halves(results)
+        assert [r["config"]["name"] for r in a] == ["simsiam_no_predictor", "byol_defaults"]
+        cal = calibrate(results)
+        # 0.35 and 0.4 both catch 0.32 and spare 0.45; the lower is kept
+        assert cal.dimensional_enter == 0.35 and cal.complete_enter == 0.05
+        assert (cal.on_a.detections, cal.on_a.false_alarms) == (1, 0)
+        assert (cal.on_b.detections, cal.on_b.early, cal.on_b.median_lead) == (1, 1, 5)

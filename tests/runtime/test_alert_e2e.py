@@ -63,7 +63,7 @@ def _lightly(
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,
     )
 
 
@@ -103,23 +103,26 @@ class TestSimSiamWithoutPredictor:
 
     @pytest.mark.slow
     def test_solo_main_pretrain_warns(self, tmp_path: Path, digits: Path) -> None:
-        from tests.hosts.solo_helpers import main_pretrain
+        from tests.hosts.solo_helpers import RECIPES, run, solo_root
 
-        pytest.importorskip("solo")
         run_dir = tmp_path / "run"
-        proc = main_pretrain(
+        run_dir.mkdir()
+        args = [
+            str(solo_root() / "main_pretrain.py"),
+            "--config-path",
+            str(RECIPES),
+            "--config-name",
             "simsiam",
-            [
-                f"data.train_path={digits / 'train'}",
-                f"data.val_path={digits / 'val'}",
-                "checkpoint.enabled=False",
-                "++enable_progress_bar=False",
-                "geometry.report=false",
-                "geometry.predictor.name=identity",
-                *SHORT,
-            ],
-            run_dir,
-        )
+            f"hydra.run.dir={run_dir}",
+            f"data.train_path={digits / 'train'}",
+            "data.val_path=null",  # no validation epochs: the alert reads training records
+            "checkpoint.enabled=False",
+            "++enable_progress_bar=False",
+            "geometry.report=false",
+            "geometry.predictor.name=identity",
+            *SHORT,
+        ]
+        proc = run(args, run_dir, timeout=1800)
         _check_warned(proc, run_dir)
 
 
