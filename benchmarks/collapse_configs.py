@@ -121,9 +121,14 @@ CONFIGS = (
         )
         for recipe in ("barlow_twins", "byol", "simclr", "simclr_invariance", "simsiam", "vicreg")
     ),
-    Config("byol_seed1", "byol", ("seed=1",), "healthy", "the recipe", "BYOL defaults, seed 1"),
+    Config("byol_seed1", "byol", ("++seed=1",), "healthy", "the recipe", "BYOL defaults, seed 1"),
     Config(
-        "simsiam_seed1", "simsiam", ("seed=1",), "healthy", "the recipe", "SimSiam defaults, seed 1"
+        "simsiam_seed1",
+        "simsiam",
+        ("++seed=1",),
+        "healthy",
+        "the recipe",
+        "SimSiam defaults, seed 1",
     ),
 )
 QUICK = (
