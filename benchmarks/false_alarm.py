@@ -17,17 +17,26 @@ Usage::
 prints one row per method: records, the states its alert entered, RankMe of H over min(M, d)
 and the normalised std of H over its ceiling at the last record, and its minimum over the run.
 A finished method's folder is reused when the script is run again (delete ``--out`` to redo).
+
+``--label`` labels each run as benchmarks/collapse_detection.py does (collapse_labels.py): the
+probes of Z and H on the digits' validation set are switched on, the same recipe runs again at
+random initialisation (``max_epochs=0``, no schedule) into ``<method>/init``, and a
+``<method>/run.json`` holds the label, its evidence and the records, which
+``collapse_detection.py --from-runs`` scores with the other runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from benchmarks.collapse_configs import Config
+from benchmarks.collapse_runs import PROBES, collect
 from solo_geometry.hosts.solo import SUPPORTED
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.run.records import read_records
@@ -39,8 +48,20 @@ MIN_EPOCHS = {"deepclusterv2": 2}
 CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]
 
 
-def _args(method: str, data: Path, run: Path, a: argparse.Namespace) -> list[str]:
+def _args(
+    method: str, data: Path, run: Path, a: argparse.Namespace, epochs: int | None = None
+) -> list[str]:
     cifar = a.solo_root / "scripts" / "pretrain" / "cifar"
+    epochs = max(a.epochs, MIN_EPOCHS.get(method, 1)) if epochs is None else epochs
+    probes = (
+        PROBES
+        if a.label
+        else [
+            "geometry.measure.hessian=false",
+            "geometry.probes.enabled=false",
+            "geometry.report=false",
+        ]
+    )
     return [
         sys.executable,
         str(a.solo_root / "main_pretrain.py"),
@@ -55,7 +76,8 @@ def _args(method: str, data: Path, run: Path, a: argparse.Namespace) -> list[str
         f"data.val_path={data / 'val'}",
         "data.num_workers=0",
         f"optimizer.batch_size={a.batch}",
-        f"max_epochs={max(a.epochs, MIN_EPOCHS.get(method, 1))}",
+        f"max_epochs={epochs}",
+        *(["scheduler.name=none"] if epochs == 0 else []),
         "wandb.enabled=False",
         "checkpoint.enabled=False",
         "auto_resume.enabled=False",
@@ -63,9 +85,7 @@ def _args(method: str, data: Path, run: Path, a: argparse.Namespace) -> list[str
         *NEEDS.get(method, []),
         "+geometry=on",
         f"geometry.every_n_steps={a.every}",
-        "geometry.measure.hessian=false",
-        "geometry.probes.enabled=false",
-        "geometry.report=false",
+        *probes,
     ]
 
 
@@ -87,6 +107,37 @@ def _row(method: str, run: Path, seconds: float) -> str:
     )
 
 
+def _labelled(method: str, data: Path, run: Path, env: dict, a: argparse.Namespace) -> bool:
+    """The run at random initialisation, then ``run.json`` with its label (``--label``)."""
+    init = run / "init"
+    if not (run / "run.json").is_file():
+        init.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            _args(method, data, init, a, epochs=0),
+            cwd=init,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            print(f"| {method} | init failed (exit {proc.returncode}) |", proc.stderr[-2000:])
+            return False
+        cfg = Config(
+            f"cifar_{method}",
+            f"solo-learn scripts/pretrain/cifar/{RECIPE[method]}.yaml",
+            (),
+            "healthy",
+            "solo-learn 1.0.6's recipe",
+            "the method at its cifar defaults",
+        )
+        epochs = max(a.epochs, MIN_EPOCHS.get(method, 1))
+        result = collect(cfg, run, init, 0.0, epochs)
+        (run / "run.json").write_text(json.dumps(result, indent=1))
+    result = json.loads((run / "run.json").read_text())
+    print(f"| {method} | label: {result['label']} | {'; '.join(result['reasons'])} |", flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--solo-root", type=Path, required=True, help="a solo-learn 1.0.6 checkout")
@@ -95,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--every", type=int, default=5)
+    p.add_argument("--label", action="store_true", help="label each run (module docstring)")
     a = p.parse_args(argv)
     data = make_digits(a.out / "digits", size=32)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
@@ -118,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {method} | failed (exit {proc.returncode}) |", proc.stderr[-2000:])
                 continue
             done.write_text("ok\n")
+        if a.label and not _labelled(method, data, run, env, a):
+            failed += 1
         print(_row(method, run, time.perf_counter() - t0), flush=True)
     return 1 if failed else 0
 

@@ -207,6 +207,7 @@ def geometry_config(cfg: DictConfig) -> GeometryConfig | None:
         ("measure", "updates"),
         ("alert", "enabled"),
         ("alert", "stop"),
+        ("alert", "read_z"),
     ):
         if isinstance(raw.get(sub), dict) and raw[sub].get(key) is not None:
             raw[sub][key] = as_bool(raw[sub][key], f"geometry.{sub}.{key}")

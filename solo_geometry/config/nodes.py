@@ -70,23 +70,27 @@ class StatsConfig:
 class AlertConfig:
     """The collapse alert (:mod:`solo_geometry.runtime.alert`).
 
-    Every threshold is a fraction of its statistic's ceiling, so none depends on a data set:
-    the normalised std against sqrt(M / ((M - 1) d)), the most it can be on M rows of width d;
-    the effective rank (RankMe) against min(M, d). A state is entered below its ``enter``
-    fraction and left above its ``leave`` fraction, and only after ``patience`` consecutive
-    records say so: one noisy batch does not flip it.
+    No threshold depends on a data set or on the batch: the normalised std against
+    sqrt(M / ((M - 1) d)), the most it can be on M rows of width d; the effective rank (RankMe)
+    over min(M, d) against its own running maximum in the run. A state is entered below its
+    ``enter`` fraction and left above its ``leave`` fraction, and only after ``patience``
+    consecutive records say so: one noisy batch does not flip it. The defaults were calibrated
+    on half of benchmarks/collapse_detection.py's runs (docs/reproducing.md).
     """
 
     enabled: bool = True
     # "h": the head's outputs (the paper's collapse statistic); "z": the backbone's features.
     features: str = "h"
+    # Also read Z beside H (the lower reading counts): a BatchNorm-ended head holds the std of
+    # H up through a collapse that Z shows.
+    read_z: bool = True
     # complete collapse: the normalised std below 1/20 of its ceiling; left above 1/10.
     complete_enter: float = 0.05
     complete_leave: float = 0.1
-    # dimensional collapse (the std holds): effective rank below 1/20 of min(M, d); left above
-    # 1/10.
-    dimensional_enter: float = 0.05
-    dimensional_leave: float = 0.1
+    # dimensional collapse (the std holds): effective rank below 0.35 of its running maximum
+    # in the run; left above 0.525 (calibrated: docs/reproducing.md).
+    dimensional_enter: float = 0.35
+    dimensional_leave: float = 0.525
     # consecutive records that must agree before the state changes.
     patience: int = 2
     # Opt-in: ask Lightning to stop (trainer.should_stop) once `complete` has lasted

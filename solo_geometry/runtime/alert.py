@@ -1,13 +1,17 @@
 """The collapse alert: a state at every record, with the theory's diagnosis beside it.
 
-A small state machine over the records' representation statistics (docs/design.md section 3),
-of H by default (``geometry.alert.features``):
+A small state machine over the records' representation statistics (docs/design.md section 3)
+of H (``geometry.alert.features``) and, with ``geometry.alert.read_z`` (the default), of the
+backbone's Z too, the lower reading of the two counting (a BatchNorm-ended head holds the std
+of H near its ceiling through a collapse; Z does not hide it):
 
 * ``complete``: the normalised std below ``complete_enter`` of its ceiling sqrt(M / ((M - 1) d))
   (the most it can be on M rows of width d, :func:`~solo_geometry.runtime.updates.std_ceiling`),
   left above ``complete_leave``;
-* ``dimensional``: the std holds but the effective rank (RankMe) is below ``dimensional_enter``
-  of min(M, d), left above ``dimensional_leave``;
+* ``dimensional``: the std holds but the effective rank (RankMe) over min(M, d) has fallen below
+  ``dimensional_enter`` of its running maximum over the run's records (the run's own history,
+  so the threshold does not move with the batch size: docs/reproducing.md, "The collapse
+  alert on runs that collapse"), left above ``dimensional_leave``;
 * ``healthy`` otherwise.
 
 A state changes only after ``patience`` consecutive records point to the same new one, so one
@@ -69,7 +73,7 @@ def classify(std_ratio: float, rank_ratio: float, current: str, cfg: AlertConfig
 
     Args:
         std_ratio: normalised std over its ceiling.
-        rank_ratio: effective rank over min(M, d).
+        rank_ratio: effective rank over min(M, d), over its running maximum in the run.
         current: the state now, one of :data:`STATES`.
         cfg: the thresholds.
 
@@ -120,6 +124,8 @@ class CollapseAlert:
         self._count = 0  # consecutive records pointing to the candidate
         self._complete = 0  # consecutive records in ``complete``
         self._last: tuple[float, float] | None = None
+        self._top: dict[str, float] = {}  # running maximum of rank / min(M, d) per space
+        self._of: tuple[str, str] | None = None  # the spaces that gave the last reading
         self._asked = False  # whether the opt-in stop was asked for
 
     def _spectra(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> None:
@@ -144,7 +150,7 @@ class CollapseAlert:
             :meth:`as_record` after this record.
         """
         self._spectra(step, metrics, floor)
-        reading = ratios(metrics, self.cfg.features)
+        reading = self.reading(metrics)
         if reading is not None:
             self._last = reading
             target = classify(*reading, self.state, self.cfg)
@@ -158,15 +164,36 @@ class CollapseAlert:
             self._complete = self._complete + 1 if self.state == "complete" else 0
         return self.as_record()
 
+    def reading(self, metrics: Mapping[str, Any]) -> tuple[float, float] | None:
+        """``(std_ratio, rank_ratio)`` of a record: the lowest over the spaces read.
+
+        The rank's ratio is rank / min(M, d) over its running maximum in this run (updated
+        here). None when the record lacks the statistics of ``features``.
+        """
+        spaces = [self.cfg.features]
+        if self.cfg.read_z and self.cfg.features != "z":
+            spaces.append("z")
+        read = {s: r for s in spaces if (r := ratios(metrics, s)) is not None}
+        if self.cfg.features not in read:
+            return None
+        drops = {}
+        for space, (_, rank) in read.items():
+            self._top[space] = max(self._top.get(space, 0.0), rank)
+            drops[space] = rank / self._top[space] if self._top[space] > 0 else 1.0
+        std_of = min(read, key=lambda s: read[s][0])
+        rank_of = min(drops, key=drops.__getitem__)
+        self._of = (std_of, rank_of)
+        return read[std_of][0], drops[rank_of]
+
     def _enter(self, state: str, step: int) -> None:
         old, self.state, self.since = self.state, state, step
         self._candidate, self._count = None, 0
         record = self.as_record()
         rank_zero_warn(
             f"GeometryMonitor: collapse alert {old} -> {state} at step {step} (normalised std of "
-            f"{self.cfg.features.upper()} {record['std_ratio']:.3g} of its ceiling, effective "
-            f"rank {record['rank_ratio']:.3g} of min(M, d))"
-            + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
+            f"{record['std_of'].upper()} {record['std_ratio']:.3g} of its ceiling, effective "
+            f"rank of {record['rank_of'].upper()} {record['rank_ratio']:.3g} of its running "
+            "maximum)" + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
         )
 
     def as_record(self) -> dict[str, Any]:
@@ -179,6 +206,8 @@ class CollapseAlert:
             "features": self.cfg.features,
             "std_ratio": std_ratio,
             "rank_ratio": rank_ratio,
+            "std_of": self._of[0] if self._of else self.cfg.features,
+            "rank_of": self._of[1] if self._of else self.cfg.features,
             "pending": self._candidate,
             "diagnosis": diagnosis(self.curvature) if self.state != "healthy" else None,
             "curvature": self.curvature,
@@ -223,6 +252,8 @@ class CollapseAlert:
             "count": self._count,
             "complete": self._complete,
             "last": list(self._last) if self._last is not None else None,
+            "top": dict(self._top),
+            "of": list(self._of) if self._of is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -233,3 +264,6 @@ class CollapseAlert:
         self._complete = int(state.get("complete", 0))
         last = state.get("last")
         self._last = (float(last[0]), float(last[1])) if last is not None else None
+        self._top = {str(k): float(v) for k, v in state.get("top", {}).items()}
+        of = state.get("of")
+        self._of = (str(of[0]), str(of[1])) if of else None

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from solo_geometry.config import AlertConfig, GeometryConfig, geometry_config
+from solo_geometry.geometry.stats import stats_record
 from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.alert import FLAT, SADDLE, STATES, CollapseAlert, classify, ratios
 from solo_geometry.runtime.monitor import GeometryMonitor
@@ -56,9 +58,10 @@ class TestStateMachine:
         cfg = AlertConfig()
         assert classify(0.07, 0.9, "healthy", cfg) == "healthy"  # above complete_enter 0.05
         assert classify(0.07, 0.9, "complete", cfg) == "complete"  # below complete_leave 0.1
-        assert classify(0.5, 0.07, "healthy", cfg) == "healthy"
-        assert classify(0.5, 0.07, "dimensional", cfg) == "dimensional"
-        assert classify(0.5, 0.04, "healthy", cfg) == "dimensional"
+        # the rank's ratio is to its running maximum: enter below 0.35, leave above 0.525
+        assert classify(0.5, 0.4, "healthy", cfg) == "healthy"
+        assert classify(0.5, 0.4, "dimensional", cfg) == "dimensional"
+        assert classify(0.5, 0.3, "healthy", cfg) == "dimensional"
         assert classify(0.04, 0.04, "dimensional", cfg) == "complete"
 
     def test_one_noisy_record_does_not_flip_it(self) -> None:
@@ -88,8 +91,14 @@ class TestStateMachine:
 
     def test_dimensional_when_the_std_holds(self) -> None:
         alert = CollapseAlert(AlertConfig(patience=3))
-        states = run(alert, [(0.6, 0.02)] * 4 + [(0.6, 0.3)] * 3)
-        assert states == ["healthy"] * 2 + ["dimensional"] * 4 + ["healthy"]
+        # the rank falls to 0.02 of min(M, d) from 0.8: 0.025 of its running maximum
+        states = run(alert, [(0.6, 0.8)] + [(0.6, 0.02)] * 4 + [(0.6, 0.5)] * 3)
+        assert states == ["healthy"] * 3 + ["dimensional"] * 4 + ["healthy"]
+
+    def test_a_run_that_starts_low_is_not_dimensional(self) -> None:
+        # the rank's own history: a run whose rank only grows never falls from its maximum
+        alert = CollapseAlert(AlertConfig(patience=1))
+        assert run(alert, [(0.6, r) for r in (0.02, 0.05, 0.3, 0.6)]) == ["healthy"] * 4
 
     def test_one_warning_per_change(self) -> None:
         alert = CollapseAlert(AlertConfig(patience=1))
@@ -106,6 +115,8 @@ class TestStateMachine:
         again = CollapseAlert(AlertConfig(patience=3))
         again.load_state_dict(alert.state_dict())
         assert run(again, [(0.01, 0.8)]) == ["complete"]
+        # the running maximum survives too: a resumed run's fall counts from it
+        assert again.state_dict()["top"] == {"h": pytest.approx(0.8)}
 
 
 class TestDiagnosis:
@@ -178,3 +189,57 @@ class TestMonitorAlert:
         _, trainer = fit_boring(tmp_path, [GeometryMonitor(_always_complete(tmp_path))], steps=4)
         assert trainer.global_step == 4
         assert read_records(tmp_path)[-1].alert["state"] == "complete"
+
+
+def _features(rows: int, k: int, gen: torch.Generator, d: int = 128) -> torch.Tensor:
+    """``rows`` Gaussian rows of width ``d`` in ``k`` random dimensions, variances k^-2.5.
+
+    A decaying spectrum, as trained features have: its effective rank is 0.43 of min(M, d) on
+    32 rows and 0.25 on 512 (k = d), so a threshold on that ratio reads the batch.
+    """
+    basis = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))[0][:, :k]
+    scale = torch.arange(1, k + 1, dtype=torch.float64) ** -1.25
+    return (torch.randn(rows, k, generator=gen, dtype=torch.float64) * scale) @ basis.T
+
+
+def _measured(prefix: str, X: torch.Tensor) -> dict[str, Any]:
+    return {**stats_record(prefix, X), f"{prefix}/dim": X.shape[1]}
+
+
+class TestBatchSizeAndBackbone:
+    def test_state_does_not_change_with_batch_size(self) -> None:
+        # the same distributions measured on 32 and on 512 rows: healthy, then 2 dimensions
+        states, batch_ratios = {}, {}
+        for rows in (32, 512):
+            gen = torch.Generator().manual_seed(0)
+            seq = [_features(rows, 128, gen) for _ in range(3)]
+            seq += [_features(rows, 2, gen) for _ in range(3)]
+            alert = CollapseAlert(AlertConfig(patience=2))
+            states[rows] = run_metrics(alert, [_measured("h", X) for X in seq])
+            batch_ratios[rows] = ratios(_measured("h", seq[0]), "h")[1]  # type: ignore[index]
+        assert states[32] == states[512] == ["healthy"] * 4 + ["dimensional"] * 2
+        # the same healthy features read 0.43 and 0.25 of min(M, d): the default 0.35 on that
+        # ratio (the former rule's kind) would call only the larger batch dimensional
+        assert batch_ratios[32] > AlertConfig().dimensional_enter > batch_ratios[512]
+
+    def test_a_batchnorm_ended_head_cannot_hide_a_collapsed_backbone(self) -> None:
+        gen = torch.Generator().manual_seed(1)
+        head = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32)).double()
+        healthy = torch.randn(128, 64, generator=gen, dtype=torch.float64)
+        collapsed = 1.0 + 1e-4 * torch.randn(128, 64, generator=gen, dtype=torch.float64)
+        readings = []
+        for Z in (healthy, healthy, collapsed, collapsed):
+            with torch.no_grad():
+                H = head(Z)  # training mode: BatchNorm rescales the tiny spread to unit variance
+            readings.append({**_measured("z", Z), **_measured("h", H)})
+        h_std = ratios(readings[-1], "h")[0]  # type: ignore[index]
+        assert h_std > 0.5  # the head's output looks healthy
+        with_z = run_metrics(CollapseAlert(AlertConfig(patience=2)), readings)
+        only_h = run_metrics(CollapseAlert(AlertConfig(patience=2, read_z=False)), readings)
+        assert with_z[-1] == "complete" and only_h == ["healthy"] * 4
+
+
+def run_metrics(alert: CollapseAlert, records: list[dict[str, Any]]) -> list[str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [alert.observe(i, m, None)["state"] for i, m in enumerate(records)]

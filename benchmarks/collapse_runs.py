@@ -1,0 +1,195 @@
+"""Running one benchmark configuration and collecting what the labels and detectors read.
+
+Each configuration runs twice through ``solo-geometry pretrain`` (lightly host) or solo-learn's
+``main_pretrain.py``: trained for ``epochs``, and the same recipe, seed and head at random
+initialisation (``max_epochs=0``). Both end with the package's linear probes of Z and H (class
+target: trained on the training folder, scored on the validation folder; orbits and report off)
+and the feature cache of the validation set, from which :mod:`benchmarks.collapse_labels`
+reads the geometry. The trained run's records (every ``every`` steps, spectra off: no state
+reads them) are what the detectors replay. One ``run.json`` per configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.collapse_configs import Config
+from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
+from solo_geometry.run.records import read_records
+
+__all__ = ["collect", "run_config"]
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "solo_geometry" / "recipes" / "digits"
+PROBES = [
+    "geometry.report=false",
+    "geometry.measure.hessian=false",
+    "geometry.measure.augment=false",
+    "geometry.probes.targets=[class]",
+    "geometry.probes.probes=[linear]",
+    "geometry.probes.orbits.families=[]",
+]
+KEEP = (
+    "normalized_std",
+    "effective_rank",
+    "rankme",
+    "n_samples",
+    "dim",
+    "lidar",
+    "alpha_req",
+    "collapse_level",
+)
+
+
+def _lightly(
+    cfg: Config, data: Path, root: Path, epochs: int, every: int, batches: int | None
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "solo_geometry.cli",
+        "pretrain",
+        "--config",
+        str(RECIPES / f"{cfg.recipe}.yaml"),
+        "--host",
+        "lightly",
+        "--runs-root",
+        str(root),
+        "+geometry=on",
+        f"data.train_path={data / 'train'}",
+        f"data.val_path={data / 'val'}",
+        "data.num_workers=0",
+        f"max_epochs={epochs}",
+        f"geometry.every_n_steps={every}",
+        *PROBES,
+        *([f"+limit_train_batches={batches}"] if batches else []),
+        *cfg.overrides,
+        *(["scheduler.name=none"] if epochs == 0 else []),  # a schedule divides by the epochs
+    ]
+
+
+def _folder(root: Path) -> Path:
+    runs = [p for p in root.iterdir() if (p / "probes.json").is_file()]
+    if len(runs) != 1:
+        raise RuntimeError(f"{root}: expected one finished run folder, found {len(runs)}")
+    return runs[0]
+
+
+def _finished(root: Path) -> bool:
+    return root.is_dir() and any((p / "probes.json").is_file() for p in root.iterdir())
+
+
+def _launch(argv: list[str], root: Path, log: Path) -> float:
+    root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        proc = subprocess.run(argv, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"exit {proc.returncode}; see {log}")
+    return time.perf_counter() - t0
+
+
+def _probes_and_geometry(folder: Path) -> tuple[dict[str, float], float, dict[str, Any]]:
+    table = json.loads((folder / "probes.json").read_text())
+    rows = [r for r in table["rows"] if r["probe"] == "linear" and r["target"] == "class"]
+    probe = {r["features"]: float(r["accuracy"]) for r in rows}
+    cache = torch.load(folder / "features.pt", weights_only=False)["sets"]["test/class"]
+    geometry = {s: geometry_of(cache[s].double()) for s in ("z", "h")}
+    return probe, float(rows[0]["chance"]), geometry
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    out = []
+    for r in read_records(folder):
+        if not r.ok:
+            continue
+        metrics = {k: v for k, v in r.metrics.items() if k.split("/")[-1] in KEEP}
+        out.append({"step": r.step, "epoch": r.epoch, "metrics": metrics, "alert": r.alert})
+    return out
+
+
+def collect(
+    cfg: Config, trained: Path, init: Path, seconds: float, epochs: int | None = None
+) -> dict[str, Any]:
+    """The run's ``run.json``: evidence, label, reference time and records.
+
+    Args:
+        cfg: the configuration.
+        trained: its trained run folder.
+        init: its random-initialisation run folder.
+        seconds: wall time of both runs.
+        epochs: the training epochs (for the table).
+
+    Returns:
+        JSON-safe dict.
+    """
+    probe, chance, val = _probes_and_geometry(trained)
+    probe0, _, val0 = _probes_and_geometry(init)
+    ev = Evidence(probe, probe0, chance, val, val0)
+    name, reasons = label(ev)
+    records = _records(trained)
+    key = reference_key(ev) if name == "collapsed" else None
+    ref = None
+    if key is not None:
+        series = [(r["step"], r["metrics"].get(key)) for r in records]
+        series = [(s, v) for s, v in series if isinstance(v, int | float) and v > 0]
+        ref = reference_step([s for s, _ in series], [v for _, v in series])
+    return {
+        "config": asdict(cfg),
+        "epochs": epochs,
+        "label": name,
+        "reasons": reasons,
+        "evidence": {
+            "probe": probe,
+            "probe_init": probe0,
+            "chance": chance,
+            "val": {s: asdict(g) for s, g in val.items()},
+            "val_init": {s: asdict(g) for s, g in val0.items()},
+        },
+        "reference": {"key": key, "step": ref},
+        "records": records,
+        "seconds": seconds,
+    }
+
+
+def run_config(
+    cfg: Config, data: Path, out: Path, epochs: int, every: int, batches: int | None = None
+) -> dict[str, Any]:
+    """Run ``cfg`` trained and at random initialisation (reusing a finished ``run.json``).
+
+    Args:
+        cfg: the configuration.
+        data: the digits folder (``train/``, ``val/``).
+        out: the benchmark's folder; the run goes to ``out/<cfg.name>``.
+        epochs: training epochs.
+        every: steps between records.
+        batches: training batches per epoch (None: all).
+
+    Returns:
+        The ``run.json`` dict; ``{"config", "label": "failed", "error"}`` on a failed run.
+    """
+    where = out / cfg.name
+    done = where / "run.json"
+    if done.is_file():
+        return dict(json.loads(done.read_text()))
+    try:
+        seconds = 0.0
+        for part, epochs_of in (("train", epochs), ("init", 0)):
+            if not _finished(where / part):  # a finished run folder is read again, not rerun
+                argv = _lightly(cfg, data, where / part, epochs_of, every, batches)
+                seconds += _launch(argv, where / part, where / f"{part}.log")
+        result = collect(cfg, _folder(where / "train"), _folder(where / "init"), seconds, epochs)
+    except (RuntimeError, OSError, KeyError, ValueError) as err:
+        return {"config": asdict(cfg), "label": "failed", "error": str(err), "records": []}
+    done.write_text(json.dumps(result, indent=1))
+    return result
