@@ -2,7 +2,7 @@
 
 Fixed before any detector was tuned. Each run is measured after training on the whole
 validation set (the digits' 359 held-out images, never a detector's batch), and so is the same
-network at random initialisation (same recipe, seed and head, ``max_epochs=0``):
+network at random initialisation (same recipe, seed and head, one epoch of no batch):
 
 * the linear-probe accuracy of the backbone's features Z and of the head's H (the package's
   probes: trained on the training folder, scored on the validation folder) against chance and

@@ -2,11 +2,12 @@
 
 Each configuration runs twice through ``solo-geometry pretrain`` (lightly host) or solo-learn's
 ``main_pretrain.py``: trained for ``epochs``, and the same recipe, seed and head at random
-initialisation (``max_epochs=0``). Both end with the package's linear probes of Z and H (class
-target: trained on the training folder, scored on the validation folder; orbits and report off)
-and the feature cache of the validation set, from which :mod:`benchmarks.collapse_labels`
-reads the geometry. The trained run's records (every ``every`` steps, spectra off: no state
-reads them) are what the detectors replay. One ``run.json`` per configuration.
+initialisation (one epoch of no batch, ``+limit_train_batches=0``). Both end with the package's
+linear probes of Z and H (class target: trained on the training folder, scored on the validation
+folder; orbits and report off) and the feature cache of the validation set, from which
+:mod:`benchmarks.collapse_labels` reads the geometry. The trained run's records (every
+``every`` steps, spectra off: no state reads them) are what the detectors replay. One
+``run.json`` per configuration.
 """
 
 from __future__ import annotations
@@ -68,12 +69,17 @@ def _lightly(
         f"data.train_path={data / 'train'}",
         f"data.val_path={data / 'val'}",
         "data.num_workers=0",
-        f"max_epochs={epochs}",
+        # the random initialisation: one epoch of no batch (max_epochs=0 is refused as bad input)
+        f"max_epochs={max(epochs, 1)}",
         f"geometry.every_n_steps={every}",
         *PROBES,
-        *([f"+limit_train_batches={batches}"] if batches else []),
+        *(
+            [f"+limit_train_batches={0 if epochs == 0 else batches}"]
+            if batches or not epochs
+            else []
+        ),
         *cfg.overrides,
-        *(["scheduler.name=none"] if epochs == 0 else []),  # a schedule divides by the epochs
+        *(["scheduler.name=none"] if epochs == 0 else []),  # a schedule divides by the steps
     ]
 
 
