@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from scipy.spatial.distance import pdist
+from torch import nn
 
 from solo_geometry.config import OrbitsConfig, ProbesConfig
 from solo_geometry.inputs.cifar import cifar_paths
@@ -170,3 +172,18 @@ def png_of_size(width: int, height: int) -> bytes:
         + chunk(b"IDAT", zlib.compress(b"\0" * 25))
         + chunk(b"IEND", b"")
     )
+
+
+class CountingNet(nn.Module):
+    """A small convolutional backbone (3 -> 6 features) that counts its forward passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        )
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.net(x)

@@ -31,7 +31,7 @@ from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.run.run_folder import RunFolder
-from tests.shared import image_folder
+from tests.shared import CountingNet, image_folder
 
 F64 = torch.float64
 
@@ -179,23 +179,10 @@ class TestHelpers:
             assert torch.equal(rot[i], torch.rot90(x[i], int(k[i]), dims=(1, 2)))
 
 
-class _Counting(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
-        )
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return self.net(x)
-
-
 class TestExtractFeatures:
     def test_cached_second_call_does_no_forward_pass(self, tmp_path: Path) -> None:
         data = image_folder(tmp_path / "data")
-        bb, head = _Counting(), nn.Linear(6, 4)
+        bb, head = CountingNet(), nn.Linear(6, 4)
         bb.train()
         cache = tmp_path / "run" / "features.pt"
         f1 = extract_features(
@@ -212,14 +199,14 @@ class TestExtractFeatures:
 
     def test_other_tag_recomputes(self, tmp_path: Path) -> None:
         data = image_folder(tmp_path / "data", n_per_class=2)
-        bb, cache = _Counting(), tmp_path / "features.pt"
+        bb, cache = CountingNet(), tmp_path / "features.pt"
         extract_features(bb, nn.Identity(), data / "val", cache=cache, tag="a", progress=False)
         extract_features(bb, nn.Identity(), data / "val", cache=cache, tag="b", progress=False)
         assert bb.calls == 2
 
     def test_missing_folder_raises(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="does not exist"):
-            extract_features(_Counting(), nn.Identity(), tmp_path / "nope", progress=False)
+            extract_features(CountingNet(), nn.Identity(), tmp_path / "nope", progress=False)
 
 
 class TestEvaluate:
@@ -228,7 +215,7 @@ class TestEvaluate:
         run = RunFolder(tmp_path / "run")
         torch.manual_seed(0)
         cfg = ProbesConfig(orbits=OrbitsConfig(families=["brightness"], images=6, k=3))
-        table = evaluate(_Counting(), nn.Identity(), data, run, cfg, progress=False)
+        table = evaluate(CountingNet(), nn.Identity(), data, run, cfg, progress=False)
         saved = run.read_probes()
         assert saved == table
         assert len(saved.rows) == 2 * 2 * 3
@@ -242,7 +229,7 @@ class TestEvaluate:
         data = image_folder(tmp_path / "data", n_per_class=6)
         run = RunFolder(tmp_path / "run")
         torch.manual_seed(0)
-        backbone, head = _Counting(), nn.Linear(6, 4)  # a bias: head(z) and head(z/|z|) differ
+        backbone, head = CountingNet(), nn.Linear(6, 4)  # a bias: head(z) and head(z/|z|) differ
         cfg = ProbesConfig(
             targets=["class"], probes=["linear"], orbits=OrbitsConfig(protocol="paper")
         )

@@ -22,28 +22,13 @@ from solo_geometry.models.checkpoint import build_untrained, load_model
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.run.probe_table import random_init_summary, versus_random_init
 from solo_geometry.run.run_folder import RunFolder
-from tests.shared import image_folder
+from tests.shared import CountingNet, image_folder
 
 CLASS_ONLY = ProbesConfig(targets=["class"], probes=["linear"], orbits=OrbitsConfig(families=[]))
 
 
-class _Net(nn.Module):
-    """A small convolutional backbone that counts its forward passes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
-        )
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        return self.net(x)
-
-
 def _build() -> tuple[nn.Module, nn.Module]:
-    return _Net(), nn.Linear(6, 4)
+    return CountingNet(), nn.Linear(6, 4)
 
 
 def _collapsed() -> tuple[nn.Module, nn.Module]:
