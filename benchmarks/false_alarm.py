@@ -20,8 +20,8 @@ A finished method's folder is reused when the script is run again (delete ``--ou
 
 ``--label`` labels each run as benchmarks/collapse_detection.py does (collapse_labels.py): the
 probes of Z and H on the digits' validation set are switched on, the same recipe runs again at
-random initialisation (``max_epochs=0``, no schedule) into ``<method>/init``, and a
-``<method>/run.json`` holds the label, its evidence and the records, which
+random initialisation (one epoch of no batch, ``++limit_train_batches=0``, no schedule) into
+``<method>/init``, and a ``<method>/run.json`` holds the label, its evidence and the records, which
 ``collapse_detection.py --from-runs`` scores with the other runs.
 """
 
@@ -76,8 +76,9 @@ def _args(
         f"data.val_path={data / 'val'}",
         "data.num_workers=0",
         f"optimizer.batch_size={a.batch}",
-        f"max_epochs={epochs}",
-        *(["scheduler.name=none"] if epochs == 0 else []),
+        # the random initialisation: one epoch of no batch (max_epochs=0 is refused as bad input)
+        f"max_epochs={max(epochs, 1)}",
+        *(["scheduler.name=none", "++limit_train_batches=0"] if epochs == 0 else []),
         "wandb.enabled=False",
         "checkpoint.enabled=False",
         "auto_resume.enabled=False",

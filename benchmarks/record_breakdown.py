@@ -39,7 +39,13 @@ import solo_geometry.runtime.measure as measure_module
 from solo_geometry.config import GeometryConfig
 from solo_geometry.linalg import operators as operators_module
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block
-from solo_geometry.linalg.operators import HeadOperators, _grad
+from solo_geometry.linalg.operators import HeadOperators
+
+
+def _grad(output: torch.Tensor, wrt: torch.Tensor, v: torch.Tensor, **kw: bool) -> torch.Tensor:
+    """The vector-Jacobian product the operators take (torch.autograd.grad, graph kept)."""
+    (result,) = torch.autograd.grad(output, wrt, v, retain_graph=True, allow_unused=True, **kw)
+    return result if result is not None else torch.zeros_like(wrt)
 
 
 class Attribution:
