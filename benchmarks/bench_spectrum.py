@@ -105,7 +105,7 @@ def accuracy_cases(seed: int) -> list[Case]:
     torch.manual_seed(seed)
     heads = {
         "byol swish+bn": SmoothMLPHead(32, 64, 16, activation="swish", norm="bn"),
-        "simclr swish": SmoothMLPHead(32, 64, 16, activation="swish", norm=None),
+        "simclr swish": SmoothMLPHead(32, 64, 16, activation="swish", norm="none"),
         "vicreg relu+bn": SmoothMLPHead(32, 64, 64, depth=3, activation="relu", norm="bn"),
     }
     losses = {

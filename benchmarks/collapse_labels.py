@@ -32,8 +32,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from solo_geometry.geometry.stats import representation_stats
-from solo_geometry.runtime.updates import std_ceiling
+from solo_geometry.geometry.stats import representation_stats, std_ceiling
 
 __all__ = [
     "LABELS",

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.linalg.operators import frozen_module, has_batch_norm
+from solo_geometry.linalg.operators import frozen_module, runs_in_training_mode
 
 TOL = 1e-3
 F32 = torch.float32
@@ -42,7 +42,7 @@ class BlockModule(nn.Module):
 
     def __init__(self, head: nn.Module, Z: Tensor, index: Tensor | None) -> None:
         super().__init__()
-        copied = copy.deepcopy(head).train(has_batch_norm(head) or head.training)
+        copied = copy.deepcopy(head).train(runs_in_training_mode(head))
         self._forward = frozen_module(copied, F32, Z.device)
         self.register_buffer("z", Z.detach().to(F32).clone())
         self.register_buffer("index", torch.arange(Z.shape[1]) if index is None else index)
@@ -107,7 +107,7 @@ def curvlinops_operator(problem: Problem, index: Tensor | None) -> Any:
         def forward(self, H: Tensor, _y: Tensor) -> Tensor:
             return loss(H)
 
-    model = PerView(copy.deepcopy(head).float().train(has_batch_norm(head) or head.training))
+    model = PerView(copy.deepcopy(head).float().train(runs_in_training_mode(head)))
     # curvlinops' determinism check differentiates the loss in every parameter; a frozen one (DINO's
     # weight-normalised prototypes, weight_g) would make it raise. The copy's parameters are
     # constants of the Hessian in z either way.

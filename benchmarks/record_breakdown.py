@@ -244,7 +244,7 @@ def _rows_only_operators(
     head, was_training = view.head, view.head.training
     rest = torch.tensor([i for i in range(Z.shape[1]) if i not in set(index.tolist())])
     try:
-        head.train(True if operators_module.has_batch_norm(head) else was_training)
+        head.train(operators_module.runs_in_training_mode(head))
         forward = operators_module.frozen_module(head, dtype, Z.device)
         with torch.enable_grad():
             zb = Z[:, index].to(dtype).clone().requires_grad_(True)  # (V, s, d)

@@ -42,7 +42,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "runtime": ("analysis",),
     "hosts": ("runtime", "recipe"),
     "commands": ("hosts",),
-    "upstream": (),
+    "upstream": ("config",),  # the projectors' tables are rendered from config.choices
     "reproduce": ("commands",),
     "zoo": ("commands", ""),
     "cli": ("reproduce", "zoo", "upstream", ""),

@@ -19,7 +19,7 @@ def _diagonal(values: list[float], zeros: int = 0) -> tuple[torch.Tensor, int]:
 def _tiny_view(seed: int = 0) -> GeometryView:
     """SimSiam's loss on a Swish head (no BN) and a fixed predictor, 2 views of 6 samples."""
     torch.manual_seed(seed)
-    head = SmoothMLPHead(8, 16, 8, activation="swish", norm=None, bias=False)
+    head = SmoothMLPHead(8, 16, 8, activation="swish", norm="none", bias=False)
     predictor = nn.Sequential(nn.Linear(8, 8), nn.SiLU(), nn.Linear(8, 8)).double()
 
     def loss(H: Tensor) -> Tensor:

@@ -9,15 +9,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-# The accepted values of every choice in the tree. The registries keyed by these names
-# (heads.HEADS, heads.ACTIVATIONS, heads.NORMS, geometry.augment.FAMILIES) check at import that
-# they hold exactly these keys, so a name is added in one place and caught in the other.
+# The accepted values of every choice in the tree (geometry.augment.FAMILIES is keyed by
+# FAMILY_CHOICES' names).
 DTYPE_CHOICES = ("float64", "float32")
-HEAD_CHOICES = ("projector", "metric_linear", "smooth_mlp")
+# The heads the package builds, in the order of models.heads.HEADS; "projector" keeps the host's.
+BUILT_HEADS = ("metric_linear", "smooth_mlp")
+HEAD_CHOICES = ("projector", *BUILT_HEADS)
 # "predictor": the method's own predictor (BYOL, SimSiam); smooth_mlp: this package's MLP.
 PREDICTOR_CHOICES = ("predictor", "smooth_mlp", "identity")
-ACTIVATION_CHOICES = ("swish", "gelu", "softplus", "tanh", "elu", "relu", "identity")
-NORM_CHOICES = ("bn", "ln", "none")
+# The one list of the heads' activations and norms, each with the torch.nn layer it names (by
+# class name: this module imports no torch). models.heads builds its layers from them, the
+# upstream template's tables are rendered from them, the tests read them. "none", no norm, is
+# spelled so everywhere (the config, the heads, the template).
+ACTIVATION_LAYERS: dict[str, str] = {
+    "swish": "SiLU",
+    "gelu": "GELU",
+    "softplus": "Softplus",
+    "tanh": "Tanh",
+    "elu": "ELU",
+    "relu": "ReLU",
+    "identity": "Identity",
+}
+NO_NORM = "none"
+NORM_LAYERS: dict[str, str | None] = {"bn": "BatchNorm1d", "ln": "LayerNorm", NO_NORM: None}
+ACTIVATION_CHOICES = tuple(ACTIVATION_LAYERS)
+NORM_CHOICES = tuple(NORM_LAYERS)
 PARAMETRIZATION_CHOICES = ("spectral", "factor")
 FAMILY_CHOICES = ("brightness", "contrast", "saturation", "hue", "rotation", "scale", "translation")
 TARGET_CHOICES = ("class", "rotation", "jitter")

@@ -55,6 +55,7 @@ from solo_geometry.geometry.stats import (
     normalized_std,
     representation_stats,
     stats_record,
+    std_ceiling,
     whitening_score,
 )
 
@@ -101,6 +102,7 @@ __all__ = [
     "paper_orbit_selection",
     "representation_stats",
     "stats_record",
+    "std_ceiling",
     "sweep_curvature",
     "sweep_representations",
     "undo_normalisation",

@@ -6,7 +6,8 @@ computed on the rows L2-normalised, in float64:
 
 * ``normalized_std``: the standard deviation over samples (unbiased, M - 1) of each dimension of
   the normalised rows, averaged over dimensions; about 1/sqrt(d) when healthy, 0 at collapse
-  (the paper's ``torch.std(F.normalize(z), dim=0).mean()``);
+  (the paper's ``torch.std(F.normalize(z), dim=0).mean()``), at most ``std_ceiling``
+  sqrt(M / ((M - 1) d)), reached by zero-mean orthonormal-like rows;
 * ``cov_eigenvalues``: eigenvalues of the covariance (centred, divided by M - 1) of the
   normalised rows, descending, from the singular values of the centred matrix;
 * ``rank``: numerical rank of the centred matrix at the features' own precision: singular values
@@ -54,6 +55,7 @@ __all__ = [
     "pool_views",
     "representation_stats",
     "stats_record",
+    "std_ceiling",
     "whitening_score",
 ]
 
@@ -104,6 +106,21 @@ def normalized_std(X: Tensor) -> float:
         ValueError: if X is not (N, d) or (V, N, d) or holds fewer than 2 samples.
     """
     return float(_rows(X).std(dim=0, correction=1).mean())
+
+
+def std_ceiling(rows: int, dim: int) -> float:
+    """The largest value :func:`normalized_std` can take on ``rows`` rows of width ``dim``.
+
+    By Jensen, mean_j std_j <= sqrt(mean_j var_j) = sqrt(sum_i ||x_i - mean||^2 / ((M - 1) d)),
+    and sum_i ||x_i - mean||^2 = M (1 - ||mean||^2) <= M for unit rows: sqrt(M / ((M - 1) d)),
+    reached by M = d orthonormal-like rows with zero mean, e.g. +-e_j pairs.
+
+    Raises:
+        ValueError: if ``rows`` < 2 or ``dim`` < 1.
+    """
+    if rows < 2 or dim < 1:
+        raise ValueError(f"the ceiling needs rows >= 2 and dim >= 1, got rows={rows}, dim={dim}")
+    return math.sqrt(rows / ((rows - 1) * dim))
 
 
 @dataclass(frozen=True)

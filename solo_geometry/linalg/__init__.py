@@ -9,6 +9,7 @@ from solo_geometry.linalg.operators import (
     has_batch_norm,
     head_jvp,
     head_operators,
+    runs_in_training_mode,
 )
 from solo_geometry.linalg.slq import FractionEstimate, SpectralDensity, slq_density
 
@@ -22,5 +23,6 @@ __all__ = [
     "head_jvp",
     "head_operators",
     "lanczos",
+    "runs_in_training_mode",
     "slq_density",
 ]

@@ -7,9 +7,9 @@ take it, the same numbers:
 * :func:`restrict_to_block`: any operator of :mod:`~solo_geometry.linalg.operators`, its
   vectors padded with zeros to the whole batch and the product read back on the block's rows;
 * :func:`row_operators`: for a :func:`row_wise` head (each output row depends on its own input
-  row alone: Linear layers and elementwise activations, no BatchNorm), only the block's rows in
-  the graph and the others' outputs constants of the loss, so the head's passes take the block's
-  rows instead of the whole batch's.
+  row alone: Linear layers, elementwise activations, LayerNorm and GroupNorm, no BatchNorm),
+  only the block's rows in the graph and the others' outputs constants of the loss, so the
+  head's passes take the block's rows instead of the whole batch's.
 """
 
 from __future__ import annotations
@@ -67,10 +67,16 @@ def restrict_to_block(
     return sub
 
 
-# Modules that map each row of their input alone, matched by exact type. Dropout is left out: its
-# mask, drawn once per call, would be drawn for the block and the other rows apart.
+# Modules that map each row of their input alone, matched by exact type. LayerNorm and GroupNorm
+# normalise each row with its own statistics and hold no running ones. Left out: Dropout (its
+# mask, drawn once per call, would be drawn for the block and the other rows apart), BatchNorm
+# (batch statistics) and InstanceNorm, which reads a head's 2-D (N, p) rows as one unbatched
+# sample whose channels are the rows: its affine weights and running statistics would be
+# indexed by a row's position in the batch, which the block's rows alone do not keep.
 ROW_WISE: tuple[type[nn.Module], ...] = (
     nn.Linear,
+    nn.LayerNorm,
+    nn.GroupNorm,
     nn.ReLU,
     nn.LeakyReLU,
     nn.GELU,
@@ -85,11 +91,12 @@ ROW_WISE: tuple[type[nn.Module], ...] = (
 def row_wise(head: nn.Module) -> bool:
     """Whether ``head`` maps each sample's row alone, as a chain of modules shows it.
 
-    True for an ``nn.Sequential`` (nested ones too) of Linear layers and elementwise
-    activations (:data:`ROW_WISE`): no output row depends on another sample's input, so the
-    operators' principal sub-block on some samples' rows is that of the loss with the other
-    rows' outputs held constant (:func:`row_operators`). False for anything else: BatchNorm (its
-    batch statistics couple the rows), Dropout, any module whose forward this cannot see.
+    True for an ``nn.Sequential`` (nested ones too) of Linear layers, elementwise activations,
+    LayerNorm and GroupNorm (:data:`ROW_WISE`): no output row depends on another sample's input,
+    so the operators' principal sub-block on some samples' rows is that of the loss with the
+    other rows' outputs held constant (:func:`row_operators`). False for anything else:
+    BatchNorm (its batch statistics couple the rows), InstanceNorm and Dropout
+    (:data:`ROW_WISE`), any module whose forward this cannot see.
     """
     if type(head) is nn.Sequential:
         return all(row_wise(child) for child in head)

@@ -22,8 +22,9 @@ float64's on a CPU.
 Every graph is built once, on the first product that needs it, and reused by every later one
 (a caller that only takes ``jvp`` products never builds the second-order graphs). The head
 runs through :func:`torch.func.functional_call` on detached copies of its parameters and buffers
-(cast to the requested dtype), in training mode when it holds BatchNorm layers so that J couples
-the samples of each view as in training. The module itself is never written to: parameters,
+(cast to the requested dtype), in training mode when it holds BatchNorm or InstanceNorm layers
+(:func:`runs_in_training_mode`) so that they normalise as in training (BatchNorm: J couples the
+samples of each view). The module itself is never written to: parameters,
 ``.grad``, BatchNorm running statistics and ``num_batches_tracked`` and its train/eval mode are
 exactly as before (the mode is restored in ``finally``).
 """
@@ -36,7 +37,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch.nn.modules.batchnorm import _NormBase
+from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 
 from solo_geometry.linalg.checks import check_features, check_head, check_vector
 
@@ -49,14 +50,35 @@ __all__ = [
     "head_operators",
     "operators_at",
     "piecewise_linear",
+    "runs_in_training_mode",
 ]
 
 LossFn = Callable[[Tensor], Tensor]
 
 
 def has_batch_norm(module: nn.Module) -> bool:
-    """Whether ``module`` contains a BatchNorm (or other running-statistics norm) layer."""
-    return any(isinstance(m, _NormBase) for m in module.modules())
+    """Whether ``module`` holds a layer whose training-mode output couples the rows of a batch.
+
+    BatchNorm (1d, 2d, 3d, their lazy forms and ``SyncBatchNorm``: torch's ``_BatchNorm``)
+    normalises each feature with the batch's statistics in training mode, so each output row
+    depends on every input row: the pullback metric is batch-level, and under DDP each rank's
+    chunk is normalised alone unless synced (:mod:`solo_geometry.runtime.chunks`). InstanceNorm,
+    GroupNorm and LayerNorm normalise within each sample, so rows stay independent: False.
+    InstanceNorm with ``track_running_stats=True`` too: in training mode it uses each
+    instance's own statistics and in eval mode its running ones, per channel, never the
+    batch's (its mode still matters to the operators, :func:`runs_in_training_mode`).
+    """
+    return any(isinstance(m, _BatchNorm) for m in module.modules())
+
+
+def runs_in_training_mode(head: nn.Module) -> bool:
+    """Whether the operators run ``head`` in training mode (else in its own mode).
+
+    Training mode when it is in it or holds a normalisation layer with a training mode (torch's
+    ``_NormBase``: BatchNorm, InstanceNorm), so that the layer normalises with the statistics
+    training used (the batch's, each instance's), not with running ones.
+    """
+    return head.training or any(isinstance(m, _NormBase) for m in head.modules())
 
 
 # Modules whose second derivative vanishes almost everywhere, matched by exact type (a subclass
@@ -251,10 +273,11 @@ def head_operators(
     """Build the curvature operators of ``loss_fn(head(Z))`` at Z.
 
     The head is applied to each view separately, H[v] = head(Z[v]), in training mode if it holds
-    BatchNorm layers (batch statistics of that view, as in training) and in its current mode
-    otherwise; running statistics are never changed and the mode is restored in ``finally``.
-    Random layers (dropout) draw once, when the graph is built, from a forked global RNG, which
-    is left exactly as found.
+    BatchNorm or InstanceNorm layers (the statistics of that view or of each instance, as in
+    training: :func:`runs_in_training_mode`) and in its current mode otherwise; running
+    statistics are never changed and the mode is restored in ``finally``. Random layers
+    (dropout) draw once, when the graph is built, from a forked global RNG, which is left
+    exactly as found.
 
     Args:
         head: projection head mapping (N, d) to (N, p).
@@ -279,7 +302,7 @@ def head_operators(
     was_training = head.training
     devices = [Z.device] if Z.device.type == "cuda" else []
     try:
-        head.train(True if has_batch_norm(head) else was_training)
+        head.train(runs_in_training_mode(head))
         forward = frozen_module(head, dtype, Z.device)
         with torch.enable_grad(), torch.random.fork_rng(devices=devices):
             z = Z.detach().to(dtype).clone().requires_grad_(True)  # (V, N, d)

@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_geometry.config import (
-    ACTIVATION_CHOICES,
-    HEAD_CHOICES,
-    NORM_CHOICES,
-    HeadConfig,
-    PredictorConfig,
+from solo_geometry.config import HeadConfig, PredictorConfig
+from solo_geometry.config.choices import (
+    ACTIVATION_LAYERS,
+    BUILT_HEADS,
+    NORM_LAYERS,
+    PARAMETRIZATION_CHOICES,
 )
 from solo_geometry.models.solo_mlp import Block, LayerFactory, block_layers
 
@@ -51,21 +51,15 @@ __all__ = [
 ]
 
 
-# Activations by name. relu and identity are the controls the theory needs: their second
-# derivative is zero (almost everywhere), so they add no curvature to the loss landscape.
+# Activations and norms by name, the layers config.choices names (its one list). relu and
+# identity are the controls the theory needs: their second derivative is zero (almost
+# everywhere), so they add no curvature to the loss landscape. "none": no norm layer.
 ACTIVATIONS: dict[str, LayerFactory] = {
-    "swish": nn.SiLU,
-    "gelu": nn.GELU,
-    "softplus": nn.Softplus,
-    "tanh": nn.Tanh,
-    "elu": nn.ELU,
-    "relu": nn.ReLU,
-    "identity": nn.Identity,
+    name: getattr(nn, layer) for name, layer in ACTIVATION_LAYERS.items()
 }
-
-NORMS: dict[str, LayerFactory] = {"bn": nn.BatchNorm1d, "ln": nn.LayerNorm}
-assert set(ACTIVATIONS) == set(ACTIVATION_CHOICES), "config.ACTIVATION_CHOICES out of sync"
-assert set(NORMS) | {"none"} == set(NORM_CHOICES), "config.NORM_CHOICES out of sync"
+NORMS: dict[str, LayerFactory | None] = {
+    name: getattr(nn, layer) if layer is not None else None for name, layer in NORM_LAYERS.items()
+}
 
 
 def get_activation(name: str, *, beta: float = 1.0) -> LayerFactory:
@@ -121,7 +115,8 @@ class SmoothMLPHead(ProjectionHead):
         out_dim: output dimension p.
         depth: number of Linear layers; depth 1 is a linear head with bias.
         activation: one of ``ACTIVATIONS`` (swish, gelu, softplus, tanh, elu, relu, identity).
-        norm: ``"bn"`` (BatchNorm1d, as SimCLR/BYOL projectors), ``"ln"`` or ``None``.
+        norm: one of ``NORMS``: ``"bn"`` (BatchNorm1d, as SimCLR/BYOL projectors), ``"ln"``
+            (LayerNorm) or ``"none"``.
         beta: softplus sharpness.
         bias: Linear biases where no norm follows; False drops every bias (the paper's heads,
             experiments.py ``ProjectionHead``: ``nn.Linear(..., bias=False)`` throughout).
@@ -139,7 +134,7 @@ class SmoothMLPHead(ProjectionHead):
         out_dim: int,
         depth: int = 2,
         activation: str = "swish",
-        norm: str | None = "bn",
+        norm: str = "bn",
         beta: float = 1.0,
         bias: bool = True,
         out_norm: bool = False,
@@ -149,10 +144,10 @@ class SmoothMLPHead(ProjectionHead):
                 raise ValueError(f"{arg} must be a positive int, got {value!r}")
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1 (Linear layers), got {depth!r}")
-        if norm is not None and norm not in NORMS:
-            raise ValueError(f"unknown norm {norm!r}; choose from {sorted(NORMS)} or None")
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}; choose from {sorted(NORMS)}")
         act = get_activation(activation, beta=beta)
-        norm_layer = NORMS[norm] if norm is not None else None
+        norm_layer = NORMS[norm]
         dims = [in_dim] + [hidden_dim] * (depth - 1) + [out_dim]
         blocks: list[Block] = [
             (a, b, norm_layer, act) for a, b in zip(dims[:-2], dims[1:-1], strict=True)
@@ -191,7 +186,7 @@ class MetricLinearHead(nn.Module):
         ValueError: on an unknown parametrization or non-positive sizes.
     """
 
-    PARAMETRIZATIONS = ("factor", "spectral")
+    PARAMETRIZATIONS = PARAMETRIZATION_CHOICES
 
     def __init__(self, in_dim: int, out_dim: int, parametrization: str = "spectral") -> None:
         super().__init__()
@@ -269,11 +264,10 @@ class MetricLinearHead(nn.Module):
         )
 
 
-HEADS: dict[str, type[nn.Module]] = {
-    "metric_linear": MetricLinearHead,
-    "smooth_mlp": SmoothMLPHead,
-}
-assert set(HEADS) | {"projector"} == set(HEAD_CHOICES), "config.HEAD_CHOICES out of sync"
+# The heads config.choices.BUILT_HEADS names, in its order.
+HEADS: dict[str, type[nn.Module]] = dict(
+    zip(BUILT_HEADS, (MetricLinearHead, SmoothMLPHead), strict=True)
+)
 
 
 def build_head(name: str, in_dim: int, out_dim: int, **options: Any) -> nn.Module:
@@ -332,7 +326,7 @@ def build_configured_head(
         hidden_dim=hidden,
         depth=hcfg.depth,
         activation=hcfg.activation,
-        norm=None if hcfg.norm == "none" else hcfg.norm,
+        norm=hcfg.norm,
         beta=hcfg.beta,
         bias=hcfg.bias,
         out_norm=hcfg.out_norm,
@@ -369,7 +363,6 @@ def build_configured_predictor(
     if pcfg.name == "identity":
         return nn.Identity()
     hidden = next(h for h in (pcfg.hidden_dim, default_hidden, dim) if h is not None)
-    norm = hcfg.norm if pcfg.norm is None else pcfg.norm
     return build_head(
         pcfg.name,
         dim,
@@ -377,7 +370,7 @@ def build_configured_predictor(
         hidden_dim=hidden,
         depth=pcfg.depth,
         activation=hcfg.activation if pcfg.activation is None else pcfg.activation,
-        norm=None if norm == "none" else norm,
+        norm=hcfg.norm if pcfg.norm is None else pcfg.norm,
         beta=hcfg.beta if pcfg.beta is None else pcfg.beta,
         bias=hcfg.bias if pcfg.bias is None else pcfg.bias,
         out_norm=hcfg.out_norm if pcfg.out_norm is None else pcfg.out_norm,

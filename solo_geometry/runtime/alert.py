@@ -6,7 +6,7 @@ backbone's Z too, the lower reading of the two counting (a BatchNorm-ended head 
 of H near its ceiling through a collapse; Z does not hide it):
 
 * ``complete``: the normalised std below ``complete_enter`` of its ceiling sqrt(M / ((M - 1) d))
-  (the most it can be on M rows of width d, :func:`~solo_geometry.runtime.updates.std_ceiling`),
+  (the most it can be on M rows of width d, :func:`~solo_geometry.geometry.stats.std_ceiling`),
   left above ``complete_leave``;
 * ``dimensional``: the std holds but the effective rank (RankMe) over min(M, d) has fallen below
   ``dimensional_enter`` of its running maximum over the run's records (the run's own history,
@@ -34,8 +34,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 
 from solo_geometry.config import AlertConfig
+from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.run.records import GeometryRecord
-from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = ["STATES", "CollapseAlert", "classify", "diagnosis", "ratios"]
 

@@ -27,11 +27,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from solo_geometry.linalg.operators import has_batch_norm
+
 __all__ = [
     "PerRankHead",
     "batch_norm_synced",
     "global_head",
-    "has_batch_norm",
     "per_rank",
     "rank_chunks",
     "ranks_of",
@@ -67,11 +68,6 @@ def ranks_of(n: int, synced: bool = False) -> Iterator[None]:
         _CHUNKS.reset(token)
 
 
-def has_batch_norm(module: nn.Module) -> bool:
-    """Whether ``module`` holds a BatchNorm layer (``SyncBatchNorm`` included)."""
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
-
-
 def sync_batch_norm(module: Any) -> bool:
     """Whether ``module``'s BatchNorm layers normalise with the global batch's statistics.
 
@@ -102,7 +98,8 @@ def per_rank(fn: Callable[[Tensor], Tensor], module: nn.Module, x: Tensor) -> Te
 
     Without sync BN, a rank's BatchNorm in training mode normalises with its own chunk's
     statistics; under sync BN (:func:`batch_norm_synced`) with the whole batch's; a module
-    without BatchNorm acts per sample, so one call gives the same.
+    without BatchNorm acts per sample (InstanceNorm, GroupNorm and LayerNorm included:
+    :func:`~solo_geometry.linalg.operators.has_batch_norm`), so one call gives the same.
 
     Args:
         fn: the module's forward (or a functional copy of it).

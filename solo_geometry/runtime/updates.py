@@ -17,20 +17,22 @@ steps:
 And the paper's collapse statistic from the step's own training forward (no extra forward): the
 projector's outputs of every view of the step, captured by a forward hook between the batch's
 start and the backward, concatenated to (V N, p), rows L2-normalised, ``std(dim=0).mean()``
-(experiments.py: ``torch.std(F.normalize(cat(z1, z2)), dim=0).mean()``): ``head/output_std``,
-averaged over the epoch's steps like the rest. It is at most :func:`std_ceiling` of its rows
-and width, recorded as ``head/output_rows`` and ``head/output_dim``.
+(experiments.py: ``torch.std(F.normalize(cat(z1, z2)), dim=0).mean()``, the monitor's
+:func:`~solo_geometry.geometry.stats.normalized_std`): ``head/output_std``, averaged over the
+epoch's steps like the rest. It is at most
+:func:`~solo_geometry.geometry.stats.std_ceiling` of its rows and width, recorded as
+``head/output_rows`` and ``head/output_dim``.
 
 :class:`UpdateSizeMonitor` writes one :class:`UpdateRecord` per epoch to ``<run>/updates.jsonl``
 (rank zero). It only reads parameters and gradients under ``no_grad``: training is unchanged.
 A step whose numbers are not all finite (under ``16-mixed``, a step the GradScaler skips for
 inf/NaN gradients) is left out of the epoch means and counted in ``nonfinite_steps``.
 
-Logged metrics (per epoch, in the record, ``<part>`` = ``head`` or ``backbone``):
-    ``<part>/grad_norm``, ``<part>/grad_rms``, ``<part>/weight_norm``, ``<part>/rel_update``,
-    ``<part>/step_ratio``, ``<part>/lr``, ``timescale_ratio`` (head over backbone
-    ``rel_update``, the epoch means), ``head/output_std``, ``head/output_rows`` and
-    ``head/output_dim``.
+Logged metrics (per epoch, in the record, ``<module>`` one of :data:`TRACKED_MODULES`):
+    ``<module>/grad_norm``, ``<module>/grad_rms``, ``<module>/weight_norm``,
+    ``<module>/rel_update``, ``<module>/step_ratio``, ``<module>/lr``, ``timescale_ratio``
+    (head over backbone ``rel_update``, the epoch means), ``head/output_std``,
+    ``head/output_rows`` and ``head/output_dim``.
 """
 
 from __future__ import annotations
@@ -45,28 +47,26 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
-from torch.nn import functional as F
 from typing_extensions import override
 
+from solo_geometry.geometry.stats import normalized_std
 from solo_geometry.run.atomic import append_line
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.run.safe_files import MAX_RECORDS_BYTES, read_text
 from solo_geometry.runtime.view import backbone_and_head
 
 __all__ = [
-    "PARTS",
+    "TRACKED_MODULES",
     "UPDATES_SCHEMA",
     "UpdateRecord",
     "UpdateSizeMonitor",
-    "normalized_std",
     "read_update_records",
-    "std_ceiling",
 ]
 
 UPDATES_SCHEMA = 1
-# The parts tracked: the head is the host's ``geometry_head()`` (DINO's ``head``), the backbone
+# The modules tracked: the head is the host's ``geometry_head()`` (DINO's ``head``), the backbone
 # its ``backbone`` (``view.backbone_and_head``).
-PARTS = ("head", "backbone")
+TRACKED_MODULES = ("head", "backbone")
 _EPS = 1e-7  # the paper's guard in lr ||g|| / (||w|| + 1e-7)
 
 
@@ -123,36 +123,6 @@ def read_update_records(run: str | Path) -> list[UpdateRecord]:
     return out
 
 
-def normalized_std(outputs: list[Tensor]) -> tuple[float, int, int]:
-    """The paper's collapse statistic of one step's projector outputs, one tensor per view.
-
-    Args:
-        outputs: the views' outputs, each (N, p).
-
-    Returns:
-        ``(std, M, p)``: the mean over the p dimensions of the std over the M = V N rows of the
-        L2-normalised outputs, M and p.
-    """
-    h = torch.cat([o.detach().flatten(1) for o in outputs])  # (views * batch, dim)
-    h = F.normalize(h.double(), dim=1)
-    return float(h.std(dim=0).mean()), h.shape[0], h.shape[1]
-
-
-def std_ceiling(rows: int, dim: int) -> float:
-    """The largest value :func:`normalized_std` can take on ``rows`` rows of width ``dim``.
-
-    By Jensen, mean_j std_j <= sqrt(mean_j var_j) = sqrt(sum_i ||x_i - mean||^2 / ((M - 1) d)),
-    and sum_i ||x_i - mean||^2 = M (1 - ||mean||^2) <= M for unit rows: sqrt(M / ((M - 1) d)),
-    reached by M = d orthonormal-like rows with zero mean, e.g. +-e_j pairs.
-
-    Raises:
-        ValueError: if ``rows`` < 2 or ``dim`` < 1.
-    """
-    if rows < 2 or dim < 1:
-        raise ValueError(f"the ceiling needs rows >= 2 and dim >= 1, got rows={rows}, dim={dim}")
-    return math.sqrt(rows / ((rows - 1) * dim))
-
-
 def _params(module: nn.Module) -> list[Tensor]:
     return [p for p in module.parameters() if p.requires_grad]
 
@@ -204,7 +174,7 @@ class UpdateSizeMonitor(Callback):
         self._pending: dict[str, float] = {}  # the step's output std, added with its step
         self._hook: torch.utils.hooks.RemovableHandle | None = None
 
-    def _parts(self, pl_module: pl.LightningModule) -> dict[str, list[Tensor]]:
+    def _tracked(self, pl_module: pl.LightningModule) -> dict[str, list[Tensor]]:
         backbone, head = backbone_and_head(pl_module, "update sizes")
         return {"head": _params(head), "backbone": _params(backbone)}
 
@@ -238,9 +208,10 @@ class UpdateSizeMonitor(Callback):
     ) -> None:
         outputs, self._outputs = self._outputs, None  # disarmed: later forwards are not the step's
         if outputs:
-            std, rows, dim = normalized_std(outputs)
+            h = torch.cat([o.flatten(1) for o in outputs])  # (views * batch, dim)
+            rows, dim = h.shape
             self._pending = {
-                "head/output_std": std,
+                "head/output_std": normalized_std(h) if rows > 1 else math.nan,
                 "head/output_rows": float(rows),
                 "head/output_dim": float(dim),
             }
@@ -267,19 +238,19 @@ class UpdateSizeMonitor(Callback):
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        for part, params in self._parts(pl_module).items():
+        for name, params in self._tracked(pl_module).items():
             grads = [p.grad for p in params if p.grad is not None]
             g = _norm(grads)
             w = _norm([p for p in params if p.grad is not None])
             numel = sum(t.numel() for t in grads)
             lr = _lr_of(optimizer, params)
-            self._add(f"{part}/grad_norm", g)
-            self._add(f"{part}/grad_rms", g / math.sqrt(numel) if numel else 0.0)
-            self._add(f"{part}/weight_norm", w)
-            self._add(f"{part}/rel_update", lr * g / (w + _EPS))
-            self._add(f"{part}/lr", lr)
-            self._before[part] = [p.detach().clone() for p in params]
-            self._weights[part] = _norm(params)
+            self._add(f"{name}/grad_norm", g)
+            self._add(f"{name}/grad_rms", g / math.sqrt(numel) if numel else 0.0)
+            self._add(f"{name}/weight_norm", w)
+            self._add(f"{name}/rel_update", lr * g / (w + _EPS))
+            self._add(f"{name}/lr", lr)
+            self._before[name] = [p.detach().clone() for p in params]
+            self._weights[name] = _norm(params)
 
     @override
     @torch.no_grad()
@@ -293,10 +264,10 @@ class UpdateSizeMonitor(Callback):
     ) -> None:
         if not self._before:
             return  # no optimiser step in this batch
-        for part, params in self._parts(pl_module).items():
-            before = self._before[part]
+        for name, params in self._tracked(pl_module).items():
+            before = self._before[name]
             delta = _norm([p - b for p, b in zip(params, before, strict=True)])
-            self._add(f"{part}/step_ratio", delta / (self._weights[part] + _EPS))
+            self._add(f"{name}/step_ratio", delta / (self._weights[name] + _EPS))
         self._before = {}
         for key, value in self._pending.items():
             self._add(key, value)

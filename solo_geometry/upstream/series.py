@@ -1,8 +1,10 @@
 """The patch series: its commits computed from a solo-learn checkout, then ``git format-patch``.
 
 Nothing of solo-learn is stored here. New files come from this package's templates (with the
-license header read from the checkout); edits of existing files are computed from the checkout
-(``edits.py``), so the series is generated against the commit the user has.
+license header read from the checkout; the projectors' tables of activations, norms and
+parametrizations rendered from :mod:`solo_geometry.config.choices`, the package's one list);
+edits of existing files are computed from the checkout (``edits.py``), so the series is
+generated against the commit the user has.
 """
 
 from __future__ import annotations
@@ -17,15 +19,31 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from solo_geometry.config.choices import (
+    ACTIVATION_LAYERS,
+    NORM_LAYERS,
+    PARAMETRIZATION_CHOICES,
+)
 from solo_geometry.upstream.edits import MethodEdit, SeriesError, find_methods
 
-__all__ = ["Commit", "RECIPE", "build_commits", "check_checkout", "git", "write_series"]
+__all__ = [
+    "Commit",
+    "RECIPE",
+    "build_commits",
+    "check_checkout",
+    "git",
+    "projector_fields",
+    "rendered",
+    "write_series",
+]
 
 RECIPE = "simclr_smooth.yaml"
 BASE_RECIPE = "scripts/pretrain/cifar/simclr.yaml"
 DOCS_INDEX = "docs/source/index.rst"
 AUTHOR = ("solo-geometry developers", "solo-geometry@users.noreply.github.com")
 DATE = "2024-01-01T00:00:00+00:00"
+# Activations solo-learn's projectors also take: torch's own name for swish.
+UPSTREAM_ALIASES = {"silu": ACTIVATION_LAYERS["swish"]}
 # New files: (template, destination, prepend solo-learn's license header)
 NEW_FILES = {
     "projectors.py.tmpl": ("solo/utils/projectors.py", True),
@@ -106,6 +124,24 @@ def template(name: str) -> str:
     return resources.files("solo_geometry.upstream").joinpath("templates", name).read_text("utf-8")
 
 
+def projector_fields() -> dict[str, str]:
+    """The fields of ``projectors.py.tmpl``: its activation, norm and parametrization tables."""
+    activations = {**ACTIVATION_LAYERS, **UPSTREAM_ALIASES}
+    return {
+        "activations": "\n".join(f'    "{k}": nn.{v},' for k, v in activations.items()),
+        "norms": "\n".join(
+            f'    "{k}": {f"nn.{v}" if v else None},' for k, v in NORM_LAYERS.items()
+        ),
+        "parametrizations": "(" + ", ".join(f'"{p}"' for p in PARAMETRIZATION_CHOICES) + ")",
+    }
+
+
+def rendered(name: str, **subs: str) -> str:
+    """One of the templates with its fields filled (``projectors.py.tmpl``'s own included)."""
+    fields = projector_fields() if name == "projectors.py.tmpl" else {}
+    return Template(template(name)).substitute({**fields, **subs})
+
+
 def _license_header(root: Path) -> str:
     """The leading comment block of solo-learn's ``solo/utils/misc.py`` (its MIT notice)."""
     lines = []
@@ -123,7 +159,7 @@ def _new_file(root: Path, name: str, **subs: str) -> tuple[str, str]:
     dest, header = NEW_FILES[name]
     if (root / dest).exists():
         raise SeriesError(f"{dest} already exists in the checkout: the series is applied")
-    text = Template(template(name)).substitute(subs)
+    text = rendered(name, **subs)
     return dest, (_license_header(root) + text) if header else text
 
 

@@ -29,7 +29,7 @@ V, N, D = 2, 5, 3
 Loss = Callable[[Tensor], Tensor]
 
 
-def small_head(norm: str | None = None, activation: str = "swish", depth: int = 2) -> nn.Module:
+def small_head(norm: str = "none", activation: str = "swish", depth: int = 2) -> nn.Module:
     torch.manual_seed(0)
     return SmoothMLPHead(D, 6, 4, depth=depth, activation=activation, norm=norm)
 
@@ -143,8 +143,8 @@ class TestOperatorSpectrum:
 
 
 class TestEffectiveHessianSpectrum:
-    @pytest.mark.parametrize("norm", [None, "bn"])
-    def test_extremes_of_all_three_match_dense(self, norm: str | None, ssl_loss: Loss) -> None:
+    @pytest.mark.parametrize("norm", ["none", "bn"])
+    def test_extremes_of_all_three_match_dense(self, norm: str, ssl_loss: Loss) -> None:
         head, z = small_head(norm), features()
         s = effective_hessian_spectrum(head, ssl_loss, z, tol=1e-6)
         dense = {k: torch.linalg.eigvalsh(a) for k, a in dense_parts(head, ssl_loss, z).items()}
@@ -346,7 +346,7 @@ class TestEffectiveHessianSpectrum:
         spectra = {}
         for act in ("swish", "relu"):
             torch.manual_seed(0)
-            head = pseudo_collapse_(SmoothMLPHead(16, 32, 8, activation=act, norm=None), 0.1)
+            head = pseudo_collapse_(SmoothMLPHead(16, 32, 8, activation=act, norm="none"), 0.1)
             spectra[act] = effective_hessian_spectrum(head, ssl_losses[loss_name], z)
         swish, relu = spectra["swish"], spectra["relu"]
         assert swish.m.lambda_min is not None and swish.m.lambda_min < -swish.floor

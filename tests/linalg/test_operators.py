@@ -9,7 +9,12 @@ from torch import Tensor, nn
 from torch.autograd.functional import hessian, jacobian
 
 from solo_geometry.linalg.blocks import restrict_to_block, row_operators, row_wise
-from solo_geometry.linalg.operators import has_batch_norm, head_jvp, head_operators
+from solo_geometry.linalg.operators import (
+    has_batch_norm,
+    head_jvp,
+    head_operators,
+    runs_in_training_mode,
+)
 
 V, N, D, HID, P = 2, 6, 4, 8, 5
 VEC = True  # vmap-vectorised references
@@ -20,11 +25,26 @@ def make_head(kind: str) -> nn.Module:
     acts: dict[str, type[nn.Module]] = {"swish": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
     if kind == "linear":
         return nn.Linear(D, P)
-    if kind == "bn_swish":
+    if kind in NORMS:
         return nn.Sequential(
-            nn.Linear(D, HID, bias=False), nn.BatchNorm1d(HID), nn.SiLU(), nn.Linear(HID, P)
+            nn.Linear(D, HID, bias=False), *NORMS[kind](), nn.SiLU(), nn.Linear(HID, P)
         )
     return nn.Sequential(nn.Linear(D, HID), acts[kind](), nn.Linear(HID, P))
+
+
+# Normalisation layers on the head's (N, HID) rows. InstanceNorm takes (N, C, L) samples: two
+# channels of HID / 2 each, normalised per sample and channel.
+NORMS: dict[str, Callable[[], list[nn.Module]]] = {
+    "bn_swish": lambda: [nn.BatchNorm1d(HID)],
+    "sync_bn_swish": lambda: [nn.SyncBatchNorm(HID)],
+    "in_swish": lambda: [
+        nn.Unflatten(1, (2, HID // 2)),
+        nn.InstanceNorm1d(2, affine=True, track_running_stats=True),
+        nn.Flatten(),
+    ],
+    "gn_swish": lambda: [nn.GroupNorm(2, HID)],
+    "ln_swish": lambda: [nn.LayerNorm(HID)],
+}
 
 
 def features() -> Tensor:
@@ -74,7 +94,9 @@ def rel(a: Tensor, b: Tensor) -> float:
 
 
 class TestHeadOperators:
-    @pytest.mark.parametrize("kind", ["swish", "gelu", "relu", "linear", "bn_swish"])
+    @pytest.mark.parametrize(
+        "kind", ["swish", "gelu", "relu", "linear", "bn_swish", "in_swish", "gn_swish"]
+    )
     def test_products_match_dense(self, kind: str, ssl_loss: Callable[[Tensor], Tensor]) -> None:
         head, z = make_head(kind), features()
         ops = head_operators(head, ssl_loss, z)
@@ -191,16 +213,28 @@ class TestNoSideEffects:
 class TestRowOperators:
     """The sub-block with only the block's rows in the graph, against the dense float64 block."""
 
-    @pytest.mark.parametrize("kind", ["linear", "relu", "swish", "gelu"])
+    @pytest.mark.parametrize("kind", ["linear", "relu", "swish", "gelu", "gn_swish", "ln_swish"])
     def test_block_of_the_dense_matrices(
         self, kind: str, ssl_loss: Callable[[Tensor], Tensor]
     ) -> None:
         head, z, index = make_head(kind), features(), torch.tensor([0, 2, 5])
         assert row_wise(head)
+        self._check_block(head, z, index, ssl_loss)
+
+    def test_instance_norm_rows_are_independent(self, ssl_loss: Callable[[Tensor], Tensor]) -> None:
+        """Not :func:`row_wise` by its modules (Unflatten), yet each row alone: the same block."""
+        head, z, index = make_head("in_swish"), features(), torch.tensor([1, 3])
+        assert not row_wise(head) and not has_batch_norm(head)
+        self._check_block(head, z, index, ssl_loss)
+
+    @staticmethod
+    def _check_block(
+        head: nn.Module, z: Tensor, index: Tensor, ssl_loss: Callable[[Tensor], Tensor]
+    ) -> None:
         ops = row_operators(head, ssl_loss, z, index)
         ref = DenseReference(head, ssl_loss, z)
         rows = torch.arange(V * N * D).reshape(V, N, D)[:, index].reshape(-1)
-        assert ops.shape == (V, 3, D) and ops.dim == rows.numel()
+        assert ops.shape == (V, len(index), D) and ops.dim == rows.numel()
         vs = torch.randn(ops.dim, 2, generator=torch.Generator().manual_seed(2)).double()
         h_ref = ref.heff()
         for name, matrix in (("heff", h_ref), ("gn", ref.gn()), ("m", ref.m())):
@@ -223,5 +257,28 @@ class TestRowOperators:
     def test_row_wise_by_its_modules(self) -> None:
         assert row_wise(nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.GELU()), nn.Linear(3, 1)))
         assert not row_wise(make_head("bn_swish"))  # batch statistics couple the rows
+        assert row_wise(make_head("gn_swish")) and row_wise(make_head("ln_swish"))
+        # InstanceNorm reads 2-D rows as one sample's channels, indexed by row position
+        assert not row_wise(nn.Sequential(nn.Linear(2, 3), nn.InstanceNorm1d(3)))
         assert not row_wise(nn.Sequential(nn.Linear(2, 3), nn.Dropout(), nn.Linear(3, 1)))
         assert not row_wise(type("Custom", (nn.Linear,), {})(2, 3))  # forward unseen
+
+
+class TestHasBatchNorm:
+    """True exactly where a row's training-mode output moves with another row's input."""
+
+    @pytest.mark.parametrize("kind", sorted(NORMS))
+    def test_answers_whether_rows_are_coupled(self, kind: str) -> None:
+        head = make_head(kind).double().train()
+        x = torch.randn(N, D, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+        moved = x.clone()
+        moved[1:] += 1.0  # every row but the first
+        with torch.no_grad():
+            coupled = not torch.allclose(head(x)[0], head(moved)[0], rtol=0, atol=1e-12)
+        assert has_batch_norm(head) is coupled is (kind in ("bn_swish", "sync_bn_swish"))
+
+    @pytest.mark.parametrize("kind", sorted(NORMS))
+    def test_training_mode_for_the_norms_that_have_one(self, kind: str) -> None:
+        head = make_head(kind).eval()
+        assert runs_in_training_mode(head) is (kind in ("bn_swish", "sync_bn_swish", "in_swish"))
+        assert runs_in_training_mode(head.train())

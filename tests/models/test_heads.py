@@ -2,12 +2,15 @@ import pytest
 import torch
 from torch import nn
 
+from solo_geometry.config import HeadConfig
+from solo_geometry.config.choices import ACTIVATION_CHOICES, HEAD_CHOICES, NO_NORM, NORM_CHOICES
 from solo_geometry.models.heads import (
     ACTIVATIONS,
     HEADS,
     MetricLinearHead,
     ProjectionHead,
     SmoothMLPHead,
+    build_configured_head,
     build_head,
     get_activation,
 )
@@ -67,14 +70,14 @@ class TestSmoothMLPHead:
     @pytest.mark.parametrize("activation", SMOOTH)
     def test_smooth_heads_have_curvature(self, activation):
         torch.manual_seed(0)
-        head = SmoothMLPHead(6, 16, 4, depth=2, activation=activation, norm=None).double()
+        head = SmoothMLPHead(6, 16, 4, depth=2, activation=activation, norm="none").double()
         hess = _second_derivative(head, torch.randn(6, dtype=torch.float64))
         assert hess.abs().max() > 1e-3
 
     @pytest.mark.parametrize("depth", [2, 3])
     def test_relu_has_none_off_kinks(self, depth):
         torch.manual_seed(0)
-        head = SmoothMLPHead(6, 16, 4, depth=depth, activation="relu", norm=None).double()
+        head = SmoothMLPHead(6, 16, 4, depth=depth, activation="relu", norm="none").double()
         z = torch.randn(6, dtype=torch.float64)
         pre = head.layers[0](z)
         assert pre.abs().min() > 1e-6  # off the kinks
@@ -83,7 +86,7 @@ class TestSmoothMLPHead:
     @pytest.mark.parametrize("activation", ["identity", "swish", "gelu"])
     def test_identity_and_depth_one_are_flat(self, activation):
         depth = 1 if activation != "identity" else 3
-        head = SmoothMLPHead(6, 16, 4, depth=depth, activation=activation, norm=None).double()
+        head = SmoothMLPHead(6, 16, 4, depth=depth, activation=activation, norm="none").double()
         assert _second_derivative(head, torch.randn(6, dtype=torch.float64)).abs().max() < 1e-12
 
     def test_depth_counts_linear_layers_and_bias_dropped_before_norm(self):
@@ -95,7 +98,7 @@ class TestSmoothMLPHead:
         assert head(torch.randn(5, 8)).shape == (5, 4)
 
     def test_softplus_beta_is_used(self):
-        head = SmoothMLPHead(4, 8, 2, activation="softplus", beta=5.0, norm=None)
+        head = SmoothMLPHead(4, 8, 2, activation="softplus", beta=5.0, norm="none")
         assert head.layers[2].beta == 5.0
 
     @pytest.mark.parametrize(
@@ -103,6 +106,7 @@ class TestSmoothMLPHead:
         [
             ({"activation": "mish"}, "unknown activation 'mish'; choose from"),
             ({"norm": "gn"}, "unknown norm 'gn'"),
+            ({"norm": None}, "unknown norm None"),  # "none" is the one spelling
             ({"depth": 0}, "depth must be"),
             ({"activation": "softplus", "beta": 0.0}, "beta must be > 0"),
         ],
@@ -114,7 +118,8 @@ class TestSmoothMLPHead:
 
 class TestRegistry:
     def test_build_each_head(self):
-        assert set(HEADS) == {"metric_linear", "smooth_mlp"}
+        for name in HEAD_CHOICES[1:]:  # every head the config accepts but the host's own
+            assert isinstance(build_configured_head(HeadConfig(name=name), 8, 4), HEADS[name])
         head = build_head("smooth_mlp", 8, 4, hidden_dim=16, activation="gelu")
         assert isinstance(head, SmoothMLPHead) and head.activation == "gelu"
         assert isinstance(
@@ -131,8 +136,16 @@ class TestRegistry:
         with pytest.raises(ValueError, match=r"unknown option\(s\) \['widht'\].*hidden_dim"):
             build_head("smooth_mlp", 8, 4, widht=3)
 
+    @pytest.mark.parametrize("norm", NORM_CHOICES)
+    @pytest.mark.parametrize("activation", ACTIVATION_CHOICES)
+    def test_every_configured_choice_builds(self, activation, norm):
+        cfg = HeadConfig(name="smooth_mlp", activation=activation, norm=norm)
+        head = build_configured_head(cfg, 8, 4, default_hidden=16)
+        norms = [m for m in head.modules() if isinstance(m, nn.BatchNorm1d | nn.LayerNorm)]
+        assert len(norms) == (0 if norm == NO_NORM else 1)
+        assert any(type(m) is ACTIVATIONS[activation] for m in head.modules())
+
     def test_activation_lookup(self):
-        assert set(ACTIVATIONS) == {"swish", "gelu", "softplus", "tanh", "elu", "relu", "identity"}
         assert get_activation("swish") is nn.SiLU
         with pytest.raises(ValueError, match="choose from"):
             get_activation("Swish")

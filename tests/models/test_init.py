@@ -12,7 +12,7 @@ class TestPseudoCollapse:
     @pytest.mark.parametrize("activation", ["swish", "relu", "gelu"])
     def test_shrinks_normalized_std_of_outputs(self, activation):
         torch.manual_seed(0)
-        head = SmoothMLPHead(32, 64, 16, activation=activation, norm=None)
+        head = SmoothMLPHead(32, 64, 16, activation=activation, norm="none")
         z = torch.randn(256, 32)
         before = normalized_std(head(z))
         weights = [m.weight.clone() for m in head.modules() if isinstance(m, nn.Linear)]

@@ -3,7 +3,8 @@
 ``solo_geometry/upstream/templates/projectors.py.tmpl`` becomes ``solo/utils/projectors.py`` in
 solo-learn. It keeps solo-learn's own layout (a Linear keeps its bias before a norm, module
 indices as the methods always numbered them), so it cannot be generated from
-``models/heads.py``; it is tested equal to it instead: same layers in the same order, and, with
+``models/heads.py`` (only its tables of names are, from ``config.choices``); it is tested equal
+to it instead: same layers in the same order, and, with
 the head's weights copied in, the same outputs in training and evaluation mode.
 """
 
@@ -11,25 +12,22 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 from torch import nn
 
-from solo_geometry.models.heads import ACTIVATIONS, MetricLinearHead, SmoothMLPHead
-
-TEMPLATE = (
-    Path(__file__).resolve().parents[2] / "solo_geometry/upstream/templates/projectors.py.tmpl"
-)
+from solo_geometry.config.choices import ACTIVATION_CHOICES, NORM_CHOICES
+from solo_geometry.models.heads import MetricLinearHead, SmoothMLPHead
+from solo_geometry.upstream.series import rendered
 
 
 @pytest.fixture(scope="module")
 def projectors(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     pytest.importorskip("solo.utils.misc", reason="solo-learn 1.0.6 is not importable")
     path = tmp_path_factory.mktemp("tmpl") / "projectors.py"
-    path.write_text(TEMPLATE.read_text())
+    path.write_text(rendered("projectors.py.tmpl"))
     spec = importlib.util.spec_from_file_location("upstream_projectors", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -61,16 +59,16 @@ def _template_activation(name: str) -> str:
 
 
 class TestMLPProjector:
-    @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-    @pytest.mark.parametrize("norm", [None, "bn", "ln"])
+    @pytest.mark.parametrize("activation", ACTIVATION_CHOICES)
+    @pytest.mark.parametrize("norm", NORM_CHOICES)
     @pytest.mark.parametrize("depth", [1, 2, 3])
     def test_equal_to_smooth_mlp_head(
-        self, projectors: ModuleType, activation: str, norm: str | None, depth: int
+        self, projectors: ModuleType, activation: str, norm: str, depth: int
     ) -> None:
         torch.manual_seed(0)
         head = SmoothMLPHead(12, 16, 8, depth=depth, activation=activation, norm=norm)
         projector = projectors.build_mlp_projector(
-            12, 16, 8, depth=depth, norm=norm or "none", activation=_template_activation(activation)
+            12, 16, 8, depth=depth, norm=norm, activation=_template_activation(activation)
         )
         ours, theirs = _layers(head), _layers(projector)
         assert [type(m) for m in ours] == [type(m) for m in theirs]
@@ -87,7 +85,7 @@ class TestMLPProjector:
             torch.testing.assert_close(projector(x), head(x), rtol=1e-12, atol=1e-12)
 
     def test_a_difference_is_caught(self, projectors: ModuleType) -> None:
-        head = SmoothMLPHead(12, 16, 8, activation="gelu", norm=None)
+        head = SmoothMLPHead(12, 16, 8, activation="gelu", norm="none")
         projector = projectors.build_mlp_projector(12, 16, 8, activation="relu")
         assert [type(m) for m in _layers(head)] != [type(m) for m in _layers(projector)]
 

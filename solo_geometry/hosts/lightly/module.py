@@ -40,10 +40,10 @@ from solo_geometry.hosts.lightly.losses import (
 )
 from solo_geometry.hosts.lightly.recipe import MOMENTUM_METHODS, ParsedRecipe
 from solo_geometry.inputs.datasets import MeanStd
-from solo_geometry.linalg.operators import frozen_module
+from solo_geometry.linalg.operators import frozen_module, has_batch_norm
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
-from solo_geometry.runtime.chunks import has_batch_norm, sync_batch_norm
+from solo_geometry.runtime.chunks import sync_batch_norm
 
 __all__ = ["LightlyMethod"]
 

@@ -9,7 +9,7 @@ cat(z1, z2)), dim=0).mean()``, every step, averaged per epoch), epoch 0 first.
 Escape, as the paper plots it (the curve over its epoch-0 mean): a run escaped at the first epoch
 e >= 1 whose mean reaches ``factor`` x the epoch-0 mean, at optimiser step (e + 1) x steps per
 epoch. The statistic is at most sqrt(M / ((M - 1) d)) for M rows of width d
-(:func:`solo_geometry.runtime.updates.std_ceiling`); where ``factor`` x the baseline is above
+(:func:`solo_geometry.geometry.stats.std_ceiling`); where ``factor`` x the baseline is above
 that ceiling no curve can reach it, and the run is "undecidable", never "not escaped".
 
 The claims (:data:`CLAIMS`), each judged per backbone and data set, held / not held /
@@ -41,9 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.reproduce.collapse.protocol import BASE_LR
 from solo_geometry.reproduce.results import Verdict
-from solo_geometry.runtime.updates import std_ceiling
 
 __all__ = [
     "BN_BAND",

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from solo_geometry.cli import main
+from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.reproduce.collapse.alerts import alert_markdown, replay, replay_run
 from solo_geometry.reproduce.collapse.files import load_runs
 from solo_geometry.reproduce.collapse.verdicts import Run
-from solo_geometry.runtime.updates import std_ceiling
 from tests.shared import COLLAPSE_AUTHORS
 
 FIXTURE = COLLAPSE_AUTHORS

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.reproduce.collapse.files import authors_runs, load_runs
 from solo_geometry.reproduce.collapse.verdicts import (
     BN_BAND,
@@ -18,7 +19,6 @@ from solo_geometry.reproduce.collapse.verdicts import (
     escape,
     judge,
 )
-from solo_geometry.runtime.updates import std_ceiling
 from tests.shared import COLLAPSE_AUTHORS
 
 FIXTURE = COLLAPSE_AUTHORS
