@@ -8,9 +8,10 @@ The package's rooms (docs/design.md, "Layout"; ``tests/test_imports.py`` states 
 whom): :mod:`~solo_geometry.config`, :mod:`~solo_geometry.linalg`,
 :mod:`~solo_geometry.geometry`, :mod:`~solo_geometry.run`, :mod:`~solo_geometry.inputs`,
 :mod:`~solo_geometry.models`, :mod:`~solo_geometry.analysis`, :mod:`~solo_geometry.runtime`,
-:mod:`~solo_geometry.hosts`, :mod:`~solo_geometry.commands`, :mod:`~solo_geometry.reproduce`,
-:mod:`~solo_geometry.zoo`, :mod:`~solo_geometry.upstream`, and at the root :mod:`solo_geometry.cli`
-with the modules every floor may use (``extras``, ``state``, ``recipe``).
+:mod:`~solo_geometry.hosts`, :mod:`~solo_geometry.reproduce`, :mod:`~solo_geometry.zoo`,
+:mod:`~solo_geometry.upstream`, :mod:`~solo_geometry.commands` (the commands' parsers), and at the
+root :mod:`solo_geometry.cli` with the modules every floor may use (``extras``, ``state``,
+``recipe``).
 """
 
 from __future__ import annotations

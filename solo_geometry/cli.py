@@ -25,180 +25,42 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TextIO
 
-import torch
-
 from solo_geometry import __version__
-from solo_geometry.analysis.evaluation import evaluate
-from solo_geometry.analysis.report import add_report_parser
-from solo_geometry.commands.demo import add_demo_parser
-from solo_geometry.commands.orbits import add_orbits_parser
-from solo_geometry.commands.pretrain import add_pretrain_parser
-from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
-from solo_geometry.inputs.digits import make_digits
-from solo_geometry.inputs.sizes import check_one_size, probe_folders
-from solo_geometry.models.checkpoint import load_model
+from solo_geometry.commands import (
+    analyse,
+    data,
+    demo,
+    orbits,
+    pretrain,
+    probe,
+    report,
+    upstream,
+    zoo,
+)
 from solo_geometry.recipe import split_overrides
 from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.preempt import Preempted
-from solo_geometry.run.probe_table import versus_random_init
 from solo_geometry.run.records import RecordsWarning
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.sink import Unwritten
-from solo_geometry.upstream import add_upstream_parser
-from solo_geometry.zoo.commands import add_analyse_parser, add_zoo_parser
 
-__all__ = ["build_parser", "error_message", "main", "parse_arguments", "torch_device"]
+__all__ = ["build_parser", "error_message", "main", "parse_arguments"]
 
-# Functions adding a subparser: each module owns its subcommand.
-_SUBCOMMANDS = (
-    add_pretrain_parser,
-    add_report_parser,
-    add_demo_parser,
-    add_orbits_parser,
+# Each command's module (solo_geometry/commands/) registers it: `add_parser(subparsers)`, in the
+# order `solo-geometry --help` lists them.
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction], argparse.ArgumentParser], ...] = (
+    data.add_parser,
+    probe.add_parser,
+    pretrain.add_parser,
+    report.add_parser,
+    demo.add_parser,
+    orbits.add_parser,
     add_reproduce_parser,
-    add_upstream_parser,
-    add_zoo_parser,
-    add_analyse_parser,
+    upstream.add_parser,
+    zoo.add_parser,
+    analyse.add_parser,
 )
-
-
-class UsageError(Exception):
-    """Bad input from the command line: printed without a traceback, exit status 2."""
-
-
-def _data_digits(args: argparse.Namespace) -> int:
-    out = make_digits(args.out, size=args.size)
-    print(f"digits written to {out} (train/ and val/, image_folder layout)")
-    return 0
-
-
-def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
-    data = subparsers.add_parser("data", help="write an embedded data set to disk")
-    kinds = data.add_subparsers(dest="dataset", metavar="DATASET", required=True)
-    digits = kinds.add_parser("digits", help="scikit-learn's 1,797 digits as RGB PNGs")
-    digits.add_argument("--out", type=Path, required=True, help="destination folder")
-    digits.add_argument("--size", type=int, default=32, help="image side in pixels (8..512)")
-    digits.set_defaults(func=_data_digits)
-
-
-def _probe(args: argparse.Namespace) -> int:
-    """``solo-geometry probe``: validate everything, then probe; errors exit non-zero."""
-    data = Path(args.data)
-    try:
-        if not data.is_dir():
-            raise ValueError(f"--data {str(data)!r} does not exist or is not a directory")
-        check_one_size(
-            probe_folders(data), f"--data {str(data)!r}", square="rotation" in args.targets
-        )  # before any work
-        orbits = OrbitsConfig(families=[]) if args.no_orbits else OrbitsConfig()
-        cfg = ProbesConfig(
-            batch_size=args.batch_size, seed=args.seed, targets=list(args.targets), orbits=orbits
-        )
-        model = load_model(args.run)
-        run = RunFolder(Path(args.out) if args.out else model.run_dir)
-        ckpt = model.checkpoint.stat()
-        tag = f"{model.checkpoint.resolve()}:{ckpt.st_size}:{ckpt.st_mtime_ns}:{data.resolve()}"
-        for note in model.notes:
-            print(f"solo-geometry probe: {note}", file=sys.stderr)
-        table = evaluate(
-            model.backbone,
-            model.head,
-            data,
-            run,
-            cfg,
-            mean_std=model.mean_std,
-            device=args.device,
-            tag=tag,
-            progress=not args.quiet,
-            random_init=model.untrained,
-        )
-    except (ValueError, ModuleNotFoundError) as err:
-        raise UsageError(str(err)) from err
-    for row in table.rows:  # beside each, the same network at random initialisation
-        print(
-            f"{row.features} {row.probe:>6} {row.target:>8}: {row.accuracy:.4f}   "
-            f"{versus_random_init(row)}"
-        )
-    print(f"wrote {run.probes}")
-    return 0
-
-
-def torch_device(value: str) -> str:
-    """``--device``: a torch device of this machine (argparse ``type``; bad: exit 2, one line).
-
-    Args:
-        value: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, as torch names devices.
-
-    Returns:
-        ``value``.
-
-    Raises:
-        argparse.ArgumentTypeError: naming the value and the devices this machine has.
-    """
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    here = [
-        "cpu",
-        *(["cuda", *(f"cuda:{i}" for i in range(count))] if count else []),
-        *(["mps"] if torch.backends.mps.is_available() else []),
-    ]
-    try:
-        name = str(torch.device(value))
-    except RuntimeError:  # "Invalid device string"
-        name = None
-    if name not in (*here, "cpu:0"):
-        raise argparse.ArgumentTypeError(
-            f"invalid device {value!r}; choose from {here} (the devices of this machine, "
-            f"named as torch names them: type[:index])"
-        )
-    return value
-
-
-def _add_probe_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``solo-geometry probe RUN_OR_CHECKPOINT --data DIR`` (sets ``func``).
-
-    Args:
-        subparsers: the object returned by ``ArgumentParser.add_subparsers()``.
-
-    Returns:
-        The sub-parser; ``args.func(args)`` returns 0 or raises ``UsageError``.
-    """
-    parser = subparsers.add_parser(
-        "probe",
-        help="backbone-vs-head probes and orbit table of a run or checkpoint",
-        description="Fit linear and MLP probes on backbone (Z) and head (H) features, and the "
-        "same probes on the same network at random initialisation (built under --seed), write "
-        "probes.json and features.pt into the run folder. Needs no solo-learn.",
-    )
-    parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or .ckpt file")
-    parser.add_argument("--data", required=True, help="labelled image folder (train/ + val/)")
-    parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        type=torch_device,
-        help="torch device: cpu, cuda, cuda:N, mps (default: cpu)",
-    )
-    parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of draws, splits, probes and the random-init network",
-    )
-    parser.add_argument(
-        "--targets",
-        nargs="+",
-        default=list(TARGET_CHOICES),
-        choices=TARGET_CHOICES,
-        help="probe targets (default: all)",
-    )
-    parser.add_argument("--no-orbits", action="store_true", help="skip the orbit table")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.set_defaults(func=_probe)
-    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,9 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"solo-geometry {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_data_parser(subparsers)
-    _add_probe_parser(subparsers)
-    for add_parser in _SUBCOMMANDS:
+    for add_parser in _COMMANDS:
         add_parser(subparsers)
     return parser
 
@@ -363,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (UsageError, ValueError, TypeError, OSError, ModuleNotFoundError) as err:
+    except (ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         if os.environ.get("SOLO_GEOMETRY_DEBUG"):
             raise
         sys.stdout.flush()  # the command's progress first, the error last

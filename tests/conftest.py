@@ -112,7 +112,7 @@ E2E_MODULES = frozenset(
         "tests/runtime/test_updates.py",
         "tests/test_bad_input.py",
         "tests/test_bench_gpu.py",
-        "tests/commands/test_demo.py",
+        "tests/hosts/test_demo.py",
         "tests/test_faults.py",
         "tests/test_hydra_plugin.py",
         "tests/analysis/test_probes.py",

@@ -41,11 +41,11 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "analysis": ("models", "extras"),
     "runtime": ("analysis",),
     "hosts": ("runtime", "recipe"),
-    "commands": ("hosts",),
     "upstream": ("config",),  # the projectors' tables are rendered from config.choices
-    "reproduce": ("commands",),
-    "zoo": ("commands", ""),
-    "cli": ("reproduce", "zoo", "upstream", ""),
+    "reproduce": ("hosts",),
+    "zoo": ("hosts", ""),
+    "commands": ("reproduce", "zoo", "upstream", ""),  # the parsers, over the whole library
+    "cli": ("commands",),
 }
 
 

@@ -34,7 +34,7 @@ sys.path[:0] = [str(Path(__file__).parent / "hosts"), str(Path(__file__).parent)
 from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.cli import main  # noqa: E402
-from solo_geometry.commands.pretrain import solo_available  # noqa: E402
+from solo_geometry.hosts.pretrain import solo_available  # noqa: E402
 from solo_geometry.inputs.digits import make_digits  # noqa: E402
 
 FAILURES = Path(__file__).resolve().parents[1] / "docs" / "failures.md"

@@ -5,7 +5,8 @@
 * :mod:`~solo_geometry.analysis.logreg`: the L-BFGS logistic regression behind the linear probe;
 * :mod:`~solo_geometry.analysis.paper_probes`: the paper's rotation probes;
 * :mod:`~solo_geometry.analysis.report`, :mod:`~solo_geometry.analysis.plots`: the report page
-  and its figures.
+  and its figures;
+* :mod:`~solo_geometry.analysis.orbit_files`: the paper's orbit table of saved orbit arrays.
 
 May import: :mod:`solo_geometry.models`, :mod:`solo_geometry.inputs`, :mod:`solo_geometry.run`,
 :mod:`solo_geometry.geometry`, :mod:`solo_geometry.linalg` and the root's config and extras;

@@ -46,10 +46,17 @@ from solo_geometry.inputs.datasets import (
     target_set,
 )
 from solo_geometry.inputs.features import Features, extract_features
+from solo_geometry.models.checkpoint import LoadedModel
 from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
 from solo_geometry.run.run_folder import RunFolder
 
-__all__ = ["RANDOM_INIT_SETS", "evaluate", "orbit_table", "random_init_modules"]
+__all__ = [
+    "RANDOM_INIT_SETS",
+    "evaluate",
+    "evaluate_model",
+    "orbit_table",
+    "random_init_modules",
+]
 
 Extract = Callable[[Any, str, dict[str, Tensor] | None], Features]
 Build = Callable[[], tuple[nn.Module, nn.Module]]
@@ -268,6 +275,47 @@ def evaluate(
     )[1][:n_orbit]
     orbits = orbit_table(extract, test_x[pick], test_y[pick], cfg.orbits)
     return _write(run, cfg, (rows, orbits, paper), data, mean_std, splits, len(pick))
+
+
+def evaluate_model(
+    model: LoadedModel,
+    data: Path,
+    cfg: ProbesConfig,
+    *,
+    out: Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> tuple[ProbeTable, RunFolder]:
+    """:func:`evaluate` a loaded run or checkpoint (``solo-geometry probe``), beside its weights.
+
+    Args:
+        model: the run's backbone and head (:func:`~solo_geometry.models.checkpoint.load_model`);
+            its constructor gives the random-initialisation rows.
+        data: the labelled image folder.
+        cfg: targets, probes, seed and orbit table.
+        out: the run folder to write (default: the model's own).
+        device: where to run the model and the probes.
+        progress: progress bars on stderr.
+
+    Returns:
+        The table written, and the run folder holding it.
+    """
+    run = RunFolder(out if out is not None else model.run_dir)
+    ckpt = model.checkpoint.stat()  # the cache's tag: this checkpoint's bytes, this data
+    tag = f"{model.checkpoint.resolve()}:{ckpt.st_size}:{ckpt.st_mtime_ns}:{data.resolve()}"
+    table = evaluate(
+        model.backbone,
+        model.head,
+        data,
+        run,
+        cfg,
+        mean_std=model.mean_std,
+        device=device,
+        tag=tag,
+        progress=progress,
+        random_init=model.untrained,
+    )
+    return table, run
 
 
 def _write(

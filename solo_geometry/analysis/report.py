@@ -7,7 +7,6 @@ and one warning, a torn last line dropped and noted), ``probes.json``, ``feature
 
 from __future__ import annotations
 
-import argparse
 import html
 import math
 from collections.abc import Sequence
@@ -17,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from solo_geometry.analysis import plots
-from solo_geometry.analysis.run_data import RunData, check_reportable, read_run
+from solo_geometry.analysis.run_data import RunData, read_run
 from solo_geometry.run.atomic import write_text
 from solo_geometry.run.probe_table import ProbeRow, random_init_summary
 from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
 
-__all__ = ["add_report_parser", "write_report"]
+__all__ = ["write_report"]
 
 
 def _last(records: list[GeometryRecord], prefix: str) -> dict[str, tuple[float, float]]:
@@ -359,32 +358,3 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     index = out / "index.html"
     write_text(index, page)
     return index
-
-
-def _cmd_report(args: Any) -> int:
-    """``solo-geometry report``: render, print the page's path (bad input: ``ValueError``)."""
-    for run in args.runs:
-        check_reportable(Path(run))
-    index = write_report(args.runs, args.out)
-    print(f"wrote {index}")
-    return 0
-
-
-def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``solo-geometry report RUN [RUN ...]`` (sets ``func``).
-
-    Args:
-        subparsers: the object returned by ``ArgumentParser.add_subparsers()``.
-
-    Returns:
-        The sub-parser; ``args.func(args)`` returns 0 or raises ``ValueError`` on bad input.
-    """
-    parser = subparsers.add_parser(
-        "report",
-        help="plots and index.html of one or more runs (overlaid)",
-        description="Write report/ (PNG plots and an offline index.html) from run folders.",
-    )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s)")
-    parser.add_argument("--out", default=None, help="output folder (default: <run>/report)")
-    parser.set_defaults(func=_cmd_report)
-    return parser

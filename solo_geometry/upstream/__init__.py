@@ -7,13 +7,12 @@ Linear-[BatchNorm1d]-ReLU MLP, with unit tests, docs and a CIFAR recipe.
 """
 
 from solo_geometry.upstream.edits import REQUIRED_METHODS, SeriesError
-from solo_geometry.upstream.export import PR_FILE, ExportResult, add_upstream_parser, export_series
+from solo_geometry.upstream.export import PR_FILE, ExportResult, export_series
 
 __all__ = [
     "PR_FILE",
     "REQUIRED_METHODS",
     "ExportResult",
     "SeriesError",
-    "add_upstream_parser",
     "export_series",
 ]

@@ -7,7 +7,10 @@
   (Hugging Face Hub layout) and its schema;
 * :mod:`~solo_geometry.zoo.verify`: recompute a card and name every field out of tolerance;
 * :mod:`~solo_geometry.zoo.build`: the digits zoo's entries, build and list;
-* :mod:`~solo_geometry.zoo.commands`: the ``zoo`` and ``analyse`` subcommands.
+* :mod:`~solo_geometry.zoo.analyse`: the geometry of a published checkpoint.
+
+The ``zoo`` and ``analyse`` commands' parsers are :mod:`solo_geometry.commands.zoo` and
+:mod:`solo_geometry.commands.analyse`.
 """
 
 from __future__ import annotations

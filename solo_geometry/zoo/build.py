@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from solo_geometry.commands.pretrain import pretrain
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.hosts.pretrain import pretrain
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.zoo.card import CARD_FILES, ZooCard
 from solo_geometry.zoo.folder import write_card

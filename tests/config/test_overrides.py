@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from solo_geometry.commands.pretrain import solo_available
 from solo_geometry.config import GeometryConfig, geometry_config
 from solo_geometry.config.overrides import check_geometry_overrides, schema_fields
+from solo_geometry.hosts.pretrain import solo_available
 from solo_geometry.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]

@@ -37,10 +37,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "hosts")]
 from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.cli import main  # noqa: E402
-from solo_geometry.commands.pretrain import solo_available  # noqa: E402
 from solo_geometry.config import as_bool  # noqa: E402
 from solo_geometry.config.overrides import schema_fields  # noqa: E402
 from solo_geometry.hosts.lightly import launcher as lightly_launcher  # noqa: E402
+from solo_geometry.hosts.pretrain import solo_available  # noqa: E402
 from solo_geometry.recipe import NUMBERS  # noqa: E402
 from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 

@@ -286,7 +286,7 @@ class TestBothHosts:
         self, digits: Path, probe_data: Path, tmp_path: Path
     ) -> None:
         from solo_geometry.analysis.report import write_report
-        from solo_geometry.commands.pretrain import pretrain
+        from solo_geometry.hosts.pretrain import pretrain
 
         checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
         recipe = write_recipe(tmp_path / "recipes", "byol", digits, checkpoint=checkpoint)

@@ -49,7 +49,7 @@ def test_stem_option_does_not_apply_and_solo_learn_lacks_it() -> None:
     b, _ = build_backbone("resnet20", stem="cifar")
     assert a.conv1.kernel_size == b.conv1.kernel_size == (3, 3) and a.conv1.stride == (1, 1)
     assert "resnet20" in BACKBONES and "resnet20" in LIGHTLY_ONLY
-    from solo_geometry.commands.pretrain import solo_available
+    from solo_geometry.hosts.pretrain import solo_available
 
     if solo_available():
         from solo.methods.base import BaseMethod

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_geometry.commands.sweeps import (
+from solo_geometry.hosts.sweeps import (
     PROGRESS_CALLBACK,
     available_cores,
     launch_overrides,

@@ -25,7 +25,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from solo_geometry.commands.pretrain import pretrain
+from solo_geometry.hosts.pretrain import pretrain
 from solo_geometry.models.backbones import STEMS
 from solo_geometry.reproduce.collapse.protocol import (
     ALPHA,

@@ -11,7 +11,7 @@ over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recip
   (:mod:`.cell`, one cell);
 * the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
   on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
-  (:mod:`solo_geometry.commands.sweeps`: ``submitit_local``, ``submitit_slurm``).
+  (:mod:`solo_geometry.hosts.sweeps`: ``submitit_local``, ``submitit_slurm``).
 
 A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
 interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
@@ -30,8 +30,8 @@ from pathlib import Path
 import hydra
 from hydra.core.singleton import Singleton
 
-from solo_geometry.commands.pretrain import HOSTS, resolve_host
-from solo_geometry.commands.sweeps import launch_overrides
+from solo_geometry.hosts.pretrain import HOSTS, resolve_host
+from solo_geometry.hosts.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY

@@ -291,7 +291,7 @@ class TestBadInput:
 @pytest.mark.solo
 class TestSoloHost:
     def test_one_cell_on_solo_learn(self, tmp_path: Path) -> None:
-        from solo_geometry.commands.pretrain import solo_available
+        from solo_geometry.hosts.pretrain import solo_available
 
         if not solo_available():
             pytest.skip("solo-learn 1.0.6 is not importable: the solo host cannot run")

@@ -21,7 +21,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from solo_geometry.cli import main as cli_main
-from solo_geometry.commands.orbits import add_orbits_parser
+from solo_geometry.commands import orbits as orbits_command
 from solo_geometry.reproduce.invariance import (
     QUICK,
     add_invariance_parser,
@@ -222,7 +222,7 @@ class TestInvarianceRun:
         out, result = reproduced
         row = result["guillotine"]["orbits"]["unit_z"]["per_seed"][0]
         parser = argparse.ArgumentParser()
-        add_orbits_parser(parser.add_subparsers(dest="command"))
+        orbits_command.add_parser(parser.add_subparsers(dest="command"))
         args = parser.parse_args(["orbits", str(out / row["file"]), "--json"])
         assert args.func(args) == 0
         printed = json.loads(capsys.readouterr().out)

@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 __all__ = ["PROGRESS_CALLBACK", "SweepProgress", "available_cores", "launch_overrides"]
 
 # The override that attaches :class:`SweepProgress` to a multirun.
-PROGRESS_CALLBACK = "+hydra.callbacks.progress._target_=solo_geometry.commands.sweeps.SweepProgress"
+PROGRESS_CALLBACK = "+hydra.callbacks.progress._target_=solo_geometry.hosts.sweeps.SweepProgress"
 _PROGRESS = ".progress"  # under hydra.sweep.dir: start.json and one line per finished job
 
 
@@ -82,7 +82,7 @@ class SweepProgress(Callback):
     """One line per finished job of a multirun, with the count and the time since its start.
 
     Attach it with
-    ``+hydra.callbacks.progress._target_=solo_geometry.commands.sweeps.SweepProgress``.
+    ``+hydra.callbacks.progress._target_=solo_geometry.hosts.sweeps.SweepProgress``.
     The line names what the job returned when that is a string (``reproduce collapse``'s
     account of a cell), else the job's overrides.
     """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -10,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from solo_geometry.commands.demo import (
+from solo_geometry.hosts.demo import (
     FULL,
     QUICK,
     QUICK_ENV,
-    add_demo_parser,
     demo_overrides,
     findings,
     format_findings,
@@ -149,12 +147,6 @@ class TestSettings:
         assert "geometry.head.name=smooth_mlp" in ov and "geometry.head.activation=swish" in ov
         assert f"data.train_path={(tmp_path / 'train').resolve()}" in ov
 
-    def test_parser(self) -> None:
-        parser = argparse.ArgumentParser()
-        add_demo_parser(parser.add_subparsers(dest="command"))
-        args = parser.parse_args(["demo", "--quick", "--host", "lightly", "--out", "x"])
-        assert (args.quick, args.host, args.out) == (True, "lightly", Path("x"))
-
     def test_missing_recipe(self, tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError, match="nope"):
             run_demo(tmp_path, quick=True, recipe=tmp_path / "nope.yaml")
@@ -206,7 +198,7 @@ class TestQuickDemo:
             [
                 sys.executable,
                 "-c",
-                "import solo_geometry.commands.demo as d; print(d.__file__, d.RECIPE)",
+                "import solo_geometry.hosts.demo as d; print(d.__file__, d.RECIPE)",
             ],
             capture_output=True,
             text=True,

@@ -1,4 +1,4 @@
-"""The ``zoo`` and ``analyse`` subcommands of ``solo-geometry``.
+"""``solo-geometry zoo ACTION``: the model zoo's cards (the library: :mod:`solo_geometry.zoo`).
 
 ::
 
@@ -6,7 +6,6 @@
     solo-geometry zoo card RUN --out DIR [--data DIR]
     solo-geometry zoo verify DIR [--data DIR]        exit 1 naming every field out of tolerance
     solo-geometry zoo list [DIR]                      the cards as a table (default zoo/cards)
-    solo-geometry analyse CHECKPOINT --data DIR [--out DIR] [--layout NAME] [--trust-pickle]
 """
 
 from __future__ import annotations
@@ -15,14 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from solo_geometry.commands.pretrain import HOSTS
-from solo_geometry.zoo.analyse import analyse, format_analysis
+from solo_geometry.hosts.pretrain import HOSTS
 from solo_geometry.zoo.build import build_zoo, entries, format_cards, read_cards
 from solo_geometry.zoo.folder import write_card
-from solo_geometry.zoo.layouts import BRANCHES, LAYOUTS
 from solo_geometry.zoo.verify import verify_card
 
-__all__ = ["add_analyse_parser", "add_zoo_parser"]
+__all__ = ["DEFAULT_CARDS", "add_parser"]
 
 DEFAULT_CARDS = Path("zoo") / "cards"
 
@@ -55,7 +52,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_zoo_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``solo-geometry zoo {build,card,verify,list}``.
 
     Args:
@@ -100,49 +97,3 @@ def add_zoo_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     )
     listing.set_defaults(func=_list)
     return zoo
-
-
-def _analyse(args: argparse.Namespace) -> int:
-    out = args.out if args.out is not None else Path(f"{Path(args.checkpoint).stem}-analysis")
-    result = analyse(
-        args.checkpoint,
-        args.data,
-        out,
-        layout=args.layout,
-        branch=args.branch,
-        trust_pickle=args.trust_pickle,
-        progress=not args.quiet,
-    )
-    print(format_analysis(result))
-    print(f"wrote {out / 'analysis.json'}")
-    return 0
-
-
-def add_analyse_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``solo-geometry analyse CHECKPOINT --data DIR``.
-
-    Args:
-        subparsers: the command's subparsers.
-
-    Returns:
-        The sub-parser.
-    """
-    parser = subparsers.add_parser(
-        "analyse",
-        help="backbone-vs-head geometry of a solo-learn, lightly, VICReg, Barlow "
-        "Twins or DINO checkpoint",
-        description="Known layouts: " + "; ".join(f"{k} ({v.source})" for k, v in LAYOUTS.items()),
-    )
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint file or run folder")
-    parser.add_argument("--data", required=True, type=Path, help="labelled image folder")
-    parser.add_argument("--out", type=Path, default=None, help="default <stem>-analysis")
-    parser.add_argument("--layout", choices=sorted(LAYOUTS), default=None, help="force a layout")
-    parser.add_argument("--branch", choices=BRANCHES, default="teacher", help="DINO network")
-    parser.add_argument(
-        "--trust-pickle",
-        action="store_true",
-        help="read a full pickle (runs code in the file: trusted files only)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.set_defaults(func=_analyse)
-    return parser
