@@ -13,7 +13,7 @@ __all__ = ["BUDGET", "DENSITY_RUNS", "EVERY", "projected", "projected_taken"]
 
 EVERY = 50  # the default cadence, GeometryConfig.every_n_steps
 BUDGET = 0.02  # the default budget, GeometryConfig.budget
-DENSITY_RUNS = 3  # Lanczos runs per operator of a density record: 1 + MeasureConfig.density_probes
+DENSITY_RUNS = 3  # Lanczos runs per operator of a density record: 1 + SpectrumConfig.density_probes
 
 
 def projected(n: int, step: float, cost: float, first: float, final: float, budget: float) -> float:

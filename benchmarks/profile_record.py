@@ -54,11 +54,11 @@ from record_breakdown import (
 )
 from record_levers import lever_tables, levers, ratios
 
-from solo_geometry.config import GeometryConfig
+from solo_geometry.config import GeometryConfig, SpectrumConfig
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block
 from solo_geometry.linalg.operators import HeadOperators, head_operators
-from solo_geometry.runtime.measure import _rho, _stats, measure
+from solo_geometry.runtime.measure import _rho, _stats, measure, spectrum_options
 
 RECIPES = ("simclr", "byol", "vicreg", "barlow", "mocov2plus", "dino")
 CPU = ["accelerator=cpu", "devices=[0]", "strategy=auto", "precision=32", "sync_batchnorm=False"]
@@ -128,12 +128,8 @@ def density_spectra(view: Any, Z: torch.Tensor, cfg: GeometryConfig) -> tuple[fl
             view.head,
             view.loss_of_outputs,
             Z,
-            max_steps=cfg.lanczos_max_steps,
-            tol=cfg.lanczos_tol,
-            dtype=getattr(torch, cfg.dtype),
-            max_samples=cfg.max_samples,
+            **spectrum_options(cfg.spectrum, density=True),
             generator=torch.Generator().manual_seed(0),
-            density_probes=cfg.measure.density_probes,
         )
         return time.process_time() - start
 
@@ -158,7 +154,7 @@ def random_batch(model: Any, batch_size: int, seed: int) -> list[Any]:
 
 def lever_record(model: Any, view: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The levers of ``record_levers.py`` on this view, the next record's batch another one."""
-    cfg = GeometryConfig(dtype=args.dtype)
+    cfg = GeometryConfig(spectrum=SpectrumConfig(dtype=args.dtype))
 
     def make(v: Any) -> HeadOperators:
         return head_operators(v.head, v.loss_of_outputs, v.features.detach(), dtype=torch.float32)
@@ -167,7 +163,7 @@ def lever_record(model: Any, view: Any, args: argparse.Namespace) -> dict[str, A
     training_step(model, random_batch(model, args.batch_size, 1))  # the next record's batch
     view_next = model.geometry_view(random_batch(model, args.batch_size, 1))
     model.geometry_capture(False)
-    index = block_indices(view.features.shape[1], cfg.max_samples)
+    index = block_indices(view.features.shape[1], cfg.spectrum.max_samples)
     row = levers(view, ops, make(view_next), index)
     return {**row, **ratios(row)}
 
@@ -176,7 +172,7 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     """The cost breakdown of one record of ``method``'s recipe, in CPU seconds."""
     model = build(method, args.solo_root, args.batch_size)
     model.train()
-    cfg = GeometryConfig(dtype=args.dtype)  # the defaults, at the dtype asked for
+    cfg = GeometryConfig(spectrum=SpectrumConfig(dtype=args.dtype))  # the defaults, this dtype
     g = torch.Generator().manual_seed(0)
     batch = random_batch(model, args.batch_size, 0)
     step = statistics.median(training_step(model, batch) for _ in range(3))
@@ -186,7 +182,7 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.levers_only:
         return {**out, **lever_record(model, view, args)}
     if args.breakdown:
-        cfg = GeometryConfig(dtype=args.dtype)
+        cfg = GeometryConfig(spectrum=SpectrumConfig(dtype=args.dtype))
         out.update(breakdown(view, cfg, step))
         out.update(product_parts(view, cfg, lambda fn: timed(fn, 5)[0]))
         out.update(rows_only(view, cfg, lambda fn: timed(fn, 5)[0]))
@@ -194,8 +190,8 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
         model.geometry_capture(False)
         return out
     out["stats"], _ = timed(lambda: _stats(view, [], Z.dtype))
-    out["rho"], _ = timed(lambda: _rho(view, Z, cfg, torch.Generator().manual_seed(0)))
-    index = block_indices(Z.shape[1], cfg.max_samples)
+    out["rho"], _ = timed(lambda: _rho(view, Z, cfg.measure, torch.Generator().manual_seed(0)))
+    index = block_indices(Z.shape[1], cfg.spectrum.max_samples)
     for dtype in (torch.float64, torch.float32):
         name = str(dtype).removeprefix("torch.")
         make = functools.partial(head_operators, view.head, view.loss_of_outputs, Z, dtype=dtype)
@@ -211,10 +207,7 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
         view.head,
         view.loss_of_outputs,
         Z,
-        max_steps=cfg.lanczos_max_steps,
-        tol=cfg.lanczos_tol,
-        dtype=getattr(torch, cfg.dtype),
-        max_samples=cfg.max_samples,
+        **spectrum_options(cfg.spectrum, density=False),
         generator=torch.Generator().manual_seed(0),
     )
     out["spectra"] = time.process_time() - start
@@ -222,11 +215,15 @@ def profile(method: str, args: argparse.Namespace) -> dict[str, Any]:
         out[f"{op}/steps"], out[f"{op}/seconds"] = s.steps, s.seconds
     out["z_norm"] = float(Z.double().norm())  # the same batch's features in every run?
     out["density/side_by_side"], out["density/one_at_a_time"] = density_spectra(view, Z, cfg)
-    out["record"], record = timed(lambda: measure(view, cfg, density=False), 1)
+    out["record"], record = timed(
+        lambda: measure(view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False), 1
+    )
     for op in ("heff", "gn", "m"):  # the record's own products per operator (GN = H_eff: 0)
         shared = op == "gn" and record.metrics.get("gn_is_heff")
         out[f"products/{op}"] = 0 if shared else record.metrics.get(f"{op}/steps")
-    out["record_density"], _ = timed(lambda: measure(view, cfg, density=True), 1)
+    out["record_density"], _ = timed(
+        lambda: measure(view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=True), 1
+    )
     model.geometry_capture(False)
     out["gn_is_heff"] = spec.gn_is_heff
     # in training steps: the record, with the density, and rho with H_eff's run alone (what a

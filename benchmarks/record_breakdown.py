@@ -119,7 +119,7 @@ def breakdown(view: Any, cfg: GeometryConfig, step: float) -> dict[str, Any]:
     att = Attribution()
     start = time.process_time()
     with attributed(att):
-        measure_module.measure(view, cfg, density=False)
+        measure_module.measure(view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False)
     total = time.process_time() - start
     out: dict[str, Any] = {"breakdown/total": total, "breakdown/total_in_steps": total / step}
     for label, seconds in sorted(att.seconds.items()):
@@ -139,9 +139,9 @@ def product_parts(
     ``timer``: CPU seconds of a call (``profile_record.py`` passes its median of five).
     """
     Z = view.features.detach()
-    dtype = getattr(torch, cfg.dtype)
+    dtype = getattr(torch, cfg.spectrum.dtype)
     ops = operators_module.head_operators(view.head, view.loss_of_outputs, Z, dtype=dtype)
-    index = block_indices(Z.shape[1], cfg.max_samples)
+    index = block_indices(Z.shape[1], cfg.spectrum.max_samples)
     n = Z.shape[1] if index is None else index.numel()
     v = torch.randn(Z.shape[0] * n * Z.shape[2], generator=torch.Generator().manual_seed(0))
     vz = ops._as_z(v) if index is None else _pad(v, ops, index)
@@ -271,8 +271,8 @@ def rows_only(
     product, ``rows_only/<op>/record``: the record's own product's, timed in turn.
     """
     Z = view.features.detach()
-    dtype = getattr(torch, cfg.dtype)
-    index = block_indices(Z.shape[1], cfg.max_samples)
+    dtype = getattr(torch, cfg.spectrum.dtype)
+    index = block_indices(Z.shape[1], cfg.spectrum.max_samples)
     if index is None:
         return {}
     full = operators_module.head_operators(view.head, view.loss_of_outputs, Z, dtype=dtype)
@@ -303,7 +303,9 @@ def paired_record(view: Any, cfg: GeometryConfig, step: float, pairs: int = 3) -
             spectrum.row_wise = lever if name == "rows_only" else (lambda _: False)  # type: ignore[assignment]
             try:
                 start = time.process_time()
-                measure_module.measure(view, cfg, density=False)
+                measure_module.measure(
+                    view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False
+                )
                 times[name].append(time.process_time() - start)
             finally:
                 spectrum.row_wise = lever

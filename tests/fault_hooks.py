@@ -45,7 +45,7 @@ def faulty(measure: Callable[..., Any], faults: list[str]) -> Callable[..., Any]
     """``measure`` meeting ``faults[n % len(faults)]`` at its n-th call."""
     calls = [0]
 
-    def measure_with_fault(view: Any, config: Any, **kw: Any) -> Any:
+    def measure_with_fault(view: Any, *args: Any, **kw: Any) -> Any:
         kind = faults[calls[0] % len(faults)]
         calls[0] += 1
         if kind == "oom":
@@ -61,7 +61,7 @@ def faulty(measure: Callable[..., Any], faults: list[str]) -> Callable[..., Any]
                 loss_of_features=lambda Z: f(Z) * NAN,
                 loss_of_outputs=None if g is None else (lambda H: g(H) * NAN),
             )
-        return measure(view, config, **kw)
+        return measure(view, *args, **kw)
 
     return measure_with_fault
 

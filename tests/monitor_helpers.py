@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from solo_geometry.config import GeometryConfig, MeasureConfig
+from solo_geometry.config import GeometryConfig, MeasureConfig, SpectrumConfig
 from solo_geometry.runtime.view import GeometryView
 
 
@@ -93,14 +93,16 @@ class BoringGeometry(pl.LightningModule):
         )
 
 
-def small_config(out: Path, augment: bool = True, **kw: Any) -> GeometryConfig:
-    measure = MeasureConfig(
-        augment=augment, augment_samples=4, augment_families=["brightness"], density_probes=1
-    )
+def small_config(
+    out: Path, augment: bool = True, spectrum: dict[str, Any] | None = None, **kw: Any
+) -> GeometryConfig:
+    """A small config writing to ``out``; ``spectrum``: options of the spectrum node."""
+    measure = MeasureConfig(augment=augment, augment_samples=4, augment_families=["brightness"])
     base = dict(
         every_n_steps=2,
-        max_samples=8,
-        lanczos_max_steps=80,
+        spectrum=SpectrumConfig(
+            **{"max_samples": 8, "max_steps": 80, "density_probes": 1, **(spectrum or {})}
+        ),
         measure=measure,
         out_dir=str(out),
         budget=None,

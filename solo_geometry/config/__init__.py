@@ -7,7 +7,8 @@ read and validated; the hosts call it and get either a :class:`GeometryConfig` o
 (geometry absent or switched off).
 
 The package holds :mod:`~solo_geometry.config.choices` (the accepted values and their
-checks), :mod:`~solo_geometry.config.nodes` (measurement, head, predictor, initialiser),
+checks), :mod:`~solo_geometry.config.nodes` (measurement, spectrum, statistics, alert, head,
+predictor, initialiser),
 :mod:`~solo_geometry.config.probes` (the ``probes`` node) and, here, the whole node, its Hydra
 registration and its reader; every name stays importable from ``solo_geometry.config``, where
 pickled configs of earlier runs look them up. It imports nothing else of the package, and
@@ -17,7 +18,8 @@ application to register the schemas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -40,8 +42,6 @@ from solo_geometry.config.choices import (
     PROBE_PROTOCOLS,
     TARGET_CHOICES,
     _at_least,
-    _choice,
-    _positive,
 )
 from solo_geometry.config.nodes import (
     AlertConfig,
@@ -49,6 +49,7 @@ from solo_geometry.config.nodes import (
     InitConfig,
     MeasureConfig,
     PredictorConfig,
+    SpectrumConfig,
     StatsConfig,
 )
 from solo_geometry.config.probes import (
@@ -75,17 +76,32 @@ __all__ = [
     "GeometryConfig",
     "HeadConfig",
     "InitConfig",
+    "MOVED_TO_SPECTRUM",
     "LinearProbeConfig",
     "MeasureConfig",
     "MlpProbeConfig",
     "OrbitsConfig",
     "PredictorConfig",
     "ProbesConfig",
+    "SpectrumConfig",
     "StatsConfig",
     "as_bool",
     "geometry_config",
     "register_configs",
 ]
+
+
+# The spectrum's settings as they were keyed before the ``spectrum`` node, read for one release:
+# old key (under ``geometry``) -> its field of :class:`SpectrumConfig`.
+MOVED_TO_SPECTRUM = {
+    "max_samples": "max_samples",
+    "lanczos_max_steps": "max_steps",
+    "lanczos_tol": "tol",
+    "dtype": "dtype",
+    "measure.density_probes": "density_probes",
+    "measure.tau": "tau",
+}
+_WARNED: dict[Any, Any] = {}  # the registry that shows each key's warning once a process
 
 
 @dataclass
@@ -95,18 +111,6 @@ class GeometryConfig:
     enabled: bool = True
     # Measurement cadence in optimiser steps; step 0 is before the first step.
     every_n_steps: int = 50
-    # Samples whose rows form the Hessian operators' principal sub-block (operator dim =
-    # V * max_samples * d); the loss always sees the whole batch (docs/design.md section 3).
-    max_samples: int = 16
-    # Lanczos (full reorthogonalisation) runs per operator until both extreme Ritz values have a
-    # residual bound under lanczos_tol times the operator's spectral scale (or under the floor),
-    # or lanczos_max_steps is reached; an extreme that did not converge is recorded as null.
-    lanczos_max_steps: int = 200
-    lanczos_tol: float = 1e-3
-    # Arithmetic of the operator products, never of training: float32 products cost about half
-    # of float64's on a CPU, their round-off (about 1e-6 of the scale) is far under lanczos_tol,
-    # and the Lanczos recurrences stay float64 whatever this says (so does the tridiagonal).
-    dtype: str = "float32"
     # Seed of the monitor's own generator (Lanczos start vectors, random directions).
     seed: int = 0
     # Time budget: measurements may take at most this fraction of the training time so far; a
@@ -115,6 +119,7 @@ class GeometryConfig:
     # due measurement runs.
     budget: float | None = 0.02
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    spectrum: SpectrumConfig = field(default_factory=SpectrumConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     alert: AlertConfig = field(default_factory=AlertConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
@@ -125,15 +130,72 @@ class GeometryConfig:
     out_dir: str | None = None
     # Write report/index.html at the end of fit (sweeps that draw their own page switch it off).
     report: bool = True
+    # Deprecated, read for one release: geometry.spectrum.max_samples, .max_steps, .tol and
+    # .dtype (a value given here is moved there, with a warning naming the new key).
+    max_samples: int | None = None
+    lanczos_max_steps: int | None = None
+    lanczos_tol: float | None = None
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
         _at_least(self.every_n_steps, "geometry.every_n_steps")
-        _at_least(self.max_samples, "geometry.max_samples", 2)
-        _at_least(self.lanczos_max_steps, "geometry.lanczos_max_steps", 2)
-        _positive(self.lanczos_tol, "geometry.lanczos_tol")
-        _choice(self.dtype, DTYPE_CHOICES, "geometry.dtype")
         if self.budget is not None and not 0 < self.budget <= 1:
             raise ValueError(f"geometry.budget: must be in (0, 1] or null, got {self.budget!r}")
+        self._move_to_spectrum()
+
+    def _move_to_spectrum(self) -> None:
+        """Move the values of :data:`MOVED_TO_SPECTRUM`'s old keys into ``spectrum``.
+
+        Each old key given warns once (a :class:`FutureWarning` naming the new key) and reads
+        null afterwards; a bad value is refused under the key it was given as, and so is an
+        old key's value beside another value of its new key.
+        """
+        moved = _old_keys_given(self)
+        if moved:
+            self.max_samples = self.lanczos_max_steps = self.lanczos_tol = self.dtype = None
+            self.measure = replace(self.measure, density_probes=None, tau=None)
+            self.spectrum = _moved(self.spectrum, moved)
+
+
+def _old_keys_given(cfg: GeometryConfig) -> dict[str, tuple[str, Any]]:
+    """``new field -> (old key, value)`` of each old key given a value, each one warned."""
+    moved: dict[str, tuple[str, Any]] = {}
+    for old, new in MOVED_TO_SPECTRUM.items():
+        node, name = (cfg.measure, old[8:]) if old.startswith("measure.") else (cfg, old)
+        if getattr(node, name) is not None:
+            moved[new] = (old, getattr(node, name))
+            warnings.warn_explicit(
+                f"geometry.{old} is deprecated, use geometry.spectrum.{new} (the old key goes "
+                "in the next release)",
+                FutureWarning,
+                "solo-geometry",
+                0,
+                registry=_WARNED,
+            )
+    return moved
+
+
+def _moved(spectrum: SpectrumConfig, moved: dict[str, tuple[str, Any]]) -> SpectrumConfig:
+    """``spectrum`` with the old keys' values (:func:`_old_keys_given`).
+
+    Raises:
+        ValueError: an old key's value beside another value of its new key, or a bad value,
+            named by the old key.
+    """
+    defaults = {f.name: f.default for f in fields(SpectrumConfig)}
+    for new, (old, value) in moved.items():
+        given = getattr(spectrum, new)
+        if given not in (defaults[new], value):
+            raise ValueError(
+                f"geometry.{old}: {value!r} given beside geometry.spectrum.{new}={given!r}; "
+                f"give geometry.spectrum.{new} alone (geometry.{old} is deprecated)"
+            )
+    try:
+        return replace(spectrum, **{new: value for new, (_, value) in moved.items()})
+    except ValueError as err:  # named as the user wrote it
+        key, _, why = str(err).partition(":")
+        new = key.removeprefix("geometry.spectrum.")
+        raise ValueError(f"geometry.{moved.get(new, (f'spectrum.{new}',))[0]}:{why}") from None
 
 
 def register_configs() -> None:

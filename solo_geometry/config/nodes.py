@@ -1,4 +1,4 @@
-"""The measurement, alert, head, predictor and initialiser nodes of the ``geometry`` config."""
+"""The measurement, spectrum, alert, head, predictor and initialiser nodes of ``geometry``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from solo_geometry.config.choices import (
     ACTIVATION_CHOICES,
     ALERT_FEATURES,
+    DTYPE_CHOICES,
     FAMILY_CHOICES,
     HEAD_CHOICES,
     NORM_CHOICES,
@@ -36,21 +37,56 @@ class MeasureConfig:
     augment_families: list[str] = field(default_factory=lambda: ["brightness"])
     # Images used for the augmentation tangents (a backbone JVP each).
     augment_samples: int = 8
-    # SLQ probes for the H_eff density stored in the first and the final record.
-    density_probes: int = 2
-    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: docs/design.md's default
-    # (1e-10 in float64, 1e-5 in float32).
-    tau: float | None = None
     # Per-epoch gradient norms and relative update sizes of head and backbone (the paper's
     # timescale separation) in <run>/updates.jsonl: a few parameter norms every step.
     updates: bool = False
+    # Deprecated, read for one release: geometry.spectrum.density_probes and
+    # geometry.spectrum.tau (GeometryConfig moves a value given here there, with a warning).
+    density_probes: int | None = None
+    tau: float | None = None
 
     def __post_init__(self) -> None:
         _at_least(self.augment_samples, "geometry.measure.augment_samples")
-        _at_least(self.density_probes, "geometry.measure.density_probes")
         _choices(self.augment_families, FAMILY_CHOICES, "geometry.measure.augment_families")
+
+
+@dataclass
+class SpectrumConfig:
+    """The spectra's settings, one to one the keyword arguments of the spectrum function.
+
+    Each field is the keyword argument of the same name of
+    :func:`~solo_geometry.geometry.spectrum.effective_hessian_spectrum`; ``dtype`` is the name
+    of the torch dtype; ``density_probes`` applies to the records that carry H_eff's density
+    (the first and the final), the others run none. A record's settings call ``max_steps``
+    and ``tol`` ``lanczos_max_steps`` and ``lanczos_tol``.
+    """
+
+    # Lanczos (full reorthogonalisation) runs per operator until both extreme Ritz values have a
+    # residual bound under tol times the operator's spectral scale (or under the floor), or
+    # max_steps is reached; an extreme that did not converge is recorded as null.
+    max_steps: int = 200
+    tol: float = 1e-3
+    # Arithmetic of the operator products, never of training: float32 products cost about half
+    # of float64's on a CPU, their round-off (about 1e-6 of the scale) is far under tol, and the
+    # Lanczos recurrences stay float64 whatever this says (so does the tridiagonal).
+    dtype: str = "float32"
+    # Samples whose rows form the operators' principal sub-block (operator dim =
+    # V * max_samples * d); the loss always sees the whole batch (docs/design.md section 3).
+    max_samples: int = 16
+    # Negative-eigenvalue floor relative to max|lambda(H_eff)|; None: docs/design.md's default
+    # (1e-10 in float64, 1e-5 in float32).
+    tau: float | None = None
+    # SLQ probes for the H_eff density stored in the first and the final record.
+    density_probes: int = 2
+
+    def __post_init__(self) -> None:
+        _at_least(self.max_steps, "geometry.spectrum.max_steps", 2)
+        _positive(self.tol, "geometry.spectrum.tol")
+        _choice(self.dtype, DTYPE_CHOICES, "geometry.spectrum.dtype")
+        _at_least(self.max_samples, "geometry.spectrum.max_samples", 2)
         if self.tau is not None:
-            _positive(self.tau, "geometry.measure.tau")
+            _positive(self.tau, "geometry.spectrum.tau")
+        _at_least(self.density_probes, "geometry.spectrum.density_probes")
 
 
 @dataclass

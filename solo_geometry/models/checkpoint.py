@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import pickle
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from omegaconf import nodes as omegaconf_nodes
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from solo_geometry.config import geometry_config
+from solo_geometry.config import GeometryConfig, geometry_config
 from solo_geometry.inputs.datasets import MeanStd, mean_std_of
 from solo_geometry.models.backbones import build_backbone, resolve_stem
 from solo_geometry.models.heads import build_configured_head
@@ -55,6 +56,7 @@ __all__ = [
     "load_prefixed",
     "read_checkpoint",
     "read_recipe",
+    "stored_geometry",
 ]
 
 
@@ -261,12 +263,25 @@ def _load_prefix(module: nn.Module, state: dict[str, Tensor], prefix: str) -> No
         )
 
 
+def stored_geometry(cfg: dict[str, Any]) -> GeometryConfig | None:
+    """The ``geometry`` node of a config a run stored (checkpoint, zoo card's recipe.yaml).
+
+    A key an older release wrote (:data:`~solo_geometry.config.MOVED_TO_SPECTRUM`) is read
+    without its deprecation warning: the file is no one's to edit.
+    """
+    if "geometry" not in cfg:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return geometry_config(OmegaConf.create(cfg))
+
+
 def _build_head(cfg: dict[str, Any], d: int) -> tuple[nn.Module, str]:
     kwargs = _node(cfg, "method_kwargs")
     hidden, out = kwargs.get("proj_hidden_dim"), kwargs.get("proj_output_dim")
     if hidden is None or out is None:
         raise ValueError("config lacks method_kwargs.proj_hidden_dim / proj_output_dim")
-    gcfg = geometry_config(OmegaConf.create(cfg)) if "geometry" in cfg else None
+    gcfg = stored_geometry(cfg)
     if gcfg is not None and gcfg.head.name != "projector":
         head = build_configured_head(gcfg.head, d, int(out), default_hidden=int(hidden))
         return head, f"head {gcfg.head.name} (geometry.head)"
@@ -313,7 +328,7 @@ def build_untrained(cfg: dict[str, Any]) -> tuple[nn.Module, nn.Module]:
     global RNG before calling for a reproducible draw (``evaluation.random_init_modules``).
     """
     backbone, head, _, _ = build_from_config(cfg)
-    gcfg = geometry_config(OmegaConf.create(cfg)) if "geometry" in cfg else None
+    gcfg = stored_geometry(cfg)
     if gcfg is not None and gcfg.init.pseudo_collapse:
         pseudo_collapse_(head, gcfg.init.alpha)
         if gcfg.init.backbone:

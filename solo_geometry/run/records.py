@@ -95,7 +95,7 @@ class Settings:
 
     Attributes:
         dtype: arithmetic of the operator products and the statistics (``float64`` or
-            ``float32``).
+            ``float32``; ``geometry.spectrum.dtype``).
         features_dtype: the dtype the backbone computed the measured features in (e.g.
             ``bfloat16`` under ``bf16-mixed``; the measurement raises them to float32).
         rank_eps: machine epsilon of ``features_dtype``, the relative round-off of the captured
@@ -115,8 +115,8 @@ class Settings:
         n_block: samples whose rows form the operators' principal sub-block.
         n_views: views V of the batch.
         dim: size of the operators, n_views * n_block * d.
-        lanczos_max_steps: Lanczos step cap per operator run.
-        lanczos_tol: relative residual tolerance of the extremes.
+        lanczos_max_steps: Lanczos step cap per operator run (``geometry.spectrum.max_steps``).
+        lanczos_tol: relative residual tolerance of the extremes (``geometry.spectrum.tol``).
         slq_probes: SLQ probes per operator behind the negative fractions (and the density).
         augment_samples: images used for augmentation tangents.
         seed: seed of the monitor's generator.

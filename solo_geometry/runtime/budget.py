@@ -3,7 +3,7 @@
 Measurements may take at most ``geometry.budget`` of the training time so far (wall time less
 the measurements'). The cost of a record is estimated per Lanczos run of each operator, from
 the costliest record with the spectra so far; a record with H_eff's SLQ density is
-``1 + density_probes`` runs, one without it a single run.
+``1 + spectrum.density_probes`` runs, one without it a single run.
 
 The rule (docs/design.md section 4):
 
@@ -57,7 +57,7 @@ class TimeBudget:
     @property
     def density_runs(self) -> int:
         """Lanczos runs per operator of a measurement with a density: its own and the probes'."""
-        return 1 + self.config.measure.density_probes
+        return 1 + self.config.spectrum.density_probes
 
     @property
     def due_runs(self) -> int:

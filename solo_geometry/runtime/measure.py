@@ -2,10 +2,12 @@
 
 A LightningModule offers a :class:`GeometryView` of a training batch (the backbone features of
 the whole batch, the head, the loss closures); :func:`measure` takes every configured number of
-docs/design.md section 3 from it and says which settings define them:
+docs/design.md section 3 from it and says which settings define them. It takes the config's
+pieces it uses: the ``measure`` node (which numbers), the ``spectrum`` node (the spectra's
+settings, passed on as :func:`spectrum_options`) and the seed.
 
 * the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff||, on the principal sub-block
-  of ``max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;
+  of ``spectrum.max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;
 * normalised std, covariance condition number and effective rank of Z and of H, over the whole
   batch (all views), with the quality metrics RankMe, LiDAR, alpha-ReQ, lightly's collapse level
   and the linear CKA between Z and H; every rank among them at the precision of the dtype the
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from solo_geometry.config import GeometryConfig
+from solo_geometry.config import MeasureConfig, SpectrumConfig
 from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
 from solo_geometry.geometry.precision import round_off_eps
 from solo_geometry.geometry.quality import linear_cka, quality_record
@@ -48,6 +50,7 @@ __all__ = [
     "measure",
     "outputs",
     "record_settings",
+    "spectrum_options",
 ]
 
 
@@ -98,8 +101,10 @@ class RunContext:
 
 
 def record_settings(
-    cfg: GeometryConfig,
+    what: MeasureConfig,
+    config: SpectrumConfig,
     *,
+    seed: int,
     features_dtype: str,
     n_batch: int,
     n_views: int,
@@ -110,7 +115,9 @@ def record_settings(
     """The one place a record's :class:`~solo_geometry.run.records.Settings` are built.
 
     Args:
-        cfg: the geometry config.
+        what: the ``measure`` node (which numbers).
+        config: the spectra's settings (``dtype`` and ``tau`` are recorded without a spectrum).
+        seed: the seed of the measurement's generator.
         features_dtype: the dtype the backbone computed the measured features in.
         n_batch: samples N of the measured batch.
         n_views: views V of the measured batch.
@@ -118,42 +125,46 @@ def record_settings(
         augment: whether rho along augmentation tangents was due.
         run: what the monitor knows of the run; None (a measurement outside a run): unset.
     """
-    tau = DEFAULT_TAU[getattr(torch, cfg.dtype)] if cfg.measure.tau is None else cfg.measure.tau
+    tau = DEFAULT_TAU[getattr(torch, config.dtype)] if config.tau is None else config.tau
     eps_c, eps_w = round_off_eps(getattr(torch, features_dtype))
     fields: dict[str, Any] = dict(
-        dtype=cfg.dtype,
+        dtype=config.dtype,
         features_dtype=features_dtype,
-        rank_eps=eps_c if cfg.measure.stats else None,
-        rank_work_eps=eps_w if cfg.measure.stats else None,
+        rank_eps=eps_c if what.stats else None,
+        rank_work_eps=eps_w if what.stats else None,
         tau=tau,
         n_batch=n_batch,
         recurrence_dtype="float64" if spectrum is not None else None,
         n_views=n_views,
-        augment_samples=cfg.measure.augment_samples if augment else None,
-        seed=cfg.seed,
+        augment_samples=what.augment_samples if augment else None,
+        seed=seed,
         **asdict(run or RunContext()),
     )
     fields.update(asdict(spectrum) if spectrum is not None else {})  # the same names, its values
     return Settings(**fields)
 
 
+def spectrum_options(config: SpectrumConfig, *, density: bool) -> dict[str, Any]:
+    """The keyword arguments of :func:`effective_hessian_spectrum` that ``config`` sets.
+
+    One to one its fields, ``dtype`` as the torch dtype it names; no density probes in a
+    measurement without a density.
+    """
+    options = asdict(config)  # the field names are the keyword arguments' (SpectrumConfig)
+    options["dtype"] = getattr(torch, config.dtype)
+    options["density_probes"] = config.density_probes if density else 0
+    return options
+
+
 def _hessian(
-    view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator, density: bool
+    view: GeometryView, Z: Tensor, config: SpectrumConfig, gen: torch.Generator, density: bool
 ) -> tuple[dict[str, Scalar], SpectrumSettings, dict[str, list[float]] | None]:
     """Spectra of H_eff (and GN, M when the view splits the loss): metrics, settings, density.
 
     The loss is the view's whole-batch loss; ``max_samples`` restricts the operators to a
     principal sub-block of rows. H_eff's density (of that sub-block) comes from the same runs.
     """
-    options = dict(
-        max_steps=cfg.lanczos_max_steps,
-        tol=cfg.lanczos_tol,
-        tau=cfg.measure.tau,
-        dtype=getattr(torch, cfg.dtype),
-        max_samples=cfg.max_samples,
-        generator=gen,
-        density_probes=cfg.measure.density_probes if density else 0,
-    )
+    options = {**spectrum_options(config, density=density), "generator": gen}
     if view.loss_of_outputs is None:  # no split into GN + M possible: H_eff alone
 
         def loss(Z_: Tensor) -> Tensor:  # the closure runs in the features' own dtype
@@ -207,7 +218,7 @@ def _stats(
     return out
 
 
-def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator) -> dict:
+def _rho(view: GeometryView, Z: Tensor, what: MeasureConfig, gen: torch.Generator) -> dict:
     """Metric singularity along colour tangents taken in pixel space at the batch's point.
 
     The tangents differentiate the whole first view's pipeline in the backbone's own mode (batch
@@ -216,10 +227,10 @@ def _rho(view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generato
     """
     if view.backbone is None or view.images is None:
         return {}
-    m = min(cfg.measure.augment_samples, Z.shape[1])
+    m = min(what.augment_samples, Z.shape[1])
     z0 = Z[0, :m]  # (m, d)
     out = {}
-    for family in cfg.measure.augment_families:
+    for family in what.augment_families:
         tangents = augmentation_tangents(
             view.backbone, view.images, family, normalise=view.normalisation
         )[:m]  # (m, d)
@@ -273,18 +284,20 @@ def _taken(part: str, take: Callable[[], Any], failed: dict[str, str]) -> Any:
 
 
 def _spectra(
-    view: GeometryView, Z: Tensor, cfg: GeometryConfig, gen: torch.Generator, density: bool
+    view: GeometryView, Z: Tensor, config: SpectrumConfig, gen: torch.Generator, density: bool
 ) -> tuple[dict[str, Scalar], SpectrumSettings, dict[str, list[float]] | None]:
     """The spectra's part: the loss checked finite, :func:`_hessian`, its metrics checked."""
     _check_loss(view, Z)
-    spectra, spectral, dens = _hessian(view, Z, cfg, gen, density)
+    spectra, spectral, dens = _hessian(view, Z, config, gen, density)
     return checked(spectra), spectral, dens
 
 
 def measure(
     view: GeometryView,
-    cfg: GeometryConfig,
+    what: MeasureConfig,
+    spectrum: SpectrumConfig,
     *,
+    seed: int,
     density: bool,
     history: Sequence[tuple[Tensor, Tensor]] = (),
     stats_only: bool = False,
@@ -298,7 +311,9 @@ def measure(
 
     Args:
         view: the module's view of a whole training batch.
-        cfg: the geometry config (``measure`` says which numbers).
+        what: the ``geometry.measure`` node: which numbers.
+        spectrum: the ``geometry.spectrum`` node: the spectra's settings.
+        seed: seed of the measurement's own generator (start vectors, random directions).
         density: also compute H_eff's SLQ density.
         history: pooled (Z, H) of earlier batches (``geometry.stats.queue``) that join the
             representation statistics.
@@ -314,35 +329,33 @@ def measure(
         FloatingPointError: for non-finite features.
         RuntimeError: when every due part failed, naming each one's reason.
     """
-    gen = torch.Generator().manual_seed(cfg.seed)  # CPU generator, the engine's convention
+    gen = torch.Generator().manual_seed(seed)  # CPU generator, the engine's convention
     features_dtype = view.features_dtype or str(view.features.dtype).removeprefix("torch.")
     captured = getattr(torch, features_dtype)
     view = full_precision(view)
     Z = view.features.detach()  # (V, N, d)
-    hessian, augment = (cfg.measure.hessian, cfg.measure.augment) if not stats_only else (0, 0)
+    hessian, augment = (what.hessian, what.augment) if not stats_only else (0, 0)
     augment = augment and view.backbone is not None and view.images is not None
     _check_finite(Z)
     failed: dict[str, str] = {}
     metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
-    taken = hessian and _taken("hessian", lambda: _spectra(view, Z, cfg, gen, density), failed)
+    taken = hessian and _taken("hessian", lambda: _spectra(view, Z, spectrum, gen, density), failed)
     spectra, spectral, dens = taken or ({}, None, None)  # metrics, SpectrumSettings, density
     metrics.update(spectra)
-    if cfg.measure.stats:
+    if what.stats:
         metrics.update(
             _taken("stats", lambda: checked(_stats(view, history, captured)), failed) or {}
         )
     if augment:
-        metrics.update(_taken("augment", lambda: checked(_rho(view, Z, cfg, gen)), failed) or {})
-    due = [
-        p
-        for p, on in (("stats", cfg.measure.stats), ("hessian", hessian), ("augment", augment))
-        if on
-    ]
+        metrics.update(_taken("augment", lambda: checked(_rho(view, Z, what, gen)), failed) or {})
+    due = [p for p, on in (("stats", what.stats), ("hessian", hessian), ("augment", augment)) if on]
     if due and all(p in failed for p in due):
         raise RuntimeError("; ".join(f"{p}: {why}" for p, why in failed.items()))
     parts = [p for p in due if p not in failed] + (["density"] if dens is not None else [])
     settings = record_settings(
-        cfg,
+        what,
+        spectrum,
+        seed=seed,
         features_dtype=features_dtype,
         n_batch=Z.shape[1],
         n_views=Z.shape[0],

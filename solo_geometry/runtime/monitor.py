@@ -334,12 +334,7 @@ class GeometryMonitor(Callback):
         try:
             with preserved_state(pl_module), exact_matmul() as user:
                 deferred = self.state.deferred(step, full=full, final=final)
-                run = RunContext(
-                    precision=str(trainer.precision),
-                    user_matmul=user,
-                    budget=self.config.budget,
-                    deferred=deferred,
-                )
+                run = RunContext(str(trainer.precision), user, self.config.budget, deferred)
                 history = self.state.history()
                 # under DDP: the global batch, measured on rank zero, skips agreed (distributed.py)
                 result = measure_across_ranks(
@@ -347,7 +342,9 @@ class GeometryMonitor(Callback):
                     batch,
                     lambda view: measure(
                         view,
-                        self.config,
+                        self.config.measure,
+                        self.config.spectrum,
+                        seed=self.config.seed,
                         density=density,
                         history=history,
                         stats_only=not full,

@@ -4,15 +4,15 @@ A measurement re-evaluates the head and the loss at the features the training st
 
 * under ``*-mixed`` precision (autocast) the features are the mixed-precision forward's, kept in
   float32 (:func:`solo_geometry.hosts.base.capture_copy`), and the head and loss run in the
-  measurement's own dtype (``geometry.dtype``) outside autocast: the record's ``dtype`` is that
-  of the products, its ``features_dtype`` the one the backbone computed the features in, its
-  ``precision`` the trainer's;
+  measurement's own dtype (``geometry.spectrum.dtype``) outside autocast: the record's
+  ``dtype`` is that of the products, its ``features_dtype`` the one the backbone computed the
+  features in, its ``precision`` the trainer's;
 * under ``bf16-true`` and ``16-true`` the modules themselves hold half-precision parameters:
   :func:`full_precision` measures on float32 copies of the head and the backbone, at the same
   (exactly representable) parameter values, the features and images raised to float32.
 
 :func:`exact_matmul` turns TF32 and reduced-precision float32 matmul off for the measurement
-(they carry about 1e-3 relative error, the size of ``lanczos_tol``) and restores the user's
+(they carry about 1e-3 relative error, the size of ``spectrum.tol``) and restores the user's
 settings afterwards; it yields them, so the record can say what the user had.
 """
 

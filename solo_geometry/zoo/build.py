@@ -127,8 +127,8 @@ class Entry:
             "+geometry=on",
             *HEAD_VARIANTS[self.head],
             "geometry.every_n_steps=100000",
-            f"geometry.max_samples={size.max_samples}",
-            f"geometry.lanczos_max_steps={size.lanczos_max_steps}",
+            f"geometry.spectrum.max_samples={size.max_samples}",
+            f"geometry.spectrum.max_steps={size.lanczos_max_steps}",
             f"geometry.measure.augment_samples={size.augment_samples}",
             "geometry.probes.enabled=false",  # the card measures probes itself
         ]

@@ -382,10 +382,10 @@ class TestRealRun:
             [
                 "+geometry=on",
                 "geometry.every_n_steps=1",
-                "geometry.max_samples=8",
-                "geometry.lanczos_max_steps=60",
+                "geometry.spectrum.max_samples=8",
+                "geometry.spectrum.max_steps=60",
                 "geometry.measure.augment_samples=4",
-                "geometry.measure.density_probes=1",
+                "geometry.spectrum.density_probes=1",
                 # every step measured, densities included: the report reads them
                 "geometry.budget=null",
                 "geometry.probes.enabled=false",

@@ -9,10 +9,12 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_geometry.config import (
+    MOVED_TO_SPECTRUM,
     GeometryConfig,
     HeadConfig,
     MeasureConfig,
     ProbesConfig,
+    SpectrumConfig,
     as_bool,
     geometry_config,
 )
@@ -51,12 +53,9 @@ class TestAsBool:
 class TestGeometryConfig:
     def test_defaults(self) -> None:
         g = GeometryConfig()
-        assert (g.enabled, g.every_n_steps, g.max_samples, g.lanczos_max_steps, g.dtype) == (
-            True,
-            50,
-            16,
-            200,
-            "float32",
+        assert (g.enabled, g.every_n_steps, g.seed) == (True, 50, 0)
+        assert g.spectrum == SpectrumConfig(
+            max_steps=200, tol=1e-3, dtype="float32", max_samples=16, tau=None, density_probes=2
         )
         assert g.head.name == "projector"  # geometry on never changes the experiment
         assert not g.init.pseudo_collapse and g.init.alpha == 0.1
@@ -98,7 +97,13 @@ class TestGeometryConfig:
             ({"every_n_step": 3}, "geometry.every_n_step"),
             ({"every_n_steps": "abc"}, "geometry.every_n_steps"),
             ({"every_n_steps": 0}, "geometry.every_n_steps"),
-            ({"dtype": "float16"}, "geometry.dtype"),
+            ({"spectrum": {"dtype": "float16"}}, "geometry.spectrum.dtype"),
+            ({"spectrum": {"max_steps": 1}}, "geometry.spectrum.max_steps"),
+            ({"spectrum": {"tol": 0.0}}, "geometry.spectrum.tol"),
+            ({"spectrum": {"max_samples": 1}}, "geometry.spectrum.max_samples"),
+            ({"spectrum": {"tau": -1e-3}}, "geometry.spectrum.tau"),
+            ({"spectrum": {"density_probes": 0}}, "geometry.spectrum.density_probes"),
+            ({"dtype": "float16"}, "geometry.dtype"),  # an old key: named as written
             ({"head": {"name": "mlp9"}}, "geometry.head.name"),
             ({"head": {"activation": "sine"}}, "geometry.head.activation"),
             ({"head": {"norm": "group"}}, "geometry.head.norm"),
@@ -121,6 +126,7 @@ class TestGeometryConfig:
         ("build", "key"),
         [
             (lambda: GeometryConfig(every_n_steps=0), "geometry.every_n_steps"),
+            (lambda: SpectrumConfig(dtype="float16"), "geometry.spectrum.dtype"),
             (lambda: GeometryConfig(dtype="float16"), "geometry.dtype"),
             (lambda: HeadConfig(name="mlp9"), "geometry.head.name"),
             (lambda: HeadConfig(activation="sine"), "geometry.head.activation"),
@@ -149,6 +155,80 @@ class TestGeometryConfig:
             geometry_config(_cfg({"head": {"name": "nope"}}))
 
 
+# A value of each old key, away from its new key's default.
+OLD_VALUES = {
+    "max_samples": 4,
+    "lanczos_max_steps": 30,
+    "lanczos_tol": 1e-4,
+    "dtype": "float64",
+    "measure.density_probes": 1,
+    "measure.tau": 1e-9,
+}
+
+
+def _nested(flat: dict[str, object]) -> dict[str, object]:
+    out: dict[str, dict] = {}
+    for key, value in flat.items():
+        *path, name = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[name] = value
+    return out
+
+
+class TestSpectrumNode:
+    def test_old_keys_are_all_the_nodes_fields(self) -> None:
+        """Every field of the node had an old key; nothing else moved."""
+        fields = {f.name for f in dataclasses.fields(SpectrumConfig)}
+        assert (
+            sorted(MOVED_TO_SPECTRUM.values())
+            == sorted(fields)
+            == sorted(
+                _nested({f"spectrum.{new}": 0 for new in MOVED_TO_SPECTRUM.values()})["spectrum"]
+            )
+        )
+        assert set(OLD_VALUES) == set(MOVED_TO_SPECTRUM)
+
+    @pytest.mark.parametrize("old", list(MOVED_TO_SPECTRUM))
+    def test_old_key_moves_with_one_line_warning(self, old: str) -> None:
+        new, value = MOVED_TO_SPECTRUM[old], OLD_VALUES[old]
+        with pytest.warns(FutureWarning) as caught:
+            g = geometry_config(_cfg(_nested({old: value})))
+        assert g is not None and getattr(g.spectrum, new) == value
+        assert g == GeometryConfig(spectrum=SpectrumConfig(**{new: value}))  # old key: null
+        messages = [str(w.message) for w in caught if w.category is FutureWarning]
+        assert messages == [
+            f"geometry.{old} is deprecated, use geometry.spectrum.{new} (the old key goes in "
+            "the next release)"
+        ]
+
+    def test_all_old_keys_give_the_new_node(self) -> None:
+        with pytest.warns(FutureWarning):
+            old = geometry_config(_cfg(_nested(OLD_VALUES)))
+        new = {MOVED_TO_SPECTRUM[k]: v for k, v in OLD_VALUES.items()}
+        assert old == geometry_config(_cfg({"spectrum": new}))
+        assert old == GeometryConfig(spectrum=SpectrumConfig(**new))  # type: ignore[arg-type]
+
+    def test_new_keys_do_not_warn(self, recwarn: pytest.WarningsRecorder) -> None:
+        geometry_config(_cfg({"spectrum": {"max_steps": 30, "dtype": "float64"}}))
+        assert not [w for w in recwarn if w.category is FutureWarning]
+
+    def test_old_key_beside_another_new_value_is_refused(self) -> None:
+        """An old recipe's key and a new override that disagree: one line naming both."""
+        with pytest.warns(FutureWarning), pytest.raises(ValueError) as info:
+            geometry_config(_cfg({"lanczos_tol": 1e-4, "spectrum": {"tol": 1e-2}}))
+        assert str(info.value) == (
+            "geometry.lanczos_tol: 0.0001 given beside geometry.spectrum.tol=0.01; give "
+            "geometry.spectrum.tol alone (geometry.lanczos_tol is deprecated)"
+        )
+
+    def test_old_key_beside_the_same_new_value_is_kept(self) -> None:
+        with pytest.warns(FutureWarning):
+            g = geometry_config(_cfg({"lanczos_tol": 1e-4, "spectrum": {"tol": 1e-4}}))
+        assert g is not None and g.spectrum.tol == 1e-4
+
+
 class TestBuildConfiguredHead:
     def test_smooth_mlp(self) -> None:
         head = build_configured_head(
@@ -173,7 +253,7 @@ class TestBuildConfiguredHead:
         # what the monitor stores in checkpoints and records: plain values that rebuild the node
         g = GeometryConfig(
             every_n_steps=7,
-            dtype="float32",
+            spectrum=SpectrumConfig(dtype="float64"),
             head=HeadConfig(name="smooth_mlp"),
             probes=ProbesConfig(targets=["class"]),
         )

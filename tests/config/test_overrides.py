@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.config import MOVED_TO_SPECTRUM, GeometryConfig, geometry_config
 from solo_geometry.config.overrides import check_geometry_overrides, schema_fields
 from solo_geometry.hosts.pretrain import solo_available
 from solo_geometry.recipe import load_recipe
@@ -170,6 +170,35 @@ class TestRawValues:
             cfg = compose("r", _searchpath_override(["+geometry=on", "geometry.alert.stop=2"]))
         assert cfg.geometry.alert.stop is True  # what the check prevents
         assert "expected a boolean" in _refusal(recipe, "geometry.alert.stop=2")
+
+
+# A value of each old key of the spectrum's settings, away from the default.
+OLD_SPECTRUM = {
+    "geometry.max_samples": 4,
+    "geometry.lanczos_max_steps": 30,
+    "geometry.lanczos_tol": 1e-4,
+    "geometry.dtype": "float64",
+    "geometry.measure.density_probes": 1,
+    "geometry.measure.tau": 1e-9,
+}
+
+
+class TestOldSpectrumKeys:
+    """The keys of the spectrum's settings before ``geometry.spectrum``: one release more."""
+
+    def test_every_old_key_is_in_the_schema(self) -> None:
+        assert {f"geometry.{old}" for old in MOVED_TO_SPECTRUM} == set(OLD_SPECTRUM)
+        assert set(OLD_SPECTRUM) <= set(FIELDS)
+
+    @pytest.mark.parametrize("key", list(OLD_SPECTRUM))
+    def test_old_override_reaches_the_new_key(self, recipe: Path, key: str) -> None:
+        new = MOVED_TO_SPECTRUM[key.removeprefix("geometry.")]
+        value = OLD_SPECTRUM[key]
+        with pytest.warns(
+            FutureWarning, match=rf"^{key} is deprecated, use geometry\.spectrum\.{new} "
+        ):
+            g = geometry_config(load_recipe(recipe, ["+geometry=on", f"{key}={_written(value)}"]))
+        assert g is not None and getattr(g.spectrum, new) == value
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

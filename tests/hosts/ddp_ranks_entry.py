@@ -38,12 +38,12 @@ N = 4  # rows per rank
 GEOMETRY = [
     "+geometry=on",
     "geometry.probes.enabled=false",
-    "geometry.dtype=float64",
-    "geometry.lanczos_max_steps=300",
-    "geometry.lanczos_tol=1e-10",
-    "geometry.max_samples=8",
+    "geometry.spectrum.dtype=float64",
+    "geometry.spectrum.max_steps=300",
+    "geometry.spectrum.tol=1e-10",
+    "geometry.spectrum.max_samples=8",
     "geometry.measure.augment=false",
-    "geometry.measure.density_probes=1",
+    "geometry.spectrum.density_probes=1",
 ]
 VIT = ["backbone.name=vit_tiny", "++backbone.kwargs.img_size=32", "++backbone.kwargs.patch_size=8"]
 HEADS = {
@@ -99,7 +99,8 @@ def record(model: Any, batch: list[Any], run: Callable[..., Any] | None = None) 
     from solo_geometry.state import preserved_state
 
     def measured(view: Any) -> Any:
-        return measure(view, model.geometry_cfg, density=False)
+        cfg = model.geometry_cfg
+        return measure(view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False)
 
     try:
         with preserved_state(model):
@@ -168,9 +169,13 @@ def scenario_bn(rank: int, tmp: Path) -> dict[str, Any]:
             cfg = model.geometry_cfg
             with preserved_state(model), collectives_off():  # one process
                 view = per_chunk_reference(model, method, batch)
-                out[f"{method}/False/one"] = measure(view, cfg, density=False).metrics
+                out[f"{method}/False/one"] = measure(
+                    view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False
+                ).metrics
                 view = model.geometry_view(batch)  # one process: BatchNorm of the whole batch
-                out[f"{method}/True/one"] = measure(view, cfg, density=False).metrics
+                out[f"{method}/True/one"] = measure(
+                    view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False
+                ).metrics
     return out
 
 

@@ -32,12 +32,12 @@ TINY = [
 GEOMETRY_TINY = [
     "+geometry=on",
     "geometry.every_n_steps=1",
-    "geometry.max_samples=8",
-    "geometry.lanczos_max_steps=60",
+    "geometry.spectrum.max_samples=8",
+    "geometry.spectrum.max_steps=60",
     "geometry.probes.enabled=false",
     "geometry.measure.augment_families=[brightness]",
     "geometry.measure.augment_samples=4",
-    "geometry.measure.density_probes=1",
+    "geometry.spectrum.density_probes=1",
     "geometry.budget=null",  # every step, as the tests count
     "geometry.report=false",  # the report is checked by the 17 recipes' e2e and test_report
 ]
@@ -57,9 +57,9 @@ NEW_METHODS = [
 GEOMETRY_CHEAP = [
     "+geometry=on",
     "geometry.probes.enabled=false",
-    "geometry.max_samples=2",
-    "geometry.lanczos_max_steps=10",
-    "geometry.measure.density_probes=1",
+    "geometry.spectrum.max_samples=2",
+    "geometry.spectrum.max_steps=10",
+    "geometry.spectrum.density_probes=1",
     "geometry.budget=null",
 ]
 

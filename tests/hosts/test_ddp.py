@@ -33,14 +33,14 @@ TINY = [
     "method_kwargs.proj_output_dim=32",
     "+geometry=on",
     "geometry.every_n_steps=1",
-    "geometry.measure.density_probes=1",
+    "geometry.spectrum.density_probes=1",
     "geometry.budget=null",
-    "geometry.dtype=float64",  # 1 vs 2 ranks agree to float64 round-off at step 0 (RTOL)
+    "geometry.spectrum.dtype=float64",  # 1 vs 2 ranks agree to float64 round-off at step 0 (RTOL)
 ]
 FAULTY = [
     "+limit_train_batches=2",
-    "geometry.lanczos_max_steps=40",
-    "geometry.max_samples=4",
+    "geometry.spectrum.max_steps=40",
+    "geometry.spectrum.max_samples=4",
     "geometry.measure.augment_families=[brightness]",
     "geometry.measure.augment_samples=4",
     "optimizer.batch_size=4",
@@ -66,8 +66,8 @@ SAME_BATCH = [
         )
     ),
     "+limit_train_batches=1",
-    "geometry.lanczos_max_steps=300",
-    "geometry.lanczos_tol=1e-10",
+    "geometry.spectrum.max_steps=300",
+    "geometry.spectrum.tol=1e-10",
     "geometry.measure.augment=false",
     "geometry.probes.enabled=false",
     "data.val_path=null",

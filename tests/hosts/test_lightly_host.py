@@ -26,10 +26,10 @@ METHODS = ["simclr", "byol", "vicreg", "barlow_twins"]
 GEOMETRY = [
     "+geometry=on",
     "geometry.every_n_steps=1",
-    "geometry.max_samples=8",
-    "geometry.lanczos_max_steps=60",
+    "geometry.spectrum.max_samples=8",
+    "geometry.spectrum.max_steps=60",
     "geometry.measure.augment_samples=4",
-    "geometry.measure.density_probes=1",
+    "geometry.spectrum.density_probes=1",
     "geometry.budget=null",  # every step and the final one: these tests read the records
     "geometry.probes.orbits.images=8",  # 8 orbits a family (default 32): seconds, not a minute
 ]

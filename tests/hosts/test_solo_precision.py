@@ -26,7 +26,7 @@ pytest.importorskip("solo", reason=SOLO_REASON)
 from solo.args.pretrain import parse_cfg  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
-from solo_geometry.config import GeometryConfig  # noqa: E402
+from solo_geometry.config import GeometryConfig, MeasureConfig, SpectrumConfig  # noqa: E402
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum  # noqa: E402
 from solo_geometry.hosts.solo import install  # noqa: E402
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block  # noqa: E402
@@ -34,7 +34,7 @@ from solo_geometry.linalg.lanczos import lanczos  # noqa: E402
 from solo_geometry.linalg.operators import head_operators  # noqa: E402
 from solo_geometry.recipe import load_recipe  # noqa: E402
 from solo_geometry.run.records import read_records  # noqa: E402
-from solo_geometry.runtime.measure import measure  # noqa: E402
+from solo_geometry.runtime.measure import measure, spectrum_options  # noqa: E402
 
 install()
 
@@ -66,28 +66,25 @@ def _view(method: str, digits: Path, dims: Sequence[str] = (), n: int = 8) -> An
 @pytest.mark.parametrize("method", RECIPES)
 def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits: Path) -> None:
     view = _view(method, digits)
-    cfg = GeometryConfig()
+    cfg = GeometryConfig().spectrum
     assert cfg.dtype == "float32"  # the default: float32 products under float64 recurrences
     Z = view.features.detach()
 
     def spectrum(**kw: Any) -> Any:
         return effective_hessian_spectrum(
-            view.head,
-            view.loss_of_outputs,
-            Z,
-            max_samples=cfg.max_samples,
-            generator=torch.Generator().manual_seed(0),
-            **kw,
+            view.head, view.loss_of_outputs, Z, generator=torch.Generator().manual_seed(0), **kw
         )
 
-    got = spectrum(max_steps=cfg.lanczos_max_steps, tol=cfg.lanczos_tol, dtype=torch.float32)
-    ref = spectrum(max_steps=400, tol=1e-10, dtype=torch.float64, tau=1e-5)
+    got = spectrum(**spectrum_options(cfg, density=False))  # the monitor's arguments
+    ref = spectrum(
+        max_steps=400, tol=1e-10, dtype=torch.float64, tau=1e-5, max_samples=cfg.max_samples
+    )
     assert ref.floor == pytest.approx(got.floor, rel=1e-3)
     for name, op in got.operators.items():
         truth = ref.operators[name]
         assert truth.lambda_min is not None and truth.lambda_max is not None, name
         assert op.lambda_min is not None and op.lambda_max is not None, (name, op)  # converged
-        bound = max(cfg.lanczos_tol * max(abs(op.ritz_min), abs(op.ritz_max)), got.floor)
+        bound = max(cfg.tol * max(abs(op.ritz_min), abs(op.ritz_max)), got.floor)
         assert abs(op.lambda_min - truth.lambda_min) <= bound, (name, op, truth)
         assert abs(op.lambda_max - truth.lambda_max) <= bound, (name, op, truth)
         # the residual bounds hold for the float32 operator, whose eigenvalues sit within its
@@ -107,7 +104,7 @@ def test_default_extremes_within_tol_of_a_float64_reference(method: str, digits:
             gn, ref.dim, max_steps=400, tol=1e-10, generator=torch.Generator().manual_seed(5)
         )
         assert own.converged
-        bound = max(cfg.lanczos_tol * max(abs(got.gn.ritz_min), abs(got.gn.ritz_max)), got.floor)
+        bound = max(cfg.tol * max(abs(got.gn.ritz_min), abs(got.gn.ritz_max)), got.floor)
         assert abs(got.gn.lambda_min - float(own.ritz_values[0])) <= bound
         assert abs(got.gn.lambda_max - float(own.ritz_values[-1])) <= bound
 
@@ -119,7 +116,8 @@ def test_simsiam_bn_projector_reads_its_centred_rank(digits: Path) -> None:
     dims = ["method_kwargs.proj_hidden_dim=512", "method_kwargs.proj_output_dim=512"]
     view = _view("simsiam", digits, dims, n=64)
     assert isinstance(view.head[-1], torch.nn.BatchNorm1d) and view.head.training
-    result = measure(view, GeometryConfig(), density=False, stats_only=True)
+    cfg = SpectrumConfig()
+    result = measure(view, MeasureConfig(), cfg, seed=0, density=False, stats_only=True)
     Z = view.features.detach()
     twin = copy.deepcopy(view.head).double()
     with torch.no_grad():
@@ -135,7 +133,9 @@ def test_simsiam_bn_projector_reads_its_centred_rank(digits: Path) -> None:
 
 
 def test_record_says_how_it_was_computed(digits: Path) -> None:
-    result = measure(_view("simclr", digits), GeometryConfig(), density=False)
+    result = measure(
+        _view("simclr", digits), MeasureConfig(), SpectrumConfig(), seed=0, density=False
+    )
     s = result.settings
     assert (s.dtype, s.recurrence_dtype, s.tau) == ("float32", "float64", 1e-5)
     assert s.lanczos_tol == 1e-3 and s.lanczos_max_steps == 200
@@ -202,9 +202,9 @@ def test_bf16_mixed_byol_recipe_records_say_so(digits: Path, tmp_path: Path) -> 
         "geometry.report=false",
         "geometry.budget=null",
         "geometry.every_n_steps=1",
-        "geometry.max_samples=4",
-        "geometry.lanczos_max_steps=30",
-        "geometry.measure.density_probes=1",
+        "geometry.spectrum.max_samples=4",
+        "geometry.spectrum.max_steps=30",
+        "geometry.spectrum.density_probes=1",
         "geometry.measure.augment_samples=4",
         "geometry.measure.augment_families=[brightness]",
     ]

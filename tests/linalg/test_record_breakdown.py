@@ -21,7 +21,7 @@ import record_breakdown  # noqa: E402
 
 import solo_geometry.geometry.spectrum as spectrum  # noqa: E402
 import solo_geometry.runtime.measure as measure_module  # noqa: E402
-from solo_geometry.config import GeometryConfig  # noqa: E402
+from solo_geometry.config import GeometryConfig, SpectrumConfig  # noqa: E402
 from solo_geometry.linalg.operators import HeadOperators  # noqa: E402
 from solo_geometry.runtime.view import GeometryView  # noqa: E402
 
@@ -42,8 +42,10 @@ def _view() -> GeometryView:
 
 class TestBreakdown:
     def test_counts_are_the_records_steps_and_parts_add_up(self) -> None:
-        view, cfg = _view(), GeometryConfig(max_samples=6)
-        record = measure_module.measure(view, cfg, density=False)
+        view, cfg = _view(), GeometryConfig(spectrum=SpectrumConfig(max_samples=6))
+        record = measure_module.measure(
+            view, cfg.measure, cfg.spectrum, seed=cfg.seed, density=False
+        )
         out = record_breakdown.breakdown(view, cfg, step=1.0)
         for op in ("heff", "gn", "m"):
             assert out[f"breakdown/product/{op}/count"] == record.metrics[f"{op}/steps"]
@@ -55,12 +57,16 @@ class TestBreakdown:
 
     def test_wrapped_functions_are_restored(self) -> None:
         before = (HeadOperators.heff, measure_module._stats, HeadOperators.__dict__["_grad_z"].func)
-        record_breakdown.breakdown(_view(), GeometryConfig(max_samples=6), step=1.0)
+        record_breakdown.breakdown(
+            _view(), GeometryConfig(spectrum=SpectrumConfig(max_samples=6)), step=1.0
+        )
         after = (HeadOperators.heff, measure_module._stats, HeadOperators.__dict__["_grad_z"].func)
         assert before == after
 
     def test_paired_record_restores_the_row_wise_test(self) -> None:
         before = spectrum.row_wise
-        out = record_breakdown.paired_record(_view(), GeometryConfig(max_samples=6), 1.0, pairs=1)
+        out = record_breakdown.paired_record(
+            _view(), GeometryConfig(spectrum=SpectrumConfig(max_samples=6)), 1.0, pairs=1
+        )
         assert spectrum.row_wise is before and out["record/row_wise"] is False  # BatchNorm head
         assert out["record/ratio"] > 0

@@ -161,7 +161,9 @@ class TestConfig:
 def _always_complete(tmp: Path, **alert: Any) -> GeometryConfig:
     """Every record points to `complete` (std under 0.999 of its ceiling): the run shows it."""
     alert_cfg = AlertConfig(complete_enter=0.999, complete_leave=0.9999, **alert)
-    return small_config(tmp, augment=False, every_n_steps=1, lanczos_max_steps=20, alert=alert_cfg)
+    return small_config(
+        tmp, augment=False, every_n_steps=1, spectrum={"max_steps": 20}, alert=alert_cfg
+    )
 
 
 class TestMonitorAlert:

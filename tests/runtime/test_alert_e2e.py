@@ -28,10 +28,10 @@ SHORT = [
     "max_epochs=2",
     "data.num_workers=0",
     "geometry.every_n_steps=4",
-    "geometry.max_samples=16",
-    "geometry.lanczos_max_steps=20",
+    "geometry.spectrum.max_samples=16",
+    "geometry.spectrum.max_steps=20",
     "geometry.measure.augment=false",
-    "geometry.measure.density_probes=1",
+    "geometry.spectrum.density_probes=1",
     "geometry.probes.enabled=false",
     "geometry.budget=null",
 ]

@@ -111,7 +111,7 @@ class TestBudget:
         # reserve for the final one's spectra (RESERVE_RUNS = 2 runs: not its density, which
         # would be 1 + density_probes = 3 runs) fit once 3 + 1 + 2 <= 0.1 x train
         monitor = GeometryMonitor(small_config(tmp_path, every_n_steps=1, budget=0.1))
-        monitor.config.measure.density_probes = 2
+        monitor.config.spectrum.density_probes = 2
         assert monitor.budget.density_runs == 3 and RESERVE_RUNS == 2
         now = [100.0]
         monitor.budget.clock = lambda: now[0]

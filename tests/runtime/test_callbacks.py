@@ -10,7 +10,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from solo_geometry.config import GeometryConfig, MeasureConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.config import (
+    GeometryConfig,
+    MeasureConfig,
+    OrbitsConfig,
+    ProbesConfig,
+    SpectrumConfig,
+)
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.run.run_folder import RunFolder
@@ -44,14 +50,13 @@ def fit_boring(
 
 
 def small_config(**probes: Any) -> GeometryConfig:
-    measure = MeasureConfig(augment=False, density_probes=1)
+    measure = MeasureConfig(augment=False)
     small = ProbesConfig(
         targets=["class"], probes=["linear"], orbits=OrbitsConfig(families=[]), **probes
     )
     return GeometryConfig(
         every_n_steps=1,
-        max_samples=4,
-        lanczos_max_steps=60,
+        spectrum=SpectrumConfig(max_samples=4, max_steps=60, density_probes=1),
         measure=measure,
         probes=small,
         budget=None,

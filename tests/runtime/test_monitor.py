@@ -59,7 +59,12 @@ class TestMonitorConfig:
         assert records[1].metrics["z/n_samples"] == 48
 
     def test_cadence_and_settings_come_from_the_config(self, tmp_path: Path) -> None:
-        cfg = small_config(tmp_path, augment=False, every_n_steps=3, max_samples=4, dtype="float32")
+        cfg = small_config(
+            tmp_path,
+            augment=False,
+            every_n_steps=3,
+            spectrum={"max_samples": 4, "dtype": "float32"},
+        )
         fit_boring(tmp_path, [GeometryMonitor(cfg)], steps=7)
         records = read_records(tmp_path)
         assert [r.step for r in records] == [0, 3, 6, 7]

@@ -27,12 +27,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from solo_geometry.config import GeometryConfig, MeasureConfig
+from solo_geometry.config import GeometryConfig, MeasureConfig, SpectrumConfig
 from solo_geometry.hosts.base import assemble_view
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block
 from solo_geometry.models.heads import build_head
 from solo_geometry.run.records import read_records
-from solo_geometry.runtime.measure import measure
+from solo_geometry.runtime.measure import Measurement, measure
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.precision import (
     exact_matmul,
@@ -122,16 +122,20 @@ def _view(backbone: nn.Module, head: nn.Module, dtype: torch.dtype, **kw: Any) -
 
 
 def _cfg(**kw: Any) -> GeometryConfig:
-    measure_cfg = MeasureConfig(
-        augment_samples=4, augment_families=["brightness"], density_probes=1, **kw
-    )
-    return GeometryConfig(max_samples=6, lanczos_max_steps=60, measure=measure_cfg, budget=None)
+    measure_cfg = MeasureConfig(augment_samples=4, augment_families=["brightness"], **kw)
+    spectrum = SpectrumConfig(max_samples=6, max_steps=60, density_probes=1)
+    return GeometryConfig(spectrum=spectrum, measure=measure_cfg, budget=None)
+
+
+def _measured(view: Any, cfg: GeometryConfig, **kw: Any) -> Measurement:
+    """:func:`measure` with the pieces of ``cfg`` it takes."""
+    return measure(view, cfg.measure, cfg.spectrum, seed=cfg.seed, **kw)
 
 
 def test_bf16_true_view_measured_as_float32_of_the_same_values() -> None:
     backbone, head = _modules(torch.bfloat16)
     before = copy.deepcopy(head.state_dict())
-    half = measure(_view(backbone, head, torch.bfloat16), _cfg(), density=False)
+    half = _measured(_view(backbone, head, torch.bfloat16), _cfg(), density=False)
     # the reference: float32 modules holding the bfloat16 values, fed the same (raised) inputs,
     # whose features say they were bfloat16 (the ranks' precision)
     view = _view(backbone, head, torch.bfloat16)
@@ -143,7 +147,7 @@ def test_bf16_true_view_measured_as_float32_of_the_same_values() -> None:
         view.images.float(),
         features_dtype="bfloat16",
     )
-    ref = measure(ref_view, _cfg(), density=False)
+    ref = _measured(ref_view, _cfg(), density=False)
     assert half.failed == {} and half.parts == ["stats", "hessian", "augment"]
     timing = {k for k in ref.metrics if k.endswith("/seconds")}
     assert {k: v for k, v in half.metrics.items() if k not in timing} == {
@@ -164,7 +168,7 @@ def test_a_half_view_without_loss_of_outputs_keeps_stats_and_rho() -> None:
     assert all(
         p.dtype == torch.float32 for p in [*full.head.parameters(), *full.backbone.parameters()]
     )
-    result = measure(view, _cfg(), density=False)
+    result = _measured(view, _cfg(), density=False)
     assert result.parts == ["stats", "augment"]
     assert "without the view's loss_of_outputs" in result.failed["hessian"]
     assert result.settings.features_dtype == "float16"
@@ -173,7 +177,7 @@ def test_a_half_view_without_loss_of_outputs_keeps_stats_and_rho() -> None:
 def test_each_part_fails_alone() -> None:
     backbone, head = _modules(torch.float32)
     nan_loss = _view(backbone, head, torch.float32, loss=lambda H: _loss(H) * float("nan"))
-    result = measure(nan_loss, _cfg(), density=True)
+    result = _measured(nan_loss, _cfg(), density=True)
     assert result.parts == ["stats", "augment"] and result.density is None
     assert result.failed["hessian"].startswith("FloatingPointError: non-finite loss")
     assert "z/effective_rank" in result.metrics and "rho/brightness" in result.metrics
@@ -183,7 +187,7 @@ def test_each_part_fails_alone() -> None:
         def forward(self, x: Tensor) -> Tensor:
             raise RuntimeError("no tangents")
 
-    result = measure(
+    result = _measured(
         dataclasses.replace(_view(backbone, head, torch.float32), backbone=Broken()),
         _cfg(),
         density=False,
@@ -192,7 +196,7 @@ def test_each_part_fails_alone() -> None:
     assert result.failed == {"augment": "RuntimeError: no tangents"}
     assert "heff/lambda_max" in result.metrics and "z/cond" in result.metrics
     with pytest.raises(RuntimeError, match="^hessian: .*non-finite loss"):  # every due part
-        measure(nan_loss, _cfg(stats=False, augment=False), density=False)
+        _measured(nan_loss, _cfg(stats=False, augment=False), density=False)
 
 
 class MixedModule(pl.LightningModule):
@@ -281,7 +285,7 @@ def test_statistics_read_ranks_at_the_features_precision(features_dtype: str | N
     if features_dtype is not None:  # a bf16-mixed forward's features, kept in float32
         Z = Z.bfloat16().float()
     view = assemble_view(Z, head, _loss, features_dtype=features_dtype)
-    result = measure(view, _cfg(), density=False, stats_only=True)
+    result = _measured(view, _cfg(), density=False, stats_only=True)
     H64 = torch.stack([copy.deepcopy(head).double()(Z[v].double()) for v in range(2)])
     Hn = H64.reshape(128, -1) / H64.reshape(128, -1).norm(dim=1, keepdim=True)
     s = torch.linalg.svdvals(Hn - Hn.mean(dim=0))  # float64 reference: 126 above round-off
