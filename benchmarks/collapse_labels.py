@@ -74,7 +74,7 @@ class Geometry:
 def geometry_of(X: Tensor) -> Geometry:
     """:class:`Geometry` of features (N, d), N >= 2."""
     s = representation_stats(X)
-    return Geometry(s.effective_rank, s.normalized_std / std_ceiling(X.shape[0], X.shape[1]))
+    return Geometry(s.rankme_l2, s.normalized_std / std_ceiling(X.shape[0], X.shape[1]))
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def reference_key(ev: Evidence, rule: Rule = RULE) -> str:
         if ev.val[space].std_ratio < rule.std_floor:
             return f"{space}/normalized_std"
     space = min(("h", "z"), key=lambda s: ev.val[s].rank / max(ev.val_init[s].rank, 1e-12))
-    return f"{space}/effective_rank"
+    return f"{space}/rankme_l2"
 
 
 def reference_step(steps: Sequence[int], values: Sequence[float], rule: Rule = RULE) -> int | None:

@@ -154,7 +154,7 @@ DETECTORS = (
     Detector("MONAI effective_rank_score", "MONAI 1.6, >= 0.5", monai_score),
     Detector("LiDAR", "Thilak et al. 2024, < 2", threshold("h/lidar", below=2.0)),
     Detector("alpha-ReQ", "Agrawal et al. 2022, > 3", threshold("h/alpha_req", above=3.0)),
-    Detector("rank gate", "users' gate, erank(H) < 2", threshold("h/effective_rank", below=2.0)),
+    Detector("rank gate", "users' gate, erank(H) < 2", threshold("h/rankme_l2", below=2.0)),
 )
 
 
@@ -260,7 +260,7 @@ def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
     colours = {"collapsed": "tab:red", "healthy": "tab:green", "ambiguous": "tab:grey"}
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in results:
-        read = [(x["step"], _num(x["metrics"], "h/effective_rank")) for x in r["records"]]
+        read = [(x["step"], _num(x["metrics"], "h/rankme_l2")) for x in r["records"]]
         pts = [(s, v) for s, v in read if v is not None and v > 0]
         if not pts or r["label"] not in colours:
             continue

@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.collapse_configs import Config
 from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
-from solo_geometry.run.records import read_records
+from solo_geometry.run.records import read_records, renamed_metrics
 
 __all__ = ["collect", "run_config"]
 
@@ -41,7 +41,7 @@ PROBES = [
 ]
 KEEP = (
     "normalized_std",
-    "effective_rank",
+    "rankme_l2",
     "rankme",
     "n_samples",
     "dim",
@@ -186,8 +186,11 @@ def run_config(
     """
     where = out / cfg.name
     done = where / "run.json"
-    if done.is_file():
-        return dict(json.loads(done.read_text()))
+    if done.is_file():  # one written before schema 5 names RankMe of unit rows effective_rank
+        result = dict(json.loads(done.read_text()))
+        for record in result.get("records", []):
+            record["metrics"] = renamed_metrics(record.get("metrics", {}))
+        return result
     try:
         seconds = 0.0
         for part, epochs_of in (("train", epochs), ("init", 0)):

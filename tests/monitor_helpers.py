@@ -139,7 +139,7 @@ def fit_boring(
 
 
 STATS_KEYS = [
-    f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "effective_rank")
+    f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "rankme_l2")
 ]
 
 

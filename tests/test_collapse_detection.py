@@ -80,7 +80,7 @@ class TestLabel:
 
     def test_reference_key(self) -> None:
         assert reference_key(_ev((0.3, 0.1), (0.8, 0.8), Geometry(80, 0.01))) == "h/normalized_std"
-        assert reference_key(_ev((0.8, 0.4), (0.8, 0.8), Geometry(10, 0.9))) == "h/effective_rank"
+        assert reference_key(_ev((0.8, 0.4), (0.8, 0.8), Geometry(10, 0.9))) == "h/rankme_l2"
 
 
 class TestReferenceStep:
@@ -150,7 +150,7 @@ class TestPeers:
         ceiling = math.sqrt(128 / (127 * 64))
 
         def rec(step: int, std: float, rank: float) -> dict[str, Any]:
-            m = {"h/normalized_std": std * ceiling, "h/effective_rank": rank * 64}
+            m = {"h/normalized_std": std * ceiling, "h/rankme_l2": rank * 64}
             return _record(step, 0, **m, **{"h/n_samples": 128, "h/dim": 64})
 
         # rank 0.08 of min(M, d): above its 0.05 (the SimSiam stayed healthy so)
@@ -193,7 +193,7 @@ class TestCalibrate:
                     0,
                     **{
                         "h/normalized_std": 0.9 * ceiling,
-                        "h/effective_rank": r,
+                        "h/rankme_l2": r,
                         "h/n_samples": 128,
                         "h/dim": 64,
                     },

@@ -17,6 +17,7 @@ import numpy as np
 
 from solo_geometry.analysis import plots
 from solo_geometry.analysis.run_data import RunData, read_run
+from solo_geometry.geometry.metrics import SPACES, metric
 from solo_geometry.run.atomic import write_text
 from solo_geometry.run.probe_table import ProbeRow, random_init_summary
 from solo_geometry.run.records import GeometryRecord
@@ -36,6 +37,17 @@ def _last(records: list[GeometryRecord], prefix: str) -> dict[str, tuple[float, 
     }
 
 
+def _panel(names: Sequence[str], parts: Sequence[str] = ("",)) -> list[tuple[str, str, str]]:
+    """Lines ``(key, title, axis label)`` of entries of :data:`METRICS`, each part in turn."""
+    lines = []
+    for name in names:
+        m = metric(name)
+        for part in parts if m.per_part else ("",):
+            title = f"{m.label} of {part.upper()}" if part else m.label
+            lines.append((m.key_for(part), title, f"{m.label} ({m.unit})"))
+    return lines
+
+
 def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
     sets = run.features or {}
     if not orbit:
@@ -50,26 +62,9 @@ def _umap_data(run: RunData, orbit: bool) -> dict[str, np.ndarray] | None:
 def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str]]:
     """Draw every figure; (title, png or None, what is missing when None)."""
     recs = [(r.name, r.records) for r in runs]
-    stats = [
-        ("z/normalized_std", "normalised std of Z", "std of L2-normalised rows (1)"),
-        ("h/normalized_std", "normalised std of H", "std of L2-normalised rows (1)"),
-        ("z/effective_rank", "effective rank of Z", "RankMe (dimensions)"),
-        ("h/effective_rank", "effective rank of H", "RankMe (dimensions)"),
-    ]
-    quality = [
-        (f"{k}/{m}", f"{title} of {k.upper()}", unit)
-        for m, title, unit in (
-            ("rankme", "RankMe", "effective rank (dimensions)"),
-            ("lidar", "LiDAR", "effective rank of the LDA matrix (dimensions)"),
-            ("alpha_req", "alpha-ReQ", "eigenvalue decay exponent (1)"),
-            ("collapse_level", "collapse level (lightly)", "1 - sqrt(d) x normalised std (1)"),
-        )
-        for k in ("z", "h")
-    ] + [("cka/z_h", "linear CKA of Z and H", "CKA (1)")]
-    conds = [
-        (f"{k}/cond", f"condition number of {k.upper()}", "largest / smallest (1)")
-        for k in ("heff", "gn", "z", "h")
-    ]
+    stats = _panel(("normalized_std", "rankme_l2"), SPACES)
+    quality = _panel(("rankme", "lidar", "alpha_req", "collapse_level"), SPACES) + _panel(("cka",))
+    conds = _panel(("operator_cond",), ("heff", "gn")) + _panel(("cond",), SPACES)
     rho = [(r.name, _last(r.records, "rho/")) for r in runs]
     orbits = [
         (r.name, {o.family: (o.compression, 0.0) for o in (r.probes.orbits if r.probes else [])})
@@ -82,10 +77,7 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
         (
             "Interaction ratio ||M|| / ||H_eff||",
             plots.plot_lines(
-                recs,
-                out / "interaction.png",
-                [("interaction_ratio", "interaction ratio", "||M|| / ||H_eff|| (1)")],
-                log=True,
+                recs, out / "interaction.png", _panel(("interaction_ratio",)), log=True
             ),
             no_geo,
         ),

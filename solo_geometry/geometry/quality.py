@@ -54,17 +54,15 @@ import torch
 from torch import Tensor
 
 from solo_geometry.geometry.precision import rank_tolerance, source_dtype
-from solo_geometry.geometry.stats import RANKME_EPS, normalise_rows, pool_views
+from solo_geometry.geometry.stats import RANKME_EPS, entropy_rank, normalise_rows, pool_views
 
 __all__ = [
     "LIDAR_DELTA",
     "AlphaReq",
     "alpha_req",
     "collapse_level",
-    "entropy_rank",
     "lidar",
     "linear_cka",
-    "quality_record",
     "rankme",
 ]
 
@@ -77,24 +75,6 @@ def _features(X: Tensor) -> Tensor:
     if X.shape[0] < 2:
         raise ValueError(f"X must hold at least 2 samples; got shape {tuple(X.shape)}")
     return X
-
-
-def entropy_rank(values: Tensor, *, eps: float = RANKME_EPS) -> float | None:
-    """RankMe's effective rank of a spectrum: exp of the entropy of p_k = v_k / ||v||_1 + eps.
-
-    Args:
-        values: non-negative spectrum (k,) (singular values for RankMe, eigenvalues for LiDAR).
-        eps: added to each normalised value, as the papers do.
-
-    Returns:
-        The effective rank; None when every value is 0.
-    """
-    v = values.detach().double().clamp_min(0.0)
-    total = v.sum()
-    if total <= 0:
-        return None
-    p = v / total + eps
-    return float(torch.exp(-(p * torch.log(p)).sum()))
 
 
 def _resolved(s: Tensor, shape: tuple[int, int], features_dtype: torch.dtype) -> Tensor:
@@ -272,39 +252,3 @@ def linear_cka(X: Tensor, Y: Tensor) -> float | None:
     if norm_x * norm_y <= 0:
         return None
     return float(cross / (norm_x * norm_y))
-
-
-def quality_record(
-    prefix: str,
-    X: Tensor,
-    views: Tensor | None = None,
-    *,
-    features_dtype: torch.dtype | None = None,
-) -> dict[str, float | None]:
-    """The quality metrics of one representation as flat ``<prefix>/<name>`` scalars.
-
-    Args:
-        prefix: key prefix, e.g. ``"z"`` or ``"h"``.
-        X: features (N, d) or (V, N, d) for RankMe, alpha-ReQ and the collapse level (views
-            pooled; a queue of earlier batches may be pooled in).
-        views: the batch's features (V, N, d) for LiDAR; None: X itself if it is 3-D.
-        features_dtype: the dtype the features were captured in (the rank tolerance of RankMe
-            and alpha-ReQ); None: X's own.
-
-    Returns:
-        ``/rankme``, ``/lidar``, ``/alpha_req``, ``/alpha_req_r2``, ``/collapse_level`` and
-        ``/dim`` (d, the width behind every range); None where undefined.
-
-    Raises:
-        ValueError: if X or ``views`` have the wrong shape or too few samples.
-    """
-    views = views if views is not None else (X if X.ndim == 3 else None)
-    fit = alpha_req(X, features_dtype=features_dtype)
-    return {
-        f"{prefix}/rankme": rankme(X, features_dtype=features_dtype),
-        f"{prefix}/lidar": lidar(views) if views is not None else None,
-        f"{prefix}/alpha_req": fit.alpha,
-        f"{prefix}/alpha_req_r2": fit.r2,
-        f"{prefix}/collapse_level": collapse_level(X),
-        f"{prefix}/dim": float(X.shape[-1]),
-    }

@@ -19,9 +19,11 @@ computed on the rows L2-normalised, in float64:
   max(lambda_min, 1e-7) over all d eigenvalues of that covariance (its code: ``eigvalsh`` of
   ``z_c.T @ z_c / (M - 1)``, ``torch.clamp(eigenvalues[0], min=1e-7)``); with M <= d it is
   lambda_max / 1e-7 whatever the features;
-* ``effective_rank``: RankMe [0], exp of the entropy of p_k = sigma_k / ||sigma||_1 + eps over
-  the singular values sigma of the normalised (uncentred) rows, eps = 1e-7 by default; singular
-  values within the rank tolerance count as 0 (they are round-off).
+* ``rankme_l2``: RankMe's formula [0] on the L2-normalised rows: :func:`entropy_rank` (exp of the
+  entropy of p_k = sigma_k / ||sigma||_1 + eps) of the singular values sigma of the normalised
+  (uncentred) rows, eps = 1e-7 by default; singular values within the rank tolerance count as 0
+  (they are round-off). The paper's RankMe, on the raw rows, is
+  :func:`~solo_geometry.geometry.quality.rankme` (``<p>/rankme``).
 
 Every rank-based number is read at the precision of the dtype the features were captured in
 (:mod:`solo_geometry.geometry.precision`).
@@ -49,6 +51,7 @@ __all__ = [
     "MetricSpectrum",
     "RepresentationStats",
     "WhiteningScore",
+    "entropy_rank",
     "metric_spectrum",
     "normalise_rows",
     "normalized_std",
@@ -67,6 +70,33 @@ def normalise_rows(X: Tensor) -> Tensor:
     """Rows of X (N, d) scaled to unit norm, detached, in float64 (zero rows stay zero)."""
     X = X.detach().double()
     return X / X.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def entropy_rank(values: Tensor, *, eps: float = RANKME_EPS) -> float | None:
+    """RankMe's effective rank of a spectrum [0]: exp of the entropy of p_k = v_k / ||v||_1 + eps.
+
+    The one entropy of the package: RankMe (singular values of the raw rows), its L2-normalised
+    rows' twin, LiDAR (eigenvalues of the LDA matrix) and the metric spectrum's effective rank.
+
+    Args:
+        values: non-negative spectrum (k,) (singular values for RankMe, eigenvalues for LiDAR).
+        eps: added to each normalised value, as the papers do.
+
+    Returns:
+        The effective rank; None when every value is 0.
+    """
+    v = values.detach().double().clamp_min(0.0)
+    total = v.sum()
+    if total <= 0:
+        return None
+    p = v / total + eps
+    return float(torch.exp(-(p * torch.log(p)).sum()))
+
+
+def _entropy_rank_or_nan(values: Tensor, eps: float) -> float:
+    """:func:`entropy_rank`, NaN for an all-zero spectrum (the dataclasses' float fields)."""
+    rank = entropy_rank(values, eps=eps)
+    return math.nan if rank is None else rank
 
 
 def pool_views(X: Tensor) -> Tensor:
@@ -158,7 +188,7 @@ class RepresentationStats:
         cond: covariance condition number on the numerical rank (the default).
         cond_paper: lambda_max / max(lambda_min, 1e-7), the paper's (comparison only).
         rank: numerical rank of the centred normalised rows.
-        effective_rank: RankMe with ``eps``.
+        rankme_l2: RankMe's formula on the L2-normalised rows, with ``eps``.
         cov_eigenvalues: the d covariance eigenvalues, descending.
         n_samples: rows the statistics saw (views pooled).
         eps: RankMe's epsilon used.
@@ -168,7 +198,7 @@ class RepresentationStats:
     cond: float
     cond_paper: float
     rank: int
-    effective_rank: float
+    rankme_l2: float
     cov_eigenvalues: tuple[float, ...]
     n_samples: int
     eps: float
@@ -180,7 +210,7 @@ class RepresentationStats:
             "cond": self.cond,
             "cond_paper": self.cond_paper,
             "rank": self.rank,
-            "effective_rank": self.effective_rank,
+            "rankme_l2": self.rankme_l2,
             "n_samples": self.n_samples,
             "rankme_eps": self.eps,
         }
@@ -207,14 +237,13 @@ def representation_stats(
     Xn = _rows(X)  # (M, d), float64
     spec = _covariance_spectrum(Xn, source_dtype(X, features_dtype))
     s = torch.where(spec.s > spec.tol, spec.s, 0.0)  # round-off counts as 0
-    p = s / s.sum() + eps
     cov = spec.cov
     return RepresentationStats(
         normalized_std=float(Xn.std(dim=0, correction=1).mean()),
         cond=_cond_on_rank(cov, spec.rank),
         cond_paper=float(cov[0] / cov[-1].clamp_min(PAPER_COV_CLAMP)),
         rank=spec.rank,
-        effective_rank=float(torch.exp(-(p * torch.log(p)).sum())),
+        rankme_l2=_entropy_rank_or_nan(s, eps),
         cov_eigenvalues=tuple(cov.tolist()),
         n_samples=Xn.shape[0],
         eps=eps,
@@ -233,7 +262,7 @@ def stats_record(
         features_dtype: the dtype the features were captured in; None: X's own.
 
     Returns:
-        ``<prefix>/normalized_std``, ``/cond``, ``/cond_paper``, ``/rank``, ``/effective_rank``,
+        ``<prefix>/normalized_std``, ``/cond``, ``/cond_paper``, ``/rank``, ``/rankme_l2``,
         ``/n_samples`` and ``/rankme_eps`` as floats.
 
     Raises:
@@ -358,12 +387,11 @@ def metric_spectrum(
     tol = lam.numel() * floor_eps * lam[0].abs()
     rank = int((lam > tol).sum())
     s = torch.where(lam > tol, lam, 0.0).sqrt()
-    p = s / s.sum() + eps
     return MetricSpectrum(
         min=float(lam[-1]),
         max=float(lam[0]),
         cond=_cond_on_rank(lam, rank),
         rank=rank,
-        effective_rank=float(torch.exp(-(p * torch.log(p)).sum())),
+        effective_rank=_entropy_rank_or_nan(s, eps),
         eps=eps,
     )

@@ -7,7 +7,13 @@
 line, refuses (or, for a report, skips) other unusable lines and unknown schema versions.
 Versions: 1 (no ``parts``), 2 (``parts``, ``deferred_parts``), 3 (``alert``, ``failed_parts``,
 settings ``precision``, ``features_dtype``, ``user_matmul``; None before), 4 (settings
-``rank_eps``, ``rank_work_eps``; None before: those records' ranks were read at float64's eps).
+``rank_eps``, ``rank_work_eps``; None before: those records' ranks were read at float64's eps),
+5 (``<z|h>/effective_rank`` renamed ``<z|h>/rankme_l2``, :data:`RENAMED_METRICS`: older records'
+keys are renamed on reading).
+
+A record's metrics are :data:`Metrics`, keyed by the patterns of
+``solo_geometry.geometry.metrics.METRICS`` (the registry, above this floor: a test holds every
+key a record writes to it, and every renamed key's new name).
 """
 
 from __future__ import annotations
@@ -27,24 +33,32 @@ from solo_geometry.run.safe_files import MAX_RECORDS_BYTES, read_bytes
 __all__ = [
     "GEOMETRY_FILE",
     "PARTS",
+    "RENAMED_METRICS",
     "SCHEMA_VERSION",
     "STATUSES",
     "GeometryRecord",
+    "Metrics",
     "RecordsError",
     "RecordsWarning",
     "Settings",
     "check_schema",
     "from_dict",
     "read_records",
+    "renamed_metrics",
 ]
 
-SCHEMA_VERSION = 4  # of geometry.jsonl's records
-READABLE_VERSIONS = (1, 2, 3, 4)  # record versions this reader knows (1 to 3 upgraded on reading)
+SCHEMA_VERSION = 5  # of geometry.jsonl's records
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # versions this reader knows (1 to 4 upgraded on reading)
 GEOMETRY_FILE = "geometry.jsonl"
 # A record's parts: statistics, spectra, tangents (rho), SLQ density (last 3 wait for budget).
 PARTS = ("stats", "hessian", "augment", "density")
 STATUSES = ("ok", "skipped")
 Scalar = float | int | bool | None
+# A record's metrics: key (a pattern of geometry.metrics.METRICS filled in) -> value.
+Metrics = dict[str, Scalar]
+# Metric keys renamed since, old -> new, applied when reading a record of an older version
+# (version 5: RankMe of the L2-normalised rows named for what it is; ``<p>/rankme`` is the paper's).
+RENAMED_METRICS = {"z/effective_rank": "z/rankme_l2", "h/effective_rank": "h/rankme_l2"}
 
 
 class RecordsError(ValueError):
@@ -181,7 +195,7 @@ class GeometryRecord:
     status: str
     reason: str | None = None
     settings: Settings = field(default_factory=Settings)
-    metrics: dict[str, Scalar] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=dict)
     density: dict[str, list[float]] | None = None
     parts: list[str] = field(default_factory=list)
     deferred_parts: dict[str, str] = field(default_factory=dict)
@@ -243,12 +257,19 @@ class GeometryRecord:
             held = data.get("metrics")
             metrics: dict[str, Any] = held if isinstance(held, dict) else {}
             data["parts"] = _parts_of(metrics, data.get("density")) if ok else []
+        if data["schema"] < 5 and isinstance(data.get("metrics"), dict):
+            data["metrics"] = renamed_metrics(data["metrics"])
         data["schema"] = SCHEMA_VERSION  # 1, 2 hold no alert, 1 to 3 no rank_eps: None
         data["settings"] = from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
         try:
             return from_dict(cls, data, where)
         except TypeError as err:  # a required field missing
             raise RecordsError(f"{where}: {err}") from err
+
+
+def renamed_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Metrics of an older record under today's keys (:data:`RENAMED_METRICS`), order kept."""
+    return {RENAMED_METRICS.get(k, k): v for k, v in metrics.items()}
 
 
 class _NonFinite(ValueError):

@@ -8,7 +8,8 @@ of H near its ceiling through a collapse; Z does not hide it):
 * ``complete``: the normalised std below ``complete_enter`` of its ceiling sqrt(M / ((M - 1) d))
   (the most it can be on M rows of width d, :func:`~solo_geometry.geometry.stats.std_ceiling`),
   left above ``complete_leave``;
-* ``dimensional``: the std holds but the effective rank (RankMe) over min(M, d) has fallen below
+* ``dimensional``: the std holds but RankMe of the L2-normalised rows (``<p>/rankme_l2``) over
+  min(M, d) has fallen below
   ``dimensional_enter`` of its running maximum over the run's records (the run's own history,
   so the threshold does not move with the batch size: docs/reproducing.md, "The collapse
   alert on runs that collapse"), left above ``dimensional_leave``;
@@ -34,6 +35,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 
 from solo_geometry.config import AlertConfig
+from solo_geometry.geometry.metrics import metric
 from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.run.records import GeometryRecord
 
@@ -47,19 +49,25 @@ FLAT = (
 )
 
 
+# The entries of geometry.metrics.METRICS the alert reads: std, rank, rows M and width d.
+READS = (STD, RANK, ROWS, WIDTH) = tuple(
+    metric(name) for name in ("normalized_std", "rankme_l2", "n_samples", "dim")
+)
+RITZ_MIN, NEG_FRACTION = metric("ritz_min"), metric("neg_fraction")  # M's, for the diagnosis
+
+
 def ratios(metrics: Mapping[str, Any], features: str) -> tuple[float, float] | None:
-    """The normalised std over its ceiling and the effective rank over min(M, d).
+    """The normalised std over its ceiling and RankMe of the L2-normalised rows over min(M, d).
 
     Args:
-        metrics: a record's metrics (``<features>/normalized_std``, ``/effective_rank``,
-            ``/n_samples`` and ``/dim``).
+        metrics: a record's metrics (the keys of :data:`READS` for ``features``:
+            ``<features>/normalized_std``, ``/rankme_l2``, ``/n_samples`` and ``/dim``).
         features: ``"h"`` or ``"z"``.
 
     Returns:
         ``(std_ratio, rank_ratio)``, each in [0, 1]; None when the record lacks one of them.
     """
-    keys = ("normalized_std", "effective_rank", "n_samples", "dim")
-    std, rank, m, d = (metrics.get(f"{features}/{k}") for k in keys)
+    std, rank, m, d = (metrics.get(entry.key_for(features)) for entry in READS)
     if any(not isinstance(v, int | float) or isinstance(v, bool) for v in (std, rank, m, d)):
         return None
     assert std is not None and rank is not None and m is not None and d is not None
@@ -73,7 +81,7 @@ def classify(std_ratio: float, rank_ratio: float, current: str, cfg: AlertConfig
 
     Args:
         std_ratio: normalised std over its ceiling.
-        rank_ratio: effective rank over min(M, d), over its running maximum in the run.
+        rank_ratio: RankMe of the L2-normalised rows over min(M, d), over its running maximum.
         current: the state now, one of :data:`STATES`.
         cfg: the thresholds.
 
@@ -129,13 +137,13 @@ class CollapseAlert:
         self._asked = False  # whether the opt-in stop was asked for
 
     def _spectra(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> None:
-        lam = metrics.get("m/ritz_min")
+        lam = metrics.get(RITZ_MIN.key_for("m"))
         if isinstance(lam, int | float) and not isinstance(lam, bool) and floor is not None:
             self.curvature = {
                 "step": step,
                 "m_ritz_min": float(lam),
                 "floor": float(floor),
-                "m_neg_fraction": metrics.get("m/neg_fraction"),
+                "m_neg_fraction": metrics.get(NEG_FRACTION.key_for("m")),
             }
 
     def observe(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> dict:
@@ -191,9 +199,9 @@ class CollapseAlert:
         record = self.as_record()
         rank_zero_warn(
             f"GeometryMonitor: collapse alert {old} -> {state} at step {step} (normalised std of "
-            f"{record['std_of'].upper()} {record['std_ratio']:.3g} of its ceiling, effective "
-            f"rank of {record['rank_of'].upper()} {record['rank_ratio']:.3g} of its running "
-            "maximum)" + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
+            f"{record['std_of'].upper()} {record['std_ratio']:.3g} of its ceiling, "
+            f"{RANK.label} of {record['rank_of'].upper()} {record['rank_ratio']:.3g} of its "
+            "running maximum)" + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
         )
 
     def as_record(self) -> dict[str, Any]:

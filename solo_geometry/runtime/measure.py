@@ -8,7 +8,8 @@ settings, passed on as :func:`spectrum_options`) and the seed.
 
 * the extreme eigenvalues of H_eff, GN and M and ||M|| / ||H_eff||, on the principal sub-block
   of ``spectrum.max_samples`` evenly spaced samples' rows of the whole-batch loss's Hessian;
-* normalised std, covariance condition number and effective rank of Z and of H, over the whole
+* normalised std, covariance condition number and RankMe of the L2-normalised rows of Z and of H
+  (the ``stats`` entries of :data:`~solo_geometry.geometry.metrics.METRICS`), over the whole
   batch (all views), with the quality metrics RankMe, LiDAR, alpha-ReQ, lightly's collapse level
   and the linear CKA between Z and H; every rank among them at the precision of the dtype the
   backbone computed the features in (``features_dtype``: H inherits Z's round-off);
@@ -30,14 +31,14 @@ from torch import Tensor, nn
 
 from solo_geometry.config import MeasureConfig, SpectrumConfig
 from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
+from solo_geometry.geometry.metrics import assemble, record_stats
 from solo_geometry.geometry.precision import round_off_eps
-from solo_geometry.geometry.quality import linear_cka, quality_record
 from solo_geometry.geometry.spectrum import (
     DEFAULT_TAU,
     SpectrumSettings,
     effective_hessian_spectrum,
 )
-from solo_geometry.geometry.stats import metric_spectrum, stats_record, whitening_score
+from solo_geometry.geometry.stats import metric_spectrum
 from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.records import Scalar, Settings
 from solo_geometry.runtime.precision import full_precision
@@ -73,14 +74,6 @@ class Measurement:
     density: dict[str, list[float]] | None
     parts: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
-
-
-def _weight_norm(head: nn.Module) -> float:
-    """Frobenius norm of the head's Linear weights (of all its parameters if it has none)."""
-    weights = [m.weight for m in head.modules() if isinstance(m, nn.Linear)]
-    weights = weights or list(head.parameters())
-    with torch.no_grad():
-        return float(sum(w.detach().double().pow(2).sum() for w in weights) ** 0.5)
 
 
 @dataclass(frozen=True)
@@ -175,7 +168,7 @@ def _hessian(
         spec = effective_hessian_spectrum(view.head, view.loss_of_outputs, Z, **options)
     dens = spec.heff.density
     stored = {"nodes": dens.nodes.tolist(), "weights": dens.weights.tolist()} if density else None
-    return spec.as_record(), spec.settings, stored
+    return assemble("hessian", spec, spec.operators), spec.settings, stored
 
 
 def outputs(view: GeometryView) -> tuple[Tensor, Tensor]:
@@ -201,21 +194,13 @@ def _stats(
     if history:
         Zp = torch.cat([Zp, *(z.to(Zp) for z, _ in history)])  # (M, d)
         Hp = torch.cat([Hp, *(h.to(Hp) for _, h in history)])  # (M, p)
-    dt = features_dtype
-    out: dict[str, Scalar] = {
-        **stats_record("z", Zp, features_dtype=dt),
-        **stats_record("h", Hp, features_dtype=dt),
-    }
     V = view.features.shape[0]
-    out.update(quality_record("z", Zp, Zb.unflatten(0, (V, -1)), features_dtype=dt))  # (V, N, d)
-    out.update(quality_record("h", Hp, Hb.unflatten(0, (V, -1)), features_dtype=dt))  # (V, N, p)
-    out["cka/z_h"] = linear_cka(Zp, Hp)
-    out.update(whitening_score(Zp, Hp, features_dtype=dt).as_record("whitening"))
+    metric = None
     if isinstance(view.head, MetricLinearHead):
         with torch.no_grad():  # the floor at the dtype the head computed its eigenvalues in
-            out.update(metric_spectrum(view.head.metric_spectrum()).as_record("metric"))
-    out["stats/n_samples"] = Zp.shape[0]
-    return out
+            metric = metric_spectrum(view.head.metric_spectrum())
+    views = (Zb.unflatten(0, (V, -1)), Hb.unflatten(0, (V, -1)))  # (V, N, d), (V, N, p)
+    return record_stats(Zp, Hp, views=views, metric=metric, features_dtype=features_dtype)
 
 
 def _rho(view: GeometryView, Z: Tensor, what: MeasureConfig, gen: torch.Generator) -> dict:
@@ -229,13 +214,13 @@ def _rho(view: GeometryView, Z: Tensor, what: MeasureConfig, gen: torch.Generato
         return {}
     m = min(what.augment_samples, Z.shape[1])
     z0 = Z[0, :m]  # (m, d)
-    out = {}
+    rho = {}
     for family in what.augment_families:
         tangents = augmentation_tangents(
             view.backbone, view.images, family, normalise=view.normalisation
         )[:m]  # (m, d)
-        out[f"rho/{family}"] = float(metric_singularity(view.head, z0, tangents, generator=gen))
-    return out
+        rho[family] = float(metric_singularity(view.head, z0, tangents, generator=gen))
+    return assemble("augment", rho, rho)
 
 
 def checked(metrics: dict[str, Scalar]) -> dict[str, Scalar]:
@@ -338,7 +323,7 @@ def measure(
     augment = augment and view.backbone is not None and view.images is not None
     _check_finite(Z)
     failed: dict[str, str] = {}
-    metrics: dict[str, Scalar] = {"head/weight_norm": _weight_norm(view.head)}
+    metrics: dict[str, Scalar] = assemble("head", view.head)
     taken = hessian and _taken("hessian", lambda: _spectra(view, Z, spectrum, gen, density), failed)
     spectra, spectral, dens = taken or ({}, None, None)  # metrics, SpectrumSettings, density
     metrics.update(spectra)

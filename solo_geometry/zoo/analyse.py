@@ -100,7 +100,7 @@ def format_analysis(result: dict[str, Any]) -> str:
         lines.append(f"{target:<10} {probe:<7} {rows[('z', probe, target)]:>7.4f} {h_text:>7}")
     st = m["stats"]
     lines += ["", f"{'statistic':<16} {'Z':>10} {'H':>10}"]
-    for key in ("normalized_std", "effective_rank", "rank", "cond"):
+    for key in ("normalized_std", "rankme_l2", "rank", "cond"):
         lines.append(f"{key:<16} {_g(st.get(f'z/{key}'))} {_g(st.get(f'h/{key}'))}")
     lines.append(f"whitening score {_g(st.get('whitening/score'), 0)}")
     lines += [f"rho_aug {fam}: {_g(v, 0)}" for fam, v in m["rho"].items()]

@@ -230,7 +230,7 @@ def format_cards(cards: list[ZooCard]) -> str:
         lines.append(
             f"| {c.name} | {c.method} | {c.head} | {c.epochs} | {_acc(c, 'z', 'linear', 'class')} "
             f"| {_acc(c, 'h', 'linear', 'class')} | {_acc(c, 'z', 'linear', 'rotation')} | "
-            f"{_acc(c, 'h', 'linear', 'rotation')} | {_num(st.get('z/effective_rank'), '.2f')} | "
-            f"{_num(st.get('h/effective_rank'), '.2f')} | {_num(rho, '.3g')} |"
+            f"{_acc(c, 'h', 'linear', 'rotation')} | {_num(st.get('z/rankme_l2'), '.2f')} | "
+            f"{_num(st.get('h/rankme_l2'), '.2f')} | {_num(rho, '.3g')} |"
         )
     return "\n".join(lines)

@@ -5,9 +5,11 @@ The folder holds
 * ``model.safetensors``: backbone (``backbone.*``) and head (``projector.*``), as solo-learn
   names them, so :func:`solo_geometry.models.checkpoint.load_prefixed` reads them back strictly;
 * ``recipe.yaml``: the run's resolved recipe;
-* ``geometry.json``: a :class:`ZooCard` (schema version 1): identity, provenance, the run's final
+* ``geometry.json``: a :class:`ZooCard` (schema version 2): identity, provenance, the run's final
   geometry record, the measurement settings, the measured probe and orbit tables, statistics
-  and rho_aug, and the tolerance of every field;
+  (a record's ``stats`` part, quality metrics included) and rho_aug, and the tolerance of every
+  field; version 1 (no quality metrics, ``<p>/effective_rank`` for ``<p>/rankme_l2``) is still
+  read, its keys renamed, and verified on the fields it holds;
 * ``README.md``: the model card, rendered from ``geometry.json`` alone (YAML front matter with
   license, library_name, tags, datasets, metrics and model-index; sections Model, Intended use
   and limitations, Training recipe, Evaluation, Geometry), so ``zoo verify`` can re-render it
@@ -30,7 +32,7 @@ import torch
 import yaml
 
 from solo_geometry import __version__
-from solo_geometry.run.records import RecordsError
+from solo_geometry.run.records import RecordsError, renamed_metrics
 from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_bytes
 from solo_geometry.zoo.card_schema import check_card
 
@@ -46,7 +48,8 @@ __all__ = [
     "tree_sha256",
 ]
 
-CARD_SCHEMA = 1
+CARD_SCHEMA = 2
+READABLE_CARD_SCHEMAS = (1, 2)  # 1: before the quality metrics and ``rankme_l2``
 CARD_FILES = {
     "readme": "README.md",
     "weights": "model.safetensors",
@@ -192,9 +195,11 @@ class ZooCard:
             ) from None
         except (OSError, json.JSONDecodeError) as err:
             raise RecordsError(f"{path}: cannot read a zoo card ({err})") from err
-        if not isinstance(data, dict) or data.get("schema") != CARD_SCHEMA:
+        if not isinstance(data, dict) or data.get("schema") not in READABLE_CARD_SCHEMAS:
             got = data.get("schema") if isinstance(data, dict) else None
-            raise RecordsError(f"{path}: zoo card schema {got!r} unknown (expected {CARD_SCHEMA})")
+            raise RecordsError(
+                f"{path}: zoo card schema {got!r} unknown (expected one of {READABLE_CARD_SCHEMAS})"
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(data) - names), sorted(names - set(data) - {"schema"})
         if unknown or missing:
@@ -203,6 +208,14 @@ class ZooCard:
             check_card(data)
         except RecordsError as err:
             raise RecordsError(f"{path}: {err}; expected a card `zoo card` wrote") from None
+        if data["schema"] == 1:  # today's names; the schema kept: verify compares its fields
+            data["measurements"] = {
+                **data["measurements"],
+                "stats": renamed_metrics(data["measurements"]["stats"]),
+            }
+            record = data.get("training_record")
+            if isinstance(record, dict) and isinstance(record.get("metrics"), dict):
+                data["training_record"] = {**record, "metrics": renamed_metrics(record["metrics"])}
         return cls(**data)
 
 
@@ -278,7 +291,7 @@ def _evaluation(card: ZooCard) -> list[str]:
 def _geometry(card: ZooCard) -> list[str]:
     st = card.measurements["stats"]
     lines = ["| statistic | backbone Z | head H |", "|---|---|---|"]
-    for key in ("normalized_std", "effective_rank", "rank", "cond"):
+    for key in ("normalized_std", "rankme_l2", "rank", "cond"):
         lines.append(
             f"| {key} | {_fmt(st.get(f'z/{key}'), '{:.4g}')} | "
             f"{_fmt(st.get(f'h/{key}'), '{:.4g}')} |"

@@ -5,8 +5,10 @@ recomputes), each following docs/design.md section 3:
 
 * ``probes``: the backbone-vs-head probe table and orbit table of
   :func:`solo_geometry.analysis.evaluation.evaluate` (linear and MLP probes on Z and H per target);
-* ``stats``: representation statistics of Z and of H (rows L2-normalised) over the first
-  ``stats_images`` held-out images, and the whitening score cond_k(H) / cond_k(Z);
+* ``stats``: the ``stats`` part of a record, by the monitor's assembly
+  (:func:`~solo_geometry.geometry.metrics.record_stats`: representation statistics, quality
+  metrics, CKA, whitening score, a metric-linear head's spectrum) of Z and H over the first
+  ``stats_images`` held-out images (one view: LiDAR is null);
 * ``rho``: metric singularity rho_aug of the head along each colour family's tangent, on the
   first ``rho_images`` held-out images, the backbone on running statistics (eval mode).
 
@@ -32,16 +34,13 @@ from solo_geometry.config import (
     OrbitsConfig,
     ProbesConfig,
 )
-from solo_geometry.geometry import (
-    COLOUR_FAMILIES,
-    augmentation_tangents,
-    metric_singularity,
-    stats_record,
-    whitening_score,
-)
+from solo_geometry.geometry import COLOUR_FAMILIES, augmentation_tangents, metric_singularity
+from solo_geometry.geometry.metrics import Scalar, record_stats
+from solo_geometry.geometry.stats import metric_spectrum
 from solo_geometry.inputs.datasets import MeanStd, probe_splits
 from solo_geometry.inputs.features import extract_features
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
+from solo_geometry.models.heads import MetricLinearHead
 from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
@@ -117,11 +116,14 @@ def _stats(
     s: MeasureSettings,
     mean_std: MeanStd,
     seed: int,
-) -> dict[str, float]:
+) -> dict[str, Scalar]:
     x, y = _held_out(data, seed, s.stats_images)
     feats = extract_features(backbone, head, (x, y), mean_std=mean_std, progress=False)
-    out = stats_record("z", feats.z) | stats_record("h", feats.h)
-    return out | whitening_score(feats.z, feats.h).as_record("whitening")
+    metric = None
+    if isinstance(head, MetricLinearHead):
+        with torch.no_grad():
+            metric = metric_spectrum(head.metric_spectrum())
+    return record_stats(feats.z, feats.h, metric=metric)
 
 
 def _rho(

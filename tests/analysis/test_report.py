@@ -47,7 +47,7 @@ def _record(
             f"{x}/normalized_std": 1 / np.sqrt(dim) * (1 - np.exp(-step / 100 - 0.1)),
             f"{x}/cond": 1e3,
             f"{x}/rank": dim // 2,
-            f"{x}/effective_rank": dim / 3 + step / 10,
+            f"{x}/rankme_l2": dim / 3 + step / 10,
         }
     rec |= {f"rho/{f}": float(10 ** rng.uniform(-3, 0)) for f in FAMILIES}
     dens = None
@@ -303,7 +303,7 @@ class TestReportCommand:
         run.mkdir()
         lines = [
             GeometryRecord(
-                step=s, epoch=0, status="ok", parts=["stats"], metrics={"z/effective_rank": 1.0 + s}
+                step=s, epoch=0, status="ok", parts=["stats"], metrics={"z/rankme_l2": 1.0 + s}
             ).to_json()
             for s in (0, 1)
         ]

@@ -13,13 +13,11 @@ from solo_geometry.geometry.quality import (
     LIDAR_DELTA,
     alpha_req,
     collapse_level,
-    entropy_rank,
     lidar,
     linear_cka,
-    quality_record,
     rankme,
 )
-from solo_geometry.geometry.stats import RANKME_EPS
+from solo_geometry.geometry.stats import RANKME_EPS, entropy_rank
 
 
 def np_entropy_rank(v: np.ndarray, eps: float = RANKME_EPS) -> float:
@@ -203,18 +201,6 @@ class TestLinearCka:
         assert linear_cka(x, torch.ones(30, 4)) is None
         with pytest.raises(ValueError, match="same samples"):
             linear_cka(x, x[:10])
-
-
-class TestQualityRecord:
-    def test_keys_and_views(self) -> None:
-        z = torch.randn(2, 16, 8, dtype=torch.float64)
-        rec = quality_record("z", z)
-        assert set(rec) == {
-            f"z/{k}"
-            for k in ("rankme", "lidar", "alpha_req", "alpha_req_r2", "collapse_level", "dim")
-        }
-        assert rec["z/lidar"] == pytest.approx(lidar(z)) and rec["z/dim"] == 8.0
-        assert quality_record("h", z.reshape(32, 8))["h/lidar"] is None
 
 
 def alpha_shift_bound(s: np.ndarray, delta: float) -> float:

@@ -47,7 +47,7 @@ def numpy_stats(x: np.ndarray, eps: float = RANKME_EPS) -> dict:
         "cov_eigenvalues": eig,
         "rank": rank,
         "cond": eig[0] / eig[rank - 1],
-        "effective_rank": np.exp(-(p * np.log(p)).sum()),
+        "rankme_l2": np.exp(-(p * np.log(p)).sum()),
     }
 
 
@@ -68,7 +68,7 @@ class TestRepresentationStats:
         assert isinstance(got, RepresentationStats)
         assert got.rank == ref["rank"]
         assert got.eps == RANKME_EPS and got.n_samples == n
-        for key in ("normalized_std", "cond", "effective_rank"):
+        for key in ("normalized_std", "cond", "rankme_l2"):
             assert getattr(got, key) == pytest.approx(ref[key], rel=1e-9), key
         np.testing.assert_allclose(
             got.cov_eigenvalues, ref["cov_eigenvalues"], rtol=1e-9, atol=1e-15
@@ -89,13 +89,13 @@ class TestRepresentationStats:
         got = representation_stats(x)
         ref = numpy_stats(x.reshape(30, 8).numpy())
         assert got.n_samples == 30 and got.rank == ref["rank"] == 8
-        assert got.effective_rank == pytest.approx(ref["effective_rank"], rel=1e-9)
+        assert got.rankme_l2 == pytest.approx(ref["rankme_l2"], rel=1e-9)
 
     def test_collapse(self) -> None:
         x = torch.ones(10, 4) + 1e-20 * torch.randn(10, 4)
         s = representation_stats(x)
         assert s.normalized_std == pytest.approx(0.0, abs=1e-12)
-        assert s.effective_rank == pytest.approx(1.0, abs=1e-5)
+        assert s.rankme_l2 == pytest.approx(1.0, abs=1e-5)
 
     @pytest.mark.parametrize("shape", [(1, 3), (3,), (1, 1, 3), (2, 2, 2, 2)])
     def test_rejects_bad_shape(self, shape: tuple[int, ...]) -> None:
@@ -128,13 +128,13 @@ class TestStatsRecord:
                 "cond",
                 "cond_paper",
                 "rank",
-                "effective_rank",
+                "rankme_l2",
                 "n_samples",
                 "rankme_eps",
             )
         }
         ref = numpy_stats(x.reshape(60, 6).numpy())
-        assert record["z/effective_rank"] == pytest.approx(ref["effective_rank"], rel=1e-9)
+        assert record["z/rankme_l2"] == pytest.approx(ref["rankme_l2"], rel=1e-9)
         assert record["z/n_samples"] == 60.0 and record["z/rankme_eps"] == RANKME_EPS
         assert all(isinstance(v, float) and math.isfinite(v) for v in record.values())
         assert stats_record("h", x[0])["h/rank"] == 6.0
@@ -215,13 +215,13 @@ class TestRankAtFeaturesPrecision:
         assert low <= got.cond <= high
         if dtype == torch.float32:
             assert got.cond == pytest.approx(ref["cond"], rel=0.02)
-            assert got.effective_rank == pytest.approx(ref["effective_rank"], rel=1e-6)
+            assert got.rankme_l2 == pytest.approx(ref["rankme_l2"], rel=1e-6)
         # RankMe of the normalised rows: the cast's own top-`rank` singular values, no round-off
         xc = unit_rows(x64.to(dtype).double().numpy())
         sv = np.linalg.svd(xc, compute_uv=False)
         p = np.where(np.arange(sv.size) < rank, sv, 0.0)
         p = p / p.sum() + RANKME_EPS
-        assert got.effective_rank == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-10)
+        assert got.rankme_l2 == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-10)
 
     @pytest.mark.parametrize("dtype", [torch.float64, *LOW_DTYPES])
     def test_small_true_singular_values_above_round_off_are_kept(self, dtype: torch.dtype) -> None:
@@ -278,7 +278,7 @@ class TestSimSiamBatchNormHead:
         got = representation_stats(H)
         assert got.rank == 126 and got.n_samples == 128
         assert got.cond == pytest.approx(ref["cond"], rel=0.02)
-        assert got.effective_rank == pytest.approx(ref["effective_rank"], rel=1e-6)
+        assert got.rankme_l2 == pytest.approx(ref["rankme_l2"], rel=1e-6)
         assert representation_stats(H.double()).rank == 127  # float64's eps counts round-off
         # alpha-ReQ and RankMe of the raw rows against NumPy on the float64 reference
         raw = x64 - x64.mean(axis=0)

@@ -94,7 +94,7 @@ def _check_run_folder(run: Path) -> list[GeometryRecord]:
     records = folder.records()
     ok = [r for r in records if r.ok]
     assert ok, records
-    for key in ("heff/lambda_min", "m/lambda_min", "interaction_ratio", "z/effective_rank"):
+    for key in ("heff/lambda_min", "m/lambda_min", "interaction_ratio", "z/rankme_l2"):
         assert key in ok[0].metrics, sorted(ok[0].metrics)
     probes = folder.read_probes()
     assert probes is not None

@@ -37,7 +37,7 @@ DOCUMENTED = [
         for q in ("lambda_min", "lambda_max", "neg_fraction", "neg_fraction_std", "cond")
     ),
     "interaction_ratio",
-    *(f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "effective_rank")),
+    *(f"{p}/{q}" for p in ("z", "h") for q in ("normalized_std", "cond", "rank", "rankme_l2")),
     "rho/brightness",
 ]
 

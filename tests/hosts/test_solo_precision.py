@@ -217,7 +217,7 @@ def test_bf16_mixed_byol_recipe_records_say_so(digits: Path, tmp_path: Path) -> 
         assert r.parts[:3] == ["stats", "hessian", "augment"]
         assert r.settings.precision == "bf16-mixed" and r.settings.dtype == "float32"
         assert r.settings.user_matmul is not None
-        for key in ("heff/ritz_max", "gn/ritz_max", "z/effective_rank", "rho/brightness"):
+        for key in ("heff/ritz_max", "gn/ritz_max", "z/rankme_l2", "rho/brightness"):
             assert r.metrics[key] is not None and math.isfinite(r.metrics[key]), (key, r.step)
     # the training steps' features are autocast's; the final record's come from a fresh
     # forward outside autocast

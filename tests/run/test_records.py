@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from solo_geometry.geometry.metrics import registered
 from solo_geometry.run.probe_table import (
     PROBES_SCHEMA_VERSION,
     ProbeRow,
@@ -25,6 +26,7 @@ from solo_geometry.run.probe_table import (
     versus_random_init,
 )
 from solo_geometry.run.records import (
+    RENAMED_METRICS,
     SCHEMA_VERSION,
     GeometryRecord,
     RecordsError,
@@ -111,7 +113,7 @@ class TestGeometryRecord:
             "density": {"nodes": [0.0], "weights": [1.0]},
         }
         record = GeometryRecord.from_dict(v1)
-        assert record.schema == SCHEMA_VERSION == 4
+        assert record.schema == SCHEMA_VERSION == 5
         assert record.parts == ["stats", "hessian", "augment", "density"]
         assert record.deferred_parts == {}
         stats_only = GeometryRecord.from_dict({**v1, "metrics": {"h/rank": 3}, "density": None})
@@ -161,13 +163,26 @@ class TestGeometryRecord:
         settings = {"dtype": "float32", "features_dtype": "bfloat16", "precision": "bf16-mixed"}
         v3 = {"schema": 3, "step": 1, "epoch": 0, "status": "ok", "settings": settings}
         old = GeometryRecord.from_dict(v3)
-        assert old.schema == SCHEMA_VERSION == 4
+        assert old.schema == SCHEMA_VERSION == 5
         assert old.settings.rank_eps is None and old.settings.rank_work_eps is None
         assert old.settings.features_dtype == "bfloat16"
         eps = {"rank_eps": 2.0**-7, "rank_work_eps": 2.0**-23}
         record = GeometryRecord(1, 0, "ok", settings=Settings(**settings, **eps), parts=["stats"])
         back = GeometryRecord.from_dict(json.loads(record.to_json()))
         assert back == record and back.settings.rank_eps == 2.0**-7
+
+    def test_version_4_reads_with_effective_rank_renamed(self, tmp_path: Path) -> None:
+        metrics = {"z/effective_rank": 3.5, "h/effective_rank": 2.0, "metric/effective_rank": 4.0}
+        v4 = {"schema": 4, "step": 2, "epoch": 0, "status": "ok", "parts": ["stats"]}
+        (tmp_path / "geometry.jsonl").write_text(json.dumps({**v4, "metrics": metrics}) + "\n")
+        (old,) = read_records(tmp_path)
+        assert old.schema == SCHEMA_VERSION == 5
+        # RankMe of the L2-normalised rows under its name; the metric head's own rank untouched
+        assert old.metrics == {"z/rankme_l2": 3.5, "h/rankme_l2": 2.0, "metric/effective_rank": 4.0}
+        assert all(registered(new) is not None for new in RENAMED_METRICS.values())
+        assert not any(registered(old_key) for old_key in RENAMED_METRICS)
+        v5 = GeometryRecord.from_dict({**v4, "schema": 5, "metrics": {"z/effective_rank": 1.0}})
+        assert v5.metrics == {"z/effective_rank": 1.0}  # today's records are read as written
 
     @pytest.mark.parametrize("field", ["parts", "deferred_parts"])
     def test_unknown_part_rejected_naming_the_choices(self, field: str) -> None:

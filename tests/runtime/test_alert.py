@@ -27,7 +27,7 @@ def metrics(std_ratio: float, rank_ratio: float, **extra: Any) -> dict[str, Any]
     """A record's metrics of H at the given fractions of the std's and the rank's ceilings."""
     return {
         "h/normalized_std": std_ratio * CEILING,
-        "h/effective_rank": rank_ratio * D,
+        "h/rankme_l2": rank_ratio * D,
         "h/n_samples": M,
         "h/dim": D,
         **extra,
@@ -45,7 +45,7 @@ class TestRatios:
         got = ratios(metrics(0.5, 0.25), "h")
         assert got == pytest.approx((0.5, 0.25))
         # M < d: the rank's ceiling is M
-        few = {"z/normalized_std": 0.1, "z/effective_rank": 4.0, "z/n_samples": 8, "z/dim": 64}
+        few = {"z/normalized_std": 0.1, "z/rankme_l2": 4.0, "z/n_samples": 8, "z/dim": 64}
         assert ratios(few, "z")[1] == pytest.approx(0.5)  # type: ignore[index]
 
     def test_missing_statistics(self) -> None:

@@ -218,7 +218,7 @@ class TestGeometryMonitor:
         )
         assert "geometry/heff/lambda_max" in trainer.callback_metrics
         text = next((tmp_path / "logs").rglob("metrics.csv")).read_text()
-        assert "geometry/z/effective_rank" in text
+        assert "geometry/z/rankme_l2" in text
 
     def test_no_file_on_other_ranks(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pl.Trainer, "is_global_zero", property(lambda self: False))

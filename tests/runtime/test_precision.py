@@ -180,7 +180,7 @@ def test_each_part_fails_alone() -> None:
     result = _measured(nan_loss, _cfg(), density=True)
     assert result.parts == ["stats", "augment"] and result.density is None
     assert result.failed["hessian"].startswith("FloatingPointError: non-finite loss")
-    assert "z/effective_rank" in result.metrics and "rho/brightness" in result.metrics
+    assert "z/rankme_l2" in result.metrics and "rho/brightness" in result.metrics
     assert not any(k.startswith("heff/") for k in result.metrics)
 
     class Broken(nn.Module):  # the backbone raises: rho fails, spectra and statistics kept

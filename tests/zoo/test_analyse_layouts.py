@@ -248,6 +248,6 @@ class TestAnalyse:
         s = np.linalg.svd(z.numpy(), compute_uv=False)
         p = s / s.sum() + 1e-7
         want = float(np.exp(-(p * np.log(p)).sum()))
-        assert result["measurements"]["stats"]["z/effective_rank"] == pytest.approx(want, rel=1e-4)
+        assert result["measurements"]["stats"]["z/rankme_l2"] == pytest.approx(want, rel=1e-4)
         rows = result["measurements"]["probes"]["rows"]
         assert {(r["features"], r["target"]) for r in rows} == {("z", "class"), ("h", "class")}

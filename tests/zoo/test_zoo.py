@@ -12,10 +12,11 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from solo_geometry.cli import main as cli_main
+from solo_geometry.geometry.metrics import METRICS
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.solo_mlp import solo_projector
 from solo_geometry.zoo.build import entries, format_cards, read_cards
-from solo_geometry.zoo.card import CARD_FILES, ZooCard
+from solo_geometry.zoo.card import CARD_FILES, ZooCard, render_readme
 from solo_geometry.zoo.folder import load_card_model, write_card
 from tests.shared import image_folder, small_settings
 
@@ -158,11 +159,46 @@ class TestVerify:
         assert "README.md" in capsys.readouterr().err
         (card / "README.md").write_text(readme)
         record = json.loads((card / "geometry.json").read_text())
-        record["measurements"]["stats"]["z/effective_rank"] += 0.5
+        record["measurements"]["stats"]["z/rankme_l2"] += 0.5
         (card / "geometry.json").write_text(json.dumps(record))
         assert cli_main(["zoo", "verify", str(card), "--data", str(data)]) == 1
         err = capsys.readouterr().err
-        assert "stats/z/effective_rank" in err and "README.md" in err
+        assert "stats/z/rankme_l2" in err and "README.md" in err
+
+    def test_card_holds_the_records_stats_part(self, built: tuple[Path, Path, Path]) -> None:
+        """The zoo measures through the monitor's assembly: every ``stats`` entry, quality too."""
+        _, _, card = built
+        stats = ZooCard.read(card / CARD_FILES["geometry"]).measurements["stats"]
+        want = {
+            k
+            for m in METRICS.values()
+            if m.record_part == "stats" and not m.key.startswith("metric/")
+            for k in m.keys()
+        }
+        assert set(stats) == want
+        assert stats["h/rankme"] is not None and stats["z/lidar"] is None  # one view: no LiDAR
+        assert 1.0 <= stats["h/rankme"] <= 16 and 0.0 <= stats["z/collapse_level"] <= 1.0
+
+    def test_schema_1_card_reads_and_verifies_its_fields(
+        self, built: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A card from before the quality metrics: effective_rank read as rankme_l2, verified."""
+        _, data, card = built
+        card = _copy(card, tmp_path)
+        record = json.loads((card / "geometry.json").read_text())
+        stats = record["measurements"]["stats"]
+        old = {"z/normalized_std", "z/rankme_l2", "h/rankme_l2", "whitening/score"}
+        record["measurements"]["stats"] = {
+            k.replace("rankme_l2", "effective_rank"): v for k, v in stats.items() if k in old
+        }
+        record["schema"] = 1
+        (card / "geometry.json").write_text(json.dumps(record))
+        read = ZooCard.read(card / "geometry.json")
+        assert read.schema == 1 and set(read.measurements["stats"]) == old
+        (card / "README.md").write_text(render_readme(read))
+        assert cli_main(["zoo", "verify", str(card), "--data", str(data)]) == 0, (
+            capsys.readouterr().err
+        )
 
     def test_other_data_is_caught(
         self, built: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -46,7 +46,7 @@ def replay(
         One state of :data:`~solo_geometry.runtime.alert.STATES` per epoch.
     """
     alert = CollapseAlert(cfg or AlertConfig())
-    metrics = {"h/effective_rank": float(dim), "h/n_samples": rows, "h/dim": dim}
+    metrics = {"h/rankme_l2": float(dim), "h/n_samples": rows, "h/dim": dim}
     with warnings.catch_warnings():  # the monitor's rank-zero warning, once per change
         warnings.simplefilter("ignore")
         return [

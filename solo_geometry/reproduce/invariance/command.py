@@ -263,8 +263,8 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> Whitening:
         "metric/effective_rank",
         "z/cond",
         "h/cond",
-        "z/effective_rank",
-        "h/effective_rank",
+        "z/rankme_l2",
+        "h/rankme_l2",
     )
     records = list(folder.records(ok_only=True))
     series: dict[str, Numbers] = {"step": tuple(r.step for r in records)}

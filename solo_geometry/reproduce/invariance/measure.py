@@ -41,7 +41,7 @@ from solo_geometry.geometry.orbits import (
     orbit_comparison,
     orbit_images,
 )
-from solo_geometry.geometry.stats import metric_spectrum, normalise_rows, whitening_score
+from solo_geometry.geometry.stats import metric_spectrum, representation_stats, whitening_score
 from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.features import extract_features
 from solo_geometry.models.checkpoint import LoadedModel
@@ -65,7 +65,6 @@ from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "Splits",
-    "covariance_spectrum",
     "READINGS",
     "curvature_seeds",
     "feature_norm",
@@ -303,14 +302,6 @@ def curvature_seeds(
     return Curvature(tuple(per_seed), **over)
 
 
-def covariance_spectrum(X: Tensor) -> Tensor:
-    """Eigenvalues (descending, float64) of the covariance of the L2-normalised rows of X (N, d)."""
-    Xn = normalise_rows(X.double())  # (N, d)
-    Xc = Xn - Xn.mean(dim=0)  # (N, d)
-    cov = Xc.T @ Xc / (Xn.shape[0] - 1)  # (d, d)
-    return torch.linalg.eigvalsh(cov).flip(0).clamp_min(0.0)
-
-
 def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
     """Covariance spectra of Z and H on held-out images, whitening score, metric spectrum.
 
@@ -334,8 +325,8 @@ def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
     score = whitening_score(feats.z, feats.h)
     out = Spectra(
         epoch=epoch,
-        cov_z=tuple(covariance_spectrum(feats.z).tolist()),
-        cov_h=tuple(covariance_spectrum(feats.h).tolist()),
+        cov_z=representation_stats(feats.z).cov_eigenvalues,
+        cov_h=representation_stats(feats.h).cov_eigenvalues,
         whitening=WhiteningScore(score.score, score.rank, score.cond_z, score.cond_h),
         n_samples=int(feats.z.shape[0]),
     )
