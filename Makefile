@@ -49,7 +49,7 @@ TEST_WORKERS ?= auto
 OMP_NUM_THREADS ?= 1
 test: solo
 	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) -m pytest -n $(TEST_WORKERS) --dist load \
-	    --maxschedchunk 1 --durations 15 $(PYTEST_ARGS)
+	    --maxschedchunk 1 --durations 40 $(PYTEST_ARGS)
 
 # The fast layer: every test that runs no real recipe (tests/conftest.py marks the others e2e),
 # for after each edit; make test (what CI runs) runs them all.

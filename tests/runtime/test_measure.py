@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import torch
-from test_precision import _cfg, _modules, _view
+from test_precision import _cfg, _measured, _modules, _view
 
 from solo_geometry.geometry.metrics import METRICS, unregistered
 from solo_geometry.models.heads import build_head
-from solo_geometry.runtime.measure import measure
 
 
 class TestRegisteredKeys:
     def test_every_part_of_a_record(self) -> None:
         backbone, head = _modules(torch.float32)
-        result = measure(_view(backbone, head, torch.float32), _cfg(), density=False)
+        result = _measured(_view(backbone, head, torch.float32), _cfg(), density=False)
         assert result.parts == ["stats", "hessian", "augment"] and not result.failed
         assert unregistered(result.metrics) == []
         for part in ("stats", "head"):  # these parts record every entry of theirs
@@ -24,5 +23,5 @@ class TestRegisteredKeys:
     def test_a_metric_linear_head(self) -> None:
         backbone, _ = _modules(torch.float32)
         head = build_head("metric_linear", 4, 4)
-        result = measure(_view(backbone, head, torch.float32), _cfg(hessian=False), density=False)
+        result = _measured(_view(backbone, head, torch.float32), _cfg(hessian=False), density=False)
         assert unregistered(result.metrics) == [] and "metric/effective_rank" in result.metrics
