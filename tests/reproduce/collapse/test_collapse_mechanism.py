@@ -121,3 +121,37 @@ class TestCommand:
         assert main(["reproduce", "verdicts", "collapse", str(tmp_path), "--mechanism"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "x.json" in err[0] and "not a cell record" in err[0]
+
+
+class TestDefaultGrid:
+    """The default grid's summary (docs/reproducing.md, collapse page): its verdicts replayed."""
+
+    SUMMARY = Path(__file__).resolve().parent / "fixtures" / "default_grid_summary.json"
+
+    def test_mechanism_is_undecidable_at_the_published_numbers(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code = main(
+            ["reproduce", "verdicts", "collapse", str(self.SUMMARY), "--mechanism", "--json"]
+        )
+        data = json.loads(capsys.readouterr().out)
+        assert code == 0 and data["verdict"]["verdict"] == "undecidable"
+        assert data["n"] == 24 and len(data["left_out"]) == 18
+        assert (round(data["rho"], 3), round(data["low"], 3), round(data["high"], 3)) == (
+            0.137,
+            -0.081,
+            0.388,
+        )
+        # the two escapes: Swish without BN at the base lr, seeds 0 and 1
+        rows = [r for r in sweep_rows(self.SUMMARY) if r.escaped]
+        assert sorted((r.head, r.norm, r.lr, r.seed, r.escape_epoch) for r in rows) == [
+            ("swish", "none", 0.05, 0, 24),
+            ("swish", "none", 0.05, 1, 9),
+        ]
+
+    def test_the_other_verdicts(self, capsys: pytest.CaptureFixture[str]) -> None:
+        code = main(["reproduce", "verdicts", "collapse", str(self.SUMMARY)])
+        out = capsys.readouterr().out
+        assert code == 0
+        assert "[not held] smooth_escape" in out and "[held] relu_needs_bn" in out
+        assert "[held] m_negative_at_start" in out
