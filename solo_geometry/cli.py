@@ -33,6 +33,7 @@ import torch
 from solo_geometry import __version__
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.report import add_report_parser
+from solo_geometry.commands import reproduce
 from solo_geometry.commands.demo import add_demo_parser
 from solo_geometry.commands.orbits import add_orbits_parser
 from solo_geometry.commands.pretrain import add_pretrain_parser
@@ -41,7 +42,6 @@ from solo_geometry.inputs.digits import make_digits
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.recipe import split_overrides
-from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.preempt import Preempted
 from solo_geometry.run.probe_table import versus_random_init
 from solo_geometry.run.records import RecordsWarning
@@ -58,7 +58,7 @@ _SUBCOMMANDS = (
     add_report_parser,
     add_demo_parser,
     add_orbits_parser,
-    add_reproduce_parser,
+    reproduce.add_parser,
     add_upstream_parser,
     add_zoo_parser,
     add_analyse_parser,
