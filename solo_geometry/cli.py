@@ -36,11 +36,11 @@ from solo_geometry.commands import (
     pretrain,
     probe,
     report,
+    reproduce,
     upstream,
     zoo,
 )
 from solo_geometry.recipe import split_overrides
-from solo_geometry.reproduce import add_reproduce_parser
 from solo_geometry.run.preempt import Preempted
 from solo_geometry.run.records import RecordsWarning
 from solo_geometry.runtime.sink import Unwritten
@@ -56,7 +56,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction], argparse.ArgumentParser]
     report.add_parser,
     demo.add_parser,
     orbits.add_parser,
-    add_reproduce_parser,
+    reproduce.add_parser,
     upstream.add_parser,
     zoo.add_parser,
     analyse.add_parser,

@@ -111,7 +111,8 @@ def package_imports(modules: dict[str, Path], imports: list[Import], package: st
     found = []
     for i in _internal(imports, package):
         source, target = unit_of(i.source, package), unit_of(i.target, package)
-        if i.target in modules and source in MAY_IMPORT and target not in may_import(source or ""):
+        allowed = may_import(source or "")
+        if i.target in modules and source in MAY_IMPORT and target not in allowed:
             names = (source or package, target or package)
             found.append(f"{i.where}: {names[0]} may not import {names[1]} ({i.target})")
     return found

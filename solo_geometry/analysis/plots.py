@@ -23,9 +23,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from solo_geometry.analysis.pages import save_plot  # noqa: E402
 from solo_geometry.extras import require  # noqa: E402
 from solo_geometry.linalg.slq import SpectralDensity  # noqa: E402
-from solo_geometry.run.atomic import save_figure  # noqa: E402
 from solo_geometry.run.records import GeometryRecord  # noqa: E402
 
 __all__ = [
@@ -86,15 +86,6 @@ def _symlog(ax: Any, thresh: float) -> None:
     ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    try:
-        save_figure(fig, path, dpi=90, bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return path
-
-
 def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None:
     """lambda_min / lambda_max of H_eff, GN and M over steps, symlog y, each record's floor drawn.
 
@@ -123,7 +114,7 @@ def plot_spectra(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
     thresh = min(floors) if floors else 1e-12
     for ax in axes:
         _symlog(ax, max(thresh, 1e-300))
-    return _save(fig, path)
+    return save_plot(fig, path)
 
 
 _ALERT_COLOURS = {"dimensional": "tab:orange", "complete": "tab:red"}
@@ -189,7 +180,7 @@ def plot_lines(
         if log:
             ax.set_yscale("log")
     _figure_legend(fig, axes[: len(panels)])
-    return _save(fig, path)
+    return save_plot(fig, path)
 
 
 def _smoothed(density: dict[str, list[float]], grid: np.ndarray, sigma: float) -> np.ndarray:
@@ -225,7 +216,7 @@ def plot_density(runs: Sequence[tuple[str, Records]], path: Path) -> Path | None
     ax.set_xlabel("eigenvalue (loss units / feature unit$^2$)")
     ax.set_ylabel("density (1 / eigenvalue unit)")
     _legend(ax)
-    return _save(fig, path)
+    return save_plot(fig, path)
 
 
 def plot_bars(
@@ -265,7 +256,7 @@ def plot_bars(
     if log:
         ax.set_yscale("log")
     _legend(ax)
-    return _save(fig, path)
+    return save_plot(fig, path)
 
 
 @functools.cache
@@ -353,4 +344,4 @@ def plot_umap(
             ax.set_xlabel(f"{method.split()[0]} 1 (arbitrary units)")
             ax.set_ylabel(f"{method.split()[0]} 2 (arbitrary units)")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_plot(fig, path)

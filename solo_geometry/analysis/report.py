@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from solo_geometry.analysis import plots
+from solo_geometry.analysis import pages, plots
 from solo_geometry.analysis.run_data import RunData, read_run
 from solo_geometry.geometry.metrics import SPACES, metric
-from solo_geometry.run.atomic import write_text
 from solo_geometry.run.probe_table import ProbeRow, random_init_summary
 from solo_geometry.run.records import GeometryRecord
 from solo_geometry.run.run_folder import RunFolder
@@ -145,15 +144,6 @@ def _figures(runs: list[RunData], out: Path) -> list[tuple[str, Path | None, str
     ]
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def _versus_random_init(row: ProbeRow | None) -> list[Any]:
     """The random-init accuracy and trained minus it, or "not measured" twice."""
     if row is None or row.random_init is None:
@@ -186,10 +176,12 @@ def _probe_html(run: RunData) -> str:
         )
     header = ["target", "probe", "Z acc", "Z random init", "Z - random init", "H acc"]
     header += ["H random init", "H - random init", "Z - H", "chance"]
-    out = _table(header, rows) + f"<p>{html.escape(random_init_summary(table))}</p>"
+    out = pages.table(header, rows) + f"<p>{html.escape(random_init_summary(table))}</p>"
     gaps = table.gaps()["mlp_minus_linear"]
     if gaps:
-        out += _table(["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()])
+        out += pages.table(
+            ["features/target", "MLP - linear"], [[k, float(v)] for k, v in gaps.items()]
+        )
     if table.orbits:
         orows = [
             [
@@ -203,7 +195,7 @@ def _probe_html(run: RunData) -> str:
             ]
             for o in table.orbits
         ]
-        out += _table(
+        out += pages.table(
             [
                 "family",
                 "spread Z",
@@ -244,7 +236,7 @@ def _last_html(records: list[GeometryRecord]) -> list[str]:
         f"<p>{len(records)} measurements, {sum(r.holds('hessian') for r in records)} with "
         f"spectra{note}; last (step {last.step}), spectra from step {spectral.step}:</p>"
     )
-    return [head, _table(["metric", "value", "step"], rows)]
+    return [head, pages.table(["metric", "value", "step"], rows)]
 
 
 def _banner(runs: Sequence[RunData]) -> str:
@@ -289,13 +281,6 @@ def _run_html(run: RunData) -> str:
     return "\n".join(parts)
 
 
-_CSS = (
-    "body{font-family:sans-serif;max-width:1400px;margin:auto}img{max-width:100%}"
-    "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:2px 6px}"
-    ".warn{background:#fdd;padding:4px}.note{color:#555}"
-)
-
-
 def _unique_names(paths: Sequence[Path]) -> list[str]:
     names: list[str] = []
     for p in paths:
@@ -337,16 +322,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         if png is None:
             figures.append(f"<h3>{html.escape(title)}</h3><p class='note'>not drawn: {missing}</p>")
         else:
-            figures.append(f"<h3>{html.escape(title)}</h3><img src='{png.name}' alt='{title}'>")
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>solo-geometry report"
-        f"</title><style>{_CSS}</style></head><body><h1>solo-geometry report: "
-        f"{html.escape(', '.join(names))}</h1>{_banner(runs)}<h2>Runs</h2>"
-        + "\n".join(_run_html(r) for r in runs)
-        + "<h2>Plots</h2>"
-        + "\n".join(figures)
-        + "</body></html>"
-    )
-    index = out / "index.html"
-    write_text(index, page)
-    return index
+            figures.append(pages.figure(title, png.name))
+    intro = _banner(runs)
+    body = "\n".join(_run_html(r) for r in runs)
+    sections = [("Runs", body), ("Plots", "\n".join(figures))]
+    return pages.write_page(out / "index.html", f"report: {', '.join(names)}", sections, intro)

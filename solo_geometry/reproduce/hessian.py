@@ -1,13 +1,9 @@
 """``solo-geometry reproduce verdicts hessian FILE...``: the authors' Hessian tracker re-read.
 
-The paper's Figure 3 (hessian_tracker.py, github farischaudhry/projection-head-geometry) rests
-on ``raw_data_<init>_<activation>.npz``: per epoch ``min_eigenvalues`` (the mean over the
-epoch's first 5 batches of a 20-step float32 shifted power iteration on the Hessian of the
-SimSiam loss in the first view's backbone features z1, taken before the step),
-``variances`` (the per-step ``torch.std(F.normalize(cat(z1, z2)), dim=0).mean()`` of the
-backbone features, averaged per epoch) and ``condition_numbers`` (lambda_max over lambda_min
-clamped at 1e-7 of those rows' covariance, averaged per epoch), and ``epochs``. The files are
-read by the restricted reader of :mod:`solo_geometry.inputs.npfiles` (no pickle runs).
+The files behind the paper's Figure 3 (``raw_data_<init>_<activation>.npz`` of
+hessian_tracker.py: per epoch ``min_eigenvalues``, ``variances``, ``condition_numbers``; what
+they hold and what their estimator resolves: docs/reproducing.md, "Figure 3"), read by the
+restricted reader of :mod:`solo_geometry.inputs.npfiles` (no pickle runs).
 
 Per file (:class:`TrackerSummary`; ``--json`` prints ``{"runs": {FILE: {...}}, "verdicts":
 [...]}``):
@@ -28,28 +24,13 @@ Per file (:class:`TrackerSummary`; ``--json`` prints ``{"runs": {FILE: {...}}, "
   ``ROUNDOFF_FACTOR * eps(float32) * lambda_max`` (``--lambda-max``, default
   :data:`DEFAULT_LAMBDA_MAX`: the files do not record lambda_max), and
   ``resolved_negative_epochs``: epochs below ``-resolution``.
-
-What the estimator resolves (benchmarks/bench_estimators.py, docs/reproducing.md): its value
-is a Rayleigh quotient, so in exact arithmetic it is >= lambda_min, and a reading below minus
-its round-off certifies a negative eigenvalue at least that negative. A reading at or above
-``-resolution`` certifies nothing. Its magnitude is lambda_min's only in a window: 20 steps
-weight each eigenvalue by (1 - lambda / lambda_max)^40 against the start vector's spread over n
-coordinates, so lambda_min stands out only where |lambda_min| exceeds about
-(n^(1/40) - 1) x lambda_max (0.23 at n = 4,096; 0.34 at the paper's 256 x 512); below that the
-last vector mixes the near-null eigenvectors (the package's cells: 0.0075 of lambda_min at
-0.13 lambda_max, a positive reading at 0.0008 to 0.005). Where |lambda_min| exceeds lambda_max
-the first power iteration returns lambda_min as its "lambda_max" and the shifted one returns
-lambda_max: a positive reading of an indefinite operator. And where the spectrum lies far under
-the 1e-8 guard the vector underflows and the reading is exactly 0. The estimator can show that
-negative eigenvalues exist; it cannot show that they do not.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -65,7 +46,7 @@ __all__ = [
     "ROUNDOFF_FACTOR",
     "TRACKER_KEYS",
     "TrackerSummary",
-    "add_hessian_kind",
+    "hessian_report",
     "hessian_verdict",
     "read_tracker",
     "resolution",
@@ -221,47 +202,25 @@ def hessian_verdict(runs: dict[str, TrackerSummary]) -> Verdict:
     return Verdict("hessian_negative_smooth_only", CLAIM, verdict, evidence)
 
 
-def _run_hessian(args: argparse.Namespace) -> int:
-    """Entry of ``solo-geometry reproduce verdicts hessian FILE...``."""
-    if not args.lambda_max > 0:
-        raise ValueError(f"--lambda-max must be > 0; got {args.lambda_max}")
+def hessian_report(files: Sequence[Path], lambda_max: float) -> tuple[dict[str, Any], str]:
+    """Each file's summary and the claim's verdict: as a plain object and as text.
+
+    Raises:
+        ValueError: ``lambda_max`` not above 0, or a file :func:`read_tracker` refuses.
+    """
+    if not lambda_max > 0:
+        raise ValueError(f"--lambda-max must be > 0; got {lambda_max}")
     runs = {
-        str(f): summarise_tracker(read_tracker(f), name=f.name, lambda_max=args.lambda_max)
-        for f in args.files
+        str(f): summarise_tracker(read_tracker(f), name=f.name, lambda_max=lambda_max)
+        for f in files
     }
     verdict = hessian_verdict(runs)
-    if args.json:
-        plain = {"runs": {n: s.as_json() for n, s in runs.items()}, "verdicts": [verdict.as_json()]}
-        print(json.dumps(plain, indent=1))
-        return 0
+    plain = {"runs": {n: s.as_json() for n, s in runs.items()}, "verdicts": [verdict.as_json()]}
+    lines = []
     for name, s in runs.items():
         rho = "-" if s.spearman_var_cond is None else f"{s.spearman_var_cond:+.3f}"
-        print(
+        lines.append(
             f"{name}: Spearman(var, cond) {rho} over epochs 1-{s.epochs - 1}; "
             f"var final/initial {s.var_ratio:.4g}; " + _describe("lambda_min", s)
         )
-    print(f"[{verdict.verdict}] {verdict.id}: {verdict.claim}\n    {verdict.evidence}")
-    return 0
-
-
-def add_hessian_kind(kinds: argparse._SubParsersAction) -> None:
-    """Register ``hessian`` under ``solo-geometry reproduce verdicts``."""
-    parser = kinds.add_parser(
-        "hessian",
-        help="the authors' Hessian-tracker runs (raw_data_*.npz, Figure 3)",
-        description="Per file: Spearman(variance, condition number) as Figure 3 computes it, "
-        "epochs with lambda_min below 0, -1e-7, -1e-6 and below the estimator's round-off, the "
-        "smallest lambda_min, var(final)/var(initial); then the smooth-vs-ReLU claim.",
-    )
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="raw_data_*.npz")
-    parser.add_argument(
-        "--json", action="store_true", help='{"runs": {FILE: {...}}, "verdicts": [...]}'
-    )
-    parser.add_argument(
-        "--lambda-max",
-        type=float,
-        default=DEFAULT_LAMBDA_MAX,
-        help="the Hessian spectrum's scale for the estimator's round-off (the files hold none; "
-        f"default {DEFAULT_LAMBDA_MAX:g})",
-    )
-    parser.set_defaults(func=_run_hessian)
+    return plain, "\n".join([*lines, verdict.text()])

@@ -10,9 +10,10 @@ written before the stamp (no ``version``) still read: they are version 0, same l
 
 The files' content is typed: frozen dataclasses (:class:`JsonRecord`) whose fields are the
 file's keys in the file's order. :func:`to_plain` and :func:`from_plain` are their one codec:
-a dataclass becomes an object field by field (tuples lists, verdicts their objects), and an
-object becomes the dataclass by its field types, checked, a missing key taking the field's
-default (so files of an older layout still read); keys it does not know are ignored.
+a dataclass becomes an object field by field (tuples and arrays lists, verdicts their
+objects), and an object becomes the dataclass by its field types, checked, a missing key
+taking the field's default (so files of an older layout still read), a null ``float`` NaN;
+keys it does not know are ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, TypeVar
 
+import numpy as np
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -37,7 +40,6 @@ __all__ = [
     "RESULT_VERSION",
     "VERDICTS",
     "JsonRecord",
-    "Keyed",
     "ResultFile",
     "Verdict",
     "from_plain",
@@ -86,6 +88,12 @@ class Verdict(Mapping[str, str]):
         """The plain object written to files and ``--json``: the group keys only when set."""
         keys = _VERDICT_KEYS + tuple(k for k in _GROUP_KEYS if getattr(self, k) is not None)
         return {k: getattr(self, k) for k in keys}
+
+    def text(self, indent: str = "") -> str:
+        """Two lines: ``[verdict] id (dataset, backbone): claim``, then the evidence."""
+        group = "" if self.dataset is None else f" ({self.dataset}, {self.backbone})"
+        head = f"{indent}[{self.verdict}] {self.id}{group}: {self.claim}"
+        return f"{head}\n{indent}    {self.evidence}"
 
     @classmethod
     def from_json(cls, obj: object) -> Verdict:
@@ -149,7 +157,9 @@ def to_plain(value: object, *, finite: bool = True) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {k: to_plain(v, finite=finite) for k, v in value.items()}
+        return {str(k): to_plain(v, finite=finite) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
     if isinstance(value, list | tuple):
         return [to_plain(v, finite=finite) for v in value]
     if finite and isinstance(value, float) and not math.isfinite(value):
@@ -183,12 +193,24 @@ def _decode(tp: object, value: object, where: str) -> object:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is object:
         return value
+    if tp is float and value is None:  # a number JSON could not hold (NaN, infinity)
+        return math.nan
     if origin in (typing.Union, types.UnionType):
         return _decode_union(args, value, where)
-    if origin is tuple and isinstance(value, list | tuple):
-        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (tuple, list) and isinstance(value, list | tuple):
+        items = [_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
     if origin in (dict, Mapping) and isinstance(value, Mapping):
-        return {str(k): _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
+        key = int if args[0] is int else str
+        return {key(k): _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if tp is np.ndarray and isinstance(value, list | tuple):
+        try:  # numbers, ints kept, None read as NaN; ragged or other values fall through
+            array = np.asarray(value)
+            array = np.asarray(value, dtype=np.float64) if array.dtype == object else array
+        except (ValueError, TypeError):
+            array = np.asarray(())
+        if array.dtype.kind in "biuf" and (array.size or not value):
+            return array
     if tp is Verdict:
         return value if isinstance(value, Verdict) else Verdict.from_json(value)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -233,18 +255,6 @@ class JsonRecord:
     def from_json(cls, obj: object, where: str = "") -> Self:
         """The record from its plain object (:func:`from_plain`)."""
         return from_plain(cls, obj, where)
-
-
-class Keyed:
-    """A dataclass whose fields also read by key, ``record["name"]`` as ``record.name``.
-
-    For records that replace plain mappings where callers still index them.
-    """
-
-    def __getitem__(self, key: str) -> object:
-        if key not in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
-            raise KeyError(key)
-        return getattr(self, key)
 
 
 def _check_kind(kind: str) -> str:

@@ -21,21 +21,6 @@ from tests.import_rules import PACKAGE_ROOT
 
 PARSER_CALLS = frozenset({"ArgumentParser", "add_parser", "add_subparsers", "add_argument"})
 
-# Library modules that still build their own parsers: reproduce's actions, moving to
-# solo_geometry/commands/reproduce.py (issue 55); each must still build one, so that the list
-# shrinks with the move.
-NOT_YET_MOVED = frozenset(
-    {
-        "reproduce/__init__.py",
-        "reproduce/collapse/command.py",
-        "reproduce/collapse/files.py",
-        "reproduce/hessian.py",
-        "reproduce/invariance/command.py",
-        "reproduce/paper.py",
-        "reproduce/verdicts.py",
-    }
-)
-
 
 def _builds_parsers(path: Path) -> bool:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -57,7 +42,7 @@ class TestWhereParsersLive:
             for p in sorted(PACKAGE_ROOT.rglob("*.py"))
             if p.parent != PACKAGE_ROOT / "commands" and _builds_parsers(p)
         }
-        assert outside == {"cli.py", *NOT_YET_MOVED}
+        assert outside == {"cli.py"}
 
     def test_every_command_module_is_registered_by_cli(self) -> None:
         registered = {

@@ -1,6 +1,6 @@
 """The collapse experiment: SimSiam from pseudo-collapse, heads x norms x learning rates x seeds.
 
-* :mod:`.command`: ``solo-geometry reproduce collapse``, the Hydra multirun and its summary;
+* :mod:`.sweep`: the Hydra multirun and its summary;
 * :mod:`.protocol`: the grid, its scales and the protocol of each cell;
 * :mod:`.cell`: one cell (a pretrain with the monitor and the update-size callback);
 * :mod:`.files`: the cells' records and the authors' released collapse files;
@@ -11,30 +11,19 @@
 
 from __future__ import annotations
 
-from solo_geometry.reproduce.collapse.command import (
+from solo_geometry.reproduce.collapse.cell import CellConfig, cell_overrides
+from solo_geometry.reproduce.collapse.sweep import (
     DATA_CHOICES,
-    CellConfig,
-    add_parser,
     cell_host,
-    cell_id,
-    cell_overrides,
-    check_cell_overrides,
     collapse_experiment,
-    grid_overrides,
     reproduce_collapse,
-    run_cell,
 )
 
 __all__ = [
     "DATA_CHOICES",
     "CellConfig",
-    "add_parser",
     "cell_host",
-    "cell_id",
     "cell_overrides",
-    "check_cell_overrides",
     "collapse_experiment",
-    "grid_overrides",
     "reproduce_collapse",
-    "run_cell",
 ]

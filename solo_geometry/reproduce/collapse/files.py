@@ -1,4 +1,4 @@
-"""The collapse runs read from files, and ``solo-geometry reproduce verdicts collapse FILE``.
+"""The collapse runs read from files: ours and the authors'.
 
 Our ``summary.json`` (rows with their per-epoch curves), the authors' released
 ``collapse_results.npy`` (a pickled dict, read by the restricted unpickler unless
@@ -9,7 +9,6 @@ CIFAR-100's ``<act>``) or their curves as JSON (``tests/fixtures/collapse_author
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -19,8 +18,6 @@ from typing import Any
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.collapse.alerts import alert_markdown
-from solo_geometry.reproduce.collapse.mechanism import escape_prediction, sweep_rows
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 from solo_geometry.reproduce.results import Verdict
@@ -28,7 +25,6 @@ from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_bytes
 
 __all__ = [
     "AUTHORS_SETUP",
-    "add_collapse_kind",
     "authors_runs",
     "load_runs",
     "summary_runs",
@@ -212,74 +208,3 @@ def verdicts_of_file(
     if not factor > 1:
         raise ValueError(f"--factor must be > 1, got {factor}")
     return judge(load_runs(path, trust_pickle=trust_pickle), factor)
-
-
-def _run_verdicts(args: argparse.Namespace) -> int:
-    """Entry of ``solo-geometry reproduce verdicts collapse FILE``."""
-    if args.mechanism:
-        test = escape_prediction(sweep_rows(args.file))
-        v = test.verdict
-        print(
-            json.dumps(test.as_json(), indent=1)
-            if args.json
-            else f"[{v.verdict}] {v.id}: {v.claim}\n    {v.evidence}"
-        )
-        return 0
-    verdicts = verdicts_of_file(args.file, trust_pickle=args.trust_pickle, factor=args.factor)
-    if args.alert:
-        print(alert_markdown(load_runs(args.file, trust_pickle=args.trust_pickle), args.factor))
-        return 0
-    if args.json:
-        print(json.dumps([v.as_json() for v in verdicts], indent=1))
-        return 0
-    for v in verdicts:
-        print(
-            f"[{v['verdict']}] {v['id']} ({v['dataset']}, {v['backbone']}): {v['claim']}\n"
-            f"    {v['evidence']}"
-        )
-    return 0
-
-
-def add_collapse_kind(kinds: argparse._SubParsersAction) -> None:
-    """Register ``collapse`` under ``solo-geometry reproduce verdicts`` (:mod:`.verdicts`)."""
-    collapse = kinds.add_parser(
-        "collapse",
-        help="the collapse claims on our summary.json or the authors' results",
-        description="Judge smooth_escape, relu_needs_bn and m_negative_at_start, per backbone "
-        "and data set, on our summary.json, the authors' collapse_results.npy "
-        "(read by the restricted unpickler) or their curves as JSON (tests/fixtures).",
-    )
-    collapse.add_argument(
-        "file", type=Path, help="summary.json (or its sweep folder), collapse_results.npy or JSON"
-    )
-    collapse.add_argument(
-        "--json",
-        action="store_true",
-        help="a list of objects: id, claim, verdict, evidence, dataset, backbone",
-    )
-    collapse.add_argument(
-        "--alert",
-        action="store_true",
-        help="print the collapse alert replayed on each run's curve (geometry.alert's defaults) "
-        "against its outcome, instead of the claims",
-    )
-    collapse.add_argument(
-        "--mechanism",
-        action="store_true",
-        help="instead of the claims: does lambda_min(M) at the collapsed start predict the "
-        "escape? Spearman's rho over the cells with a bootstrap interval (FILE: our summary.json "
-        "or the sweep folder)",
-    )
-    collapse.add_argument(
-        "--factor",
-        type=float,
-        default=ESCAPE_FACTOR,
-        help="escape at the first epoch mean >= FACTOR x epoch 0 (default 2)",
-    )
-    collapse.add_argument(
-        "--trust-pickle",
-        action="store_true",
-        help="unpickle a .npy with a full pickle (it can run code: trusted files only); without "
-        "it only NumPy arrays and plain containers are rebuilt",
-    )
-    collapse.set_defaults(func=_run_verdicts)

@@ -33,7 +33,7 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
-from solo_geometry.reproduce.collapse.files import summary_runs as _runs
+from solo_geometry.reproduce.collapse.files import summary_runs
 from solo_geometry.reproduce.collapse.result import (
     CellRecord,
     CollapseRow,
@@ -308,7 +308,7 @@ def summarise(
         table=_table(rows),
         spearman=_spearman(records),
     )
-    return replace(summary, claims=tuple(judge(_runs(summary), factor)))
+    return replace(summary, claims=tuple(judge(summary_runs(summary), factor)))
 
 
 def _cell(stat: Stat, fmt: str = ".3g") -> str:
@@ -338,7 +338,7 @@ def write_summary(out: Path, summary: CollapseSummary) -> None:
     """Write ``summary.json``, ``table.md`` and ``alert.md`` (:mod:`.alerts`) into ``out``."""
     write_result(out, "collapse", summary)
     write_text(out / "table.md", table_markdown(summary))
-    write_text(out / "alert.md", alert_markdown(_runs(summary), summary.factor))
+    write_text(out / "alert.md", alert_markdown(summary_runs(summary), summary.factor))
 
 
 def print_claims(summary: CollapseSummary) -> None:
@@ -354,10 +354,10 @@ def print_claims(summary: CollapseSummary) -> None:
     print("\nThe paper's claims, from this run's numbers:")
     print_verdicts(summary.claims)
     print("\nThe collapse alert replayed per epoch (geometry.alert's defaults):")
-    print(alert_markdown(_runs(summary), summary.factor))
+    print(alert_markdown(summary_runs(summary), summary.factor))
 
 
 def print_verdicts(verdicts: Sequence[Verdict]) -> None:
     """Print each claim's verdict with its evidence, per backbone and data set."""
     for c in verdicts:
-        print(f"  [{c.verdict}] {c.id} ({c.dataset}, {c.backbone}): {c.claim}\n      {c.evidence}")
+        print(c.text("  "))

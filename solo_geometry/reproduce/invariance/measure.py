@@ -50,16 +50,13 @@ from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
 from solo_geometry.reproduce.invariance.result import (
     Curvature,
     CurvatureSeed,
-    MetricSpectrum,
     OrbitReading,
     OrbitSeed,
     OrbitStats,
     OrbitTable,
     PaperProbes,
-    ProbeRow,
+    ProbePair,
     Spectra,
-    SummaryRecord,
-    WhiteningScore,
 )
 from solo_geometry.run.run_folder import RunFolder
 
@@ -102,7 +99,7 @@ def probe_rows(
     probes: Sequence[str],
     mlp_epochs: int,
     mlp_patience: int = MlpProbeConfig.patience,
-) -> tuple[list[ProbeRow], PaperProbes]:
+) -> tuple[list[ProbePair], PaperProbes]:
     """This package's and the paper's probes of a run (``geometry.probes.protocol=both``).
 
     Args:
@@ -140,7 +137,7 @@ def probe_rows(
     for target, probe in product(targets, probes):
         z, h = table.accuracy("z", probe, target), table.accuracy("h", probe, target)
         assert z is not None and h is not None  # evaluate fits every pair asked for
-        out.append(ProbeRow(target, probe, z, h, gap=z - h, chance=chance[target]))
+        out.append(ProbePair(target, probe, z, h, gap=z - h, chance=chance[target]))
     assert table.paper is not None  # protocol "both"
     return out, PaperProbes.from_json(table.paper, where="probes.json's paper")
 
@@ -226,7 +223,7 @@ def _reading(
             Z.numpy(), H.numpy(), orb.orbit_ids.numpy(), orb.labels.numpy()
         )
         row = OrbitSeed.from_json(table, where=path.name)
-        per_seed.append(replace(row, file=path.name, summary=SummaryRecord.of(summary)))
+        per_seed.append(replace(row, file=path.name, summary=summary))
         cosines.append(summary.h_cosine_to_mean)
     over = OrbitTable(
         z=_over_seeds(per_seed, "z"),
@@ -327,15 +324,15 @@ def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
         epoch=epoch,
         cov_z=representation_stats(feats.z).cov_eigenvalues,
         cov_h=representation_stats(feats.h).cov_eigenvalues,
-        whitening=WhiteningScore(score.score, score.rank, score.cond_z, score.cond_h),
+        whitening=score,
         n_samples=int(feats.z.shape[0]),
     )
     if isinstance(model.head, MetricLinearHead):
         with torch.no_grad():
             eig = model.head.metric_spectrum().double()  # (d,) ascending
         spec = metric_spectrum(eig, dtype=next(model.head.parameters()).dtype)  # its floor
-        metric = MetricSpectrum(
-            *(float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank"))
-        )
+        metric = {
+            k: float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank")
+        }
         out = replace(out, metric=metric, metric_eigenvalues=tuple(eig.flip(0).tolist()))
     return out

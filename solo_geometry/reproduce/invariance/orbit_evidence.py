@@ -19,12 +19,11 @@ Noise, for a verdict (:func:`orbit_evidence`):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from solo_geometry.reproduce.results import Keyed
+from solo_geometry.reproduce.results import JsonRecord
 
 __all__ = ["OrbitEvidence", "OrbitSummary", "cosine_to_mean", "orbit_evidence"]
 
@@ -60,7 +59,7 @@ def _space(X: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 @dataclass(frozen=True)
-class OrbitSummary:
+class OrbitSummary(JsonRecord):
     """What the orbit statistics of one table need, per orbit (sorted by orbit id).
 
     Attributes:
@@ -103,35 +102,9 @@ class OrbitSummary:
         sizes = np.array([np.sum(ids == o) for o in np.unique(ids)])
         return cls(orbit_labels, sizes, _span(mz), _span(mh), sz, sh, iz, ih, cosine_to_mean(H))
 
-    def to_json(self) -> dict[str, object]:
-        """Plain lists, for ``invariance.json`` and fixtures."""
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(self).items()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> OrbitSummary:
-        """The inverse of :meth:`to_json` (None, JSON's NaN, read as NaN).
-
-        Raises:
-            ValueError: a field missing, or not numbers.
-        """
-        arrays = {}
-        for name in _ARRAYS:
-            if name not in data:
-                raise ValueError(f"an orbit summary lacks {name!r}")
-            arrays[name] = np.asarray(data[name], dtype=np.float64)
-        cosine = data.get("h_cosine_to_mean")
-        if not isinstance(cosine, int | float):
-            raise ValueError(
-                f"an orbit summary's h_cosine_to_mean: expected a number, got {cosine!r}"
-            )
-        return cls(**arrays, h_cosine_to_mean=float(cosine))
-
-
-_ARRAYS = ("labels", "sizes", "means_z", "means_h", "spread_z", "spread_h", "intra_z", "intra_h")
-
 
 @dataclass(frozen=True)
-class OrbitEvidence(Keyed):
+class OrbitEvidence:
     """One orbit table's headline numbers and their noise (:func:`orbit_evidence`).
 
     Attributes:

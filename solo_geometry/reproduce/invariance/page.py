@@ -2,7 +2,7 @@
 
 ``write_invariance_page(out, result)`` writes ``out/invariance.html`` (and its PNGs under
 ``out/figures/``) from the result ``invariance.json`` holds; every number on it is read from
-that result. The page frame and the shared table helpers are :mod:`solo_geometry.reproduce.paper`'s.
+that result. The page frame, tables and figures are :mod:`solo_geometry.analysis.pages`'s.
 """
 
 from __future__ import annotations
@@ -11,25 +11,21 @@ import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH  # noqa: E402
-from solo_geometry.reproduce.invariance.result import (  # noqa: E402
+from solo_geometry.analysis.pages import Section, claims, pm, save_plot, table, write_page
+from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH
+from solo_geometry.reproduce.invariance.result import (
     Curvature,
     DepthRow,
     Guillotine,
     InvarianceResult,
     OrbitReading,
     PaperProbes,
-    ProbeRow,
+    ProbePair,
     Whitening,
 )
-from solo_geometry.reproduce.paper import Section, _pm, _save, _table, write_page  # noqa: E402
-from solo_geometry.reproduce.results import Verdict  # noqa: E402
 
 __all__ = ["DEPARTURES", "invariance_section", "write_invariance_page"]
 
@@ -57,21 +53,6 @@ DEPARTURES = (
 )
 
 
-_VERDICT_CLASS = {"held": "held", "not held": "not", "undecidable": "undecided"}
-
-
-def _claims_html(verdicts: Sequence[Verdict]) -> str:
-    rows = [
-        (
-            html.escape(v.claim),
-            f'<b class="{_VERDICT_CLASS.get(v.verdict, "")}">{html.escape(v.verdict)}</b>',
-            html.escape(v.evidence),
-        )
-        for v in verdicts
-    ]
-    return _table(("claim", "verdict", "evidence (this run)"), rows)
-
-
 def _paper_probes_html(paper: PaperProbes) -> str:
     """The paper's rotation probes (``geometry.probes.protocol=both``) beside its numbers."""
     rows = []
@@ -87,10 +68,10 @@ def _paper_probes_html(paper: PaperProbes) -> str:
                 f"{pub[0]:.4f} / {pub[1]:.4f}",
             )
         )
-    return _table(("probe", "Z", "H", "Z - H", "held-out images", "paper Z / H"), rows)
+    return table(("probe", "Z", "H", "Z - H", "held-out images", "paper Z / H"), rows)
 
 
-def _probes_html(probes: Sequence[ProbeRow]) -> str:
+def _probes_html(probes: Sequence[ProbePair]) -> str:
     rows = []
     for r in probes:
         pub = PUBLISHED.probes.get(f"{r.target}_{r.probe}")
@@ -106,7 +87,7 @@ def _probes_html(probes: Sequence[ProbeRow]) -> str:
                 paper,
             )
         )
-    return _table(("target", "probe", "Z", "H", "Z - H", "chance", "paper Z / H"), rows)
+    return table(("target", "probe", "Z", "H", "Z - H", "chance", "paper Z / H"), rows)
 
 
 def _orbits_html(orbits: OrbitReading) -> str:
@@ -116,17 +97,17 @@ def _orbits_html(orbits: OrbitReading) -> str:
     for key, fmt in forms.items():
         if key == "separation":
             sep = PUBLISHED.separation
-            paper = f"{_pm(sep[0], fmt)} / {_pm(sep[1], fmt)}"
+            paper = f"{pm(sep[0], fmt)} / {pm(sep[1], fmt)}"
         else:
             pub = PUBLISHED.orbit_stats[key]
             paper = f"{fmt.format(pub[0])} / {fmt.format(pub[1])}"
         rows.append(
             (
                 key,
-                _pm(getattr(first.z, key), fmt),
-                _pm(getattr(first.h, key), fmt),
-                _pm(getattr(over.z, key), fmt),
-                _pm(getattr(over.h, key), fmt),
+                pm(getattr(first.z, key), fmt),
+                pm(getattr(first.h, key), fmt),
+                pm(getattr(over.z, key), fmt),
+                pm(getattr(over.h, key), fmt),
                 paper,
             )
         )
@@ -135,7 +116,7 @@ def _orbits_html(orbits: OrbitReading) -> str:
             "compression",
             f"{first.compression:.2f}x",
             "",
-            _pm(over.compression, "{:.2f}"),
+            pm(over.compression, "{:.2f}"),
             "",
             f"{PUBLISHED.compression:.2f}x",
         )
@@ -148,7 +129,7 @@ def _orbits_html(orbits: OrbitReading) -> str:
         "H (over seeds)",
         "paper Z / H",
     )
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def _reading_note(orbits: Mapping[str, OrbitReading]) -> str:
@@ -165,17 +146,17 @@ def _curvature_html(curv: Curvature) -> str:
         (f"seed {i}", f"{r.kappa_z:.4f}", f"{r.kappa_h:.4f}", f"{r.ratio:.3f}", r.n_sweeps)
         for i, r in enumerate(curv.per_seed)
     ]
-    rows.append(("over seeds", _pm(curv.kappa_z), _pm(curv.kappa_h), _pm(curv.ratio, "{:.3f}"), ""))
+    rows.append(("over seeds", pm(curv.kappa_z), pm(curv.kappa_h), pm(curv.ratio, "{:.3f}"), ""))
     rows.append(
         (
             "paper",
-            _pm(PUBLISHED.curvature_z),
-            _pm(PUBLISHED.curvature_h),
-            _pm(PUBLISHED.curvature_ratio, "{:.3f}"),
+            pm(PUBLISHED.curvature_z),
+            pm(PUBLISHED.curvature_h),
+            pm(PUBLISHED.curvature_ratio, "{:.3f}"),
             200,
         )
     )
-    return _table(("", "kappa(Z)", "kappa(H)", "kappa(H) / kappa(Z)", "sweeps"), rows)
+    return table(("", "kappa(Z)", "kappa(H)", "kappa(H) / kappa(Z)", "sweeps"), rows)
 
 
 def _depth_html(depth: Sequence[DepthRow]) -> str:
@@ -187,10 +168,10 @@ def _depth_html(depth: Sequence[DepthRow]) -> str:
                 d.depth,
                 f"{r.z:.3f} / {r.h:.3f}",
                 f"{r.gap:+.3f}",
-                _pm(d.compression, "{:.2f}"),
-                _pm(d.separation_z, "{:.2f}"),
-                _pm(d.separation_h, "{:.2f}"),
-                _pm(d.curvature_ratio, "{:.3f}"),
+                pm(d.compression, "{:.2f}"),
+                pm(d.separation_z, "{:.2f}"),
+                pm(d.separation_h, "{:.2f}"),
+                pm(d.curvature_ratio, "{:.3f}"),
                 f"{p['z']:.3f} / {p['h']:.3f}",
                 f"{p['compression']:.1f}x",
                 f"{p['separation_z']:.2f} / {p['separation_h']:.2f}",
@@ -210,7 +191,7 @@ def _depth_html(depth: Sequence[DepthRow]) -> str:
         "paper sep. Z / H",
         "paper curv.",
     )
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def _whitening_html(wh: Whitening) -> str:
@@ -224,8 +205,8 @@ def _whitening_html(wh: Whitening) -> str:
                 f"{w.cond_z:.1f}",
                 f"{w.cond_h:.1f}",
                 w.rank,
-                f"{float('nan') if m is None else m.cond:.2f}",
-                f"{float('nan') if m is None else m.effective_rank:.1f}",
+                f"{float('nan') if m is None else m['cond']:.2f}",
+                f"{float('nan') if m is None else m['effective_rank']:.1f}",
                 e.n_samples,
             )
         )
@@ -239,7 +220,7 @@ def _whitening_html(wh: Whitening) -> str:
         "eff. rank W",
         "images",
     )
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def _fig_orbits(out: Path, orbits: OrbitReading) -> Path:
@@ -258,7 +239,7 @@ def _fig_orbits(out: Path, orbits: OrbitReading) -> Path:
             ax.plot(xy[m, 0], xy[m, 1], "-o", color=c, ms=3, lw=1, alpha=0.8)
             ax.plot(xy[m, 0][:1], xy[m, 1][:1], "*", color=c, ms=11, mec="k")
         ax.set_title(f"rotation orbits in {title} (PCA; star: 0 degrees)")
-    return _save(fig, out / "figures" / "orbits.png")
+    return save_plot(fig, out / "figures" / "orbits.png", dpi=110)
 
 
 def _fig_depth(out: Path, depth: Sequence[DepthRow]) -> Path:
@@ -297,7 +278,7 @@ def _fig_depth(out: Path, depth: Sequence[DepthRow]) -> Path:
         ax.set_xlabel("head depth")
         ax.set_title(title)
     axes[0].legend(fontsize=8)
-    return _save(fig, out / "figures" / "depth.png")
+    return save_plot(fig, out / "figures" / "depth.png", dpi=110)
 
 
 def _fig_whitening(out: Path, wh: Whitening) -> Path:
@@ -322,17 +303,17 @@ def _fig_whitening(out: Path, wh: Whitening) -> Path:
     axes[3].set(title="eigenvalues of W^T W", xlabel="index", yscale="log")
     for ax in axes[2:]:
         ax.legend(fontsize=8)
-    return _save(fig, out / "figures" / "whitening.png")
+    return save_plot(fig, out / "figures" / "whitening.png", dpi=110)
 
 
 def _settings_html(result: InvarianceResult) -> str:
-    rows = [(k, html.escape(str(v))) for k, v in result.settings.items()]
+    rows = [(k, str(v)) for k, v in result.settings.items()]
     rows += [
         ("dataset", result.dataset),
         ("host", result.host),
         ("seconds", ", ".join(f"{k} {v:.0f}" for k, v in result.seconds.items())),
     ]
-    return _table(("setting", "value"), rows)
+    return table(("setting", "value"), rows)
 
 
 def _parts(result: InvarianceResult) -> tuple[Guillotine, PaperProbes, Whitening]:
@@ -365,7 +346,7 @@ def invariance_section(out: Path, result: InvarianceResult) -> Section:
     }
     body = [
         "<h3>Claims</h3>",
-        _claims_html(result.claims),
+        claims(result.claims),
         f"<h3>Guillotine: probes on Z vs H (head width {result.settings['width']}, "
         "paper 2048)</h3>",
         _probes_html(g.probes),
@@ -397,4 +378,5 @@ def invariance_section(out: Path, result: InvarianceResult) -> Section:
 
 def write_invariance_page(out: Path, result: InvarianceResult) -> Path:
     """Write ``out/invariance.html`` from the result of the invariance reproduction."""
-    return write_page(out / "invariance.html", [invariance_section(out, result)])
+    section = invariance_section(out, result)
+    return write_page(out / "invariance.html", "The paper reproduced", [section])

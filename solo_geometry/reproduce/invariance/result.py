@@ -5,7 +5,7 @@ file's order (the whole file: :class:`InvarianceResult`), written and read throu
 of :mod:`solo_geometry.reproduce.results`. The numbers are :mod:`.measure`'s. Fields a file of an
 older layout, or a hand-written one, may lack take a default (None, empty, or ``(None, None)``
 for a pair), so such a file still reads; a number JSON could not hold (NaN, infinity) reads as
-None.
+None (NaN in a field typed ``float``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solo_geometry.geometry.stats import WhiteningScore
 from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
 from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
 
@@ -23,17 +24,14 @@ __all__ = [
     "DepthRow",
     "Guillotine",
     "InvarianceResult",
-    "MetricSpectrum",
     "OrbitReading",
     "OrbitSeed",
     "OrbitStats",
     "OrbitTable",
     "PaperProbes",
-    "ProbeRow",
+    "ProbePair",
     "Spectra",
-    "SummaryRecord",
     "Whitening",
-    "WhiteningScore",
     "read_invariance",
 ]
 
@@ -44,7 +42,7 @@ _NONE: Pair = (None, None)
 
 
 @dataclass(frozen=True)
-class ProbeRow(JsonRecord):
+class ProbePair(JsonRecord):
     """One probe (target x probe) on Z and on H: accuracies, ``gap`` (z - h), chance."""
 
     target: str
@@ -86,30 +84,6 @@ class OrbitTable(JsonRecord):
 
 
 @dataclass(frozen=True)
-class SummaryRecord(JsonRecord):
-    """An :class:`OrbitSummary` as plain numbers (its fields, arrays as lists)."""
-
-    labels: Numbers
-    sizes: Numbers
-    means_z: tuple[Numbers, ...]
-    means_h: tuple[Numbers, ...]
-    spread_z: Numbers
-    spread_h: Numbers
-    intra_z: Numbers
-    intra_h: Numbers
-    h_cosine_to_mean: float | None = None
-
-    @classmethod
-    def of(cls, s: OrbitSummary) -> SummaryRecord:
-        """The record of a summary (its arrays as tuples)."""
-        return cls.from_json(s.to_json())
-
-    def summary(self) -> OrbitSummary:
-        """The summary (float64 arrays; None read as NaN)."""
-        return OrbitSummary.from_json(self.to_json(finite=False))
-
-
-@dataclass(frozen=True)
 class OrbitSeed(JsonRecord):
     """One draw's orbit table: per space, compression, its ``.npz`` and its summary."""
 
@@ -117,7 +91,7 @@ class OrbitSeed(JsonRecord):
     h: OrbitStats = field(default_factory=OrbitStats)
     compression: float | None = None
     file: str = ""
-    summary: SummaryRecord | None = None
+    summary: OrbitSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +105,7 @@ class OrbitReading(JsonRecord):
 
     def summaries(self) -> list[OrbitSummary]:
         """The orbit summaries of the draws that hold one."""
-        return [r.summary.summary() for r in self.per_seed if r.summary is not None]
+        return [r.summary for r in self.per_seed if r.summary is not None]
 
 
 @dataclass(frozen=True)
@@ -161,7 +135,7 @@ class Guillotine(JsonRecord):
 
     run: str = ""
     head: str = ""
-    probes: tuple[ProbeRow, ...] = ()
+    probes: tuple[ProbePair, ...] = ()
     probes_paper: PaperProbes | None = None
     n_test: int | None = None
     orbits: Mapping[str, OrbitReading] = field(default_factory=dict)  # by reading
@@ -174,7 +148,7 @@ class DepthRow(JsonRecord):
 
     depth: int
     run: str
-    rotation_linear: ProbeRow
+    rotation_linear: ProbePair
     rotation_paper: PaperProbes
     compression: Pair = _NONE  # unit z
     compression_raw_z: Pair = _NONE
@@ -186,36 +160,15 @@ class DepthRow(JsonRecord):
 
 
 @dataclass(frozen=True)
-class WhiteningScore(JsonRecord):
-    """cond(H) / cond(Z) on held-out images, the shared rank and both conditions."""
-
-    score: float | None
-    rank: int
-    cond_z: float | None
-    cond_h: float | None
-
-
-@dataclass(frozen=True)
-class MetricSpectrum(JsonRecord):
-    """The spectrum of a metric-linear head's W^T W."""
-
-    min: float | None
-    max: float | None
-    cond: float | None
-    rank: float | None
-    effective_rank: float | None
-
-
-@dataclass(frozen=True)
 class Spectra(JsonRecord):
     """One checkpoint: covariance spectra of Z and H (descending), whitening, metric."""
 
     epoch: int
     cov_z: Numbers
     cov_h: Numbers
-    whitening: WhiteningScore
+    whitening: WhiteningScore  # geometry.stats' (a null read as NaN)
     n_samples: int
-    metric: MetricSpectrum | None = None  # a metric-linear head
+    metric: Mapping[str, float | None] | None = None  # a metric-linear head's: MetricSpectrum's
     metric_eigenvalues: Numbers = ()  # descending
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 
 from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
 from solo_geometry.reproduce.invariance.orbit_evidence import (
@@ -31,15 +31,19 @@ from solo_geometry.reproduce.invariance.orbit_evidence import (
     OrbitSummary,
     orbit_evidence,
 )
-from solo_geometry.reproduce.invariance.result import InvarianceResult, OrbitReading
-from solo_geometry.reproduce.results import JsonRecord, Verdict
+from solo_geometry.reproduce.invariance.result import (
+    InvarianceResult,
+    OrbitReading,
+    read_invariance,
+)
+from solo_geometry.reproduce.paper_arrays import paper_evidence
+from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
     "CLAIMS",
     "K_SIGMA",
-    "evidence_from_json",
-    "evidence_to_json",
     "format_verdicts",
+    "invariance_verdicts",
     "judge",
     "run_evidence",
     "verdicts",
@@ -148,19 +152,17 @@ def _curvature(ratios: Sequence[float] | None) -> tuple[str, str]:
     return judge(mean - 1.0, se), f"{mean:.3f}x +- {se:.3f} over {n} draws of sweeps"
 
 
-def verdicts(evidence: Evidence | Mapping[str, object]) -> list[Verdict]:
+def verdicts(ev: Evidence) -> list[Verdict]:
     """Every invariance claim judged on one body of evidence.
 
     Args:
-        evidence: the :class:`Evidence` of :func:`run_evidence` or
-            :func:`~solo_geometry.reproduce.paper_arrays.paper_evidence` (or a plain mapping
-            of its fields: probes as ``{"linear", "mlp", "n"}`` mappings are read as such).
+        ev: the :class:`Evidence` of :func:`run_evidence` or
+            :func:`~solo_geometry.reproduce.paper_arrays.paper_evidence`.
 
     Returns:
         One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, in
         that order.
     """
-    ev = Evidence.of(evidence)
     found: dict[str, tuple[str, str]] = {
         "probe_linear": _combine(_probe(ev.probes, "linear")),
         "probe_mlp": _combine(_probe(ev.probes, "mlp")),
@@ -220,44 +222,15 @@ def run_evidence(result: InvarianceResult | Mapping[str, object]) -> Evidence:
     )
 
 
-def evidence_to_json(ev: Evidence) -> dict[str, object]:
-    """Evidence as plain JSON (orbit summaries as lists): for fixtures."""
-
-    def tables(x: Sequence[OrbitSummary]) -> list[dict[str, object]]:
-        return [s.to_json() for s in x]
-
-    return {
-        "probes": {k: ProbeEvidence.of(v).to_json() for k, v in ev.probes.items()},
-        "orbits": {k: tables(v) for k, v in ev.orbits.items()},
-        "curvature": ev.curvature,
-        "depth": {k: {str(d): tables(v) for d, v in by.items()} for k, by in ev.depth.items()},
-    }
-
-
-def evidence_from_json(data: Mapping[str, object]) -> Evidence:
-    """The inverse of :func:`evidence_to_json`.
+def invariance_verdicts(paths: Sequence[Path]) -> list[Verdict]:
+    """The verdicts on one ``invariance.json`` (or its folder) or on the authors' arrays.
 
     Raises:
-        ValueError: a part missing or of the wrong type.
+        ValueError: a path that is neither, or an unreadable file.
     """
-    fixture = _Fixture.from_json(data, where="evidence")
-
-    def tables(x: Sequence[Mapping[str, object]]) -> list[OrbitSummary]:
-        return [OrbitSummary.from_json(s) for s in x]
-
-    return Evidence(
-        probes=dict(fixture.probes),
-        orbits={k: tables(v) for k, v in fixture.orbits.items()},
-        curvature=None if fixture.curvature is None else list(fixture.curvature),
-        depth={k: {int(d): tables(v) for d, v in by.items()} for k, by in fixture.depth.items()},
-    )
-
-
-@dataclass(frozen=True)
-class _Fixture(JsonRecord):
-    """:func:`evidence_to_json`'s object, read by the codec (summaries as plain objects)."""
-
-    probes: Mapping[str, ProbeEvidence]
-    orbits: Mapping[str, tuple[Mapping[str, object], ...]]
-    curvature: tuple[float, ...] | None
-    depth: Mapping[str, Mapping[str, tuple[Mapping[str, object], ...]]]
+    runs = [p / "invariance.json" if (p / "invariance.json").is_file() else p for p in paths]
+    if len(runs) == 1 and runs[0].suffix == ".json" and runs[0].is_file():
+        return verdicts(run_evidence(read_invariance(runs[0])))
+    if any(p.suffix == ".json" for p in runs):
+        raise ValueError("give one invariance.json, or the authors' result folders or files")
+    return verdicts(paper_evidence(list(paths)))

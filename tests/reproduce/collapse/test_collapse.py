@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from joblib.externals.loky import get_reusable_executor
 
+from solo_geometry.analysis.pages import write_page
 from solo_geometry.cli import main as cli_main
 from solo_geometry.reproduce.collapse import reproduce_collapse
 from solo_geometry.reproduce.collapse.page import FIGURES, page_body
 from solo_geometry.reproduce.collapse.protocol import Block, Protocol
 from solo_geometry.reproduce.collapse.result import read_summary
 from solo_geometry.reproduce.collapse.summary import cell_record
-from solo_geometry.reproduce.paper import write_page
 from tests.shared import COLLAPSE_AUTHORS, write_fake_cifar
 
 AUTHORS = COLLAPSE_AUTHORS
@@ -178,9 +178,8 @@ class TestSweep:
         # ``reproduce all`` puts the collapse page's body, figures under collapse/, in paper.html
         out, summary, _ = sweep
         figures = [f for f in FIGURES if (out / f).is_file()]
-        page = write_page(
-            out.parent / "paper.html", [("Collapse", page_body(summary, figures, f"{out.name}/"))]
-        )
+        section = ("Collapse", page_body(summary, figures, f"{out.name}/"))
+        page = write_page(out.parent / "paper.html", "The paper reproduced", [section])
         text = page.read_text()
         sources = re.findall(r"src='([^']+)'", text)
         assert len(sources) == len(FIGURES) and all((out.parent / s).is_file() for s in sources)

@@ -22,11 +22,8 @@ from sklearn.linear_model import LogisticRegression
 
 from solo_geometry.cli import main as cli_main
 from solo_geometry.commands import orbits as orbits_command
-from solo_geometry.reproduce.invariance import (
-    QUICK,
-    add_invariance_parser,
-    run_invariance_experiment,
-)
+from solo_geometry.commands import reproduce
+from solo_geometry.reproduce.invariance import QUICK, run_invariance_experiment
 from solo_geometry.reproduce.invariance.result import read_invariance
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.reproduce.results import write_result
@@ -38,9 +35,9 @@ TINY = replace(QUICK, seeds=2, curvature_images=4, mlp_epochs=3, limit_batches=2
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="solo-geometry reproduce")
-    add_invariance_parser(parser.add_subparsers(dest="action"))
-    args = parser.parse_args(["invariance", *argv])
+    parser = argparse.ArgumentParser(prog="solo-geometry")
+    reproduce.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["reproduce", "invariance", *argv])
     return int(args.func(args))
 
 

@@ -110,10 +110,11 @@ class TestInvarianceResult:
         result = read_invariance(tmp_path / "a")
         assert isinstance(result, InvarianceResult)
         assert result.guillotine is not None and result.guillotine.probes[1].probe == "mlp"
-        assert result.whitening is not None and result.whitening.epochs[0].whitening.cond_z is None
+        assert result.whitening is not None
+        assert math.isnan(result.whitening.epochs[0].whitening.cond_z)  # null: geometry's float
         again = write_result(tmp_path / "b", "invariance", result).read_bytes()
         assert again == first
-        assert read_invariance(tmp_path / "b") == result
+        assert read_invariance(tmp_path / "b").to_json() == result.to_json()
 
     def test_claims_are_judged_on_the_record_as_on_its_content(self, tmp_path: Path) -> None:
         content = _content()

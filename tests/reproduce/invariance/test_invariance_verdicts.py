@@ -14,22 +14,17 @@ import torch
 
 from solo_geometry.cli import main
 from solo_geometry.geometry.orbits import orbit_comparison
+from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
 from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
-from solo_geometry.reproduce.invariance.verdicts import (
-    CLAIMS,
-    evidence_from_json,
-    evidence_to_json,
-    run_evidence,
-    verdicts,
-)
+from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence, read_npy_dict
 from tests.shared import PAPER_INVARIANCE
 
 FIXTURE = PAPER_INVARIANCE
 
 
-def paper(name: str = "cifar10/resnet18") -> dict[str, Any]:
-    return evidence_from_json(json.loads(FIXTURE.read_text())[name])
+def paper(name: str = "cifar10/resnet18") -> Evidence:
+    return Evidence.from_json(json.loads(FIXTURE.read_text())[name])
 
 
 def by_id(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
@@ -61,20 +56,20 @@ class TestCalibration:
 
     def test_the_evidence_is_the_papers_numbers(self) -> None:
         ev = paper()
-        e = orbit_evidence(ev["orbits"]["unit_z"][0])
-        assert e["compression"] == pytest.approx(21.85, abs=0.005)
-        assert e["separation_z"] == pytest.approx(2.04, abs=0.005)
-        assert e["separation_h"] == pytest.approx(2.50, abs=0.005)
-        assert e["h_cosine_to_mean"] == pytest.approx(0.992, abs=0.0005)
-        comps = [orbit_evidence(ev["depth"]["unit_z"][d][0])["compression"] for d in (1, 2, 3)]
+        e = orbit_evidence(ev.orbits["unit_z"][0])
+        assert e.compression == pytest.approx(21.85, abs=0.005)
+        assert e.separation_z == pytest.approx(2.04, abs=0.005)
+        assert e.separation_h == pytest.approx(2.50, abs=0.005)
+        assert e.h_cosine_to_mean == pytest.approx(0.992, abs=0.0005)
+        comps = [orbit_evidence(ev.depth["unit_z"][d][0]).compression for d in (1, 2, 3)]
         assert comps == pytest.approx([49.13, 57.22, 78.51], abs=0.005)
-        assert ev["probes"]["paper"]["linear"] == (0.5227, 0.3755)
-        assert sum(ev["curvature"]) / 3 == pytest.approx(1.9328, abs=1e-4)
+        assert ev.probes["paper"].linear == (0.5227, 0.3755)
+        assert sum(ev.curvature) / 3 == pytest.approx(1.9328, abs=1e-4)
 
     def test_vit_orbit_head_rows_are_parallel(self) -> None:
-        e = orbit_evidence(paper("cifar10/vit_tiny")["orbits"]["unit_z"][0])
-        assert e["h_cosine_to_mean"] > 0.9999
-        assert e["compression"] == pytest.approx(4015, rel=1e-3)
+        e = orbit_evidence(paper("cifar10/vit_tiny").orbits["unit_z"][0])
+        assert e.h_cosine_to_mean > 0.9999
+        assert e.compression == pytest.approx(4015, rel=1e-3)
 
     @pytest.mark.skipif(
         "SOLO_GEOMETRY_PAPER_RESULTS" not in os.environ,
@@ -82,7 +77,7 @@ class TestCalibration:
     )
     def test_fixture_matches_the_released_arrays(self) -> None:
         root = Path(os.environ["SOLO_GEOMETRY_PAPER_RESULTS"])
-        fresh = evidence_to_json(paper_evidence([root / "cifar10" / "resnet18"]))
+        fresh = paper_evidence([root / "cifar10" / "resnet18"]).fixture()
         fixed = json.loads(FIXTURE.read_text())["cifar10/resnet18"]
         # the same keys, lengths and strings; floats equal to float64 round-off (the order of a
         # sum may differ with the NumPy build: 1e-16 relative moves seen between versions)
@@ -110,9 +105,9 @@ class TestSummary:
             torch.from_numpy(ids),
             torch.from_numpy(labels),
         ).paper_table()
-        assert e["compression"] == pytest.approx(ref["compression"], rel=1e-9)
-        assert e["separation_z"] == pytest.approx(ref["z"]["separation"][0], rel=1e-9)
-        assert e["separation_h"] == pytest.approx(ref["h"]["separation"][0], rel=1e-9)
+        assert e.compression == pytest.approx(ref["compression"], rel=1e-9)
+        assert e.separation_z == pytest.approx(ref["z"]["separation"][0], rel=1e-9)
+        assert e.separation_h == pytest.approx(ref["h"]["separation"][0], rel=1e-9)
 
     def test_summary_survives_json(self) -> None:
         s = OrbitSummary.from_arrays(*orbits(1))
@@ -127,16 +122,16 @@ def shrink(s: OrbitSummary, factor: float) -> OrbitSummary:
 class TestRulesCanSayOtherwise:
     def test_probes(self) -> None:
         ev = paper()
-        ev["probes"]["paper"] = {"linear": (0.40, 0.50), "mlp": (0.45, 0.452), "n": 10000}
+        ev.probes["paper"] = ProbeEvidence((0.40, 0.50), (0.45, 0.452), 10000)
         v = by_id(verdicts(ev))
         assert v["probe_linear"]["verdict"] == "not held"
         assert v["probe_mlp"]["verdict"] == "undecidable"
-        ev["probes"]["paper"]["n"] = None
+        ev.probes["paper"] = replace(ev.probes["paper"], n=None)
         assert by_id(verdicts(ev))["probe_linear"]["verdict"] == "undecidable"
 
     def test_two_probe_readings_that_disagree_are_undecidable(self) -> None:
         ev = paper()
-        ev["probes"]["package"] = {"linear": (0.40, 0.50), "mlp": (0.6, 0.4), "n": 10000}
+        ev.probes["package"] = ProbeEvidence((0.40, 0.50), (0.6, 0.4), 10000)
         v = by_id(verdicts(ev))
         assert v["probe_linear"]["verdict"] == "undecidable"
         assert "disagree" in v["probe_linear"]["evidence"]
@@ -144,18 +139,18 @@ class TestRulesCanSayOtherwise:
 
     def test_orbits_that_grow_in_the_head(self) -> None:
         ev = paper()
-        s = ev["orbits"]["unit_z"][0]
-        ev["orbits"]["unit_z"] = [shrink(s, 1000.0)]  # H spread 1000x larger: 0.02x
+        s = ev.orbits["unit_z"][0]
+        ev.orbits["unit_z"] = [shrink(s, 1000.0)]  # H spread 1000x larger: 0.02x
         assert by_id(verdicts(ev))["orbit_compression"]["verdict"] == "not held"
-        ev["orbits"]["raw_z"] = [s]
+        ev.orbits["raw_z"] = [s]
         assert by_id(verdicts(ev))["orbit_compression"]["verdict"] == "undecidable"
 
     def test_separation_lower_in_the_head(self) -> None:
         ev = paper()
-        ev["orbits"]["unit_z"] = ev["depth"]["unit_z"][1]  # depth 1: 2.19 (Z) vs 1.89 (H)
+        ev.orbits["unit_z"] = ev.depth["unit_z"][1]  # depth 1: 2.19 (Z) vs 1.89 (H)
         assert by_id(verdicts(ev))["separation"]["verdict"] == "not held"
         Z, H, ids, labels = orbits(2, scale_h=1.0)  # H = Z: no difference
-        ev["orbits"]["unit_z"] = [OrbitSummary.from_arrays(Z, H, ids, labels)]
+        ev.orbits["unit_z"] = [OrbitSummary.from_arrays(Z, H, ids, labels)]
         assert by_id(verdicts(ev))["separation"]["verdict"] == "undecidable"
 
     @pytest.mark.parametrize(
@@ -168,19 +163,19 @@ class TestRulesCanSayOtherwise:
     )
     def test_curvature(self, ratios: list[float], verdict: str) -> None:
         ev = paper()
-        ev["curvature"] = ratios
+        ev.curvature = ratios
         assert by_id(verdicts(ev))["curvature"]["verdict"] == verdict
 
     def test_depth_compression_falling(self) -> None:
         ev = paper()
-        d = ev["depth"]["unit_z"]
-        ev["depth"]["unit_z"] = {1: d[3], 2: d[2], 3: d[1]}
+        d = ev.depth["unit_z"]
+        ev.depth["unit_z"] = {1: d[3], 2: d[2], 3: d[1]}
         assert by_id(verdicts(ev))["depth_compression"]["verdict"] == "not held"
-        ev["depth"]["unit_z"] = {1: d[1], 2: d[1], 3: d[1]}
+        ev.depth["unit_z"] = {1: d[1], 2: d[1], 3: d[1]}
         assert by_id(verdicts(ev))["depth_compression"]["verdict"] == "undecidable"
 
     def test_no_evidence_is_undecidable(self) -> None:
-        rows = verdicts({"probes": {}, "orbits": {}, "curvature": None, "depth": {}})
+        rows = verdicts(Evidence())
         assert {r["verdict"] for r in rows} == {"undecidable"}
 
 

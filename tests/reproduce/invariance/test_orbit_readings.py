@@ -84,7 +84,7 @@ def compressions(r: float) -> dict[str, float]:
     for name, protocol in READINGS.items():
         Z, H = orbit_representations(Scaled(r), head, orbits, protocol=protocol)
         summary = OrbitSummary.from_arrays(Z.numpy(), H.numpy(), ids, labels)
-        out[name] = orbit_evidence(summary, resamples=0)["compression"]
+        out[name] = orbit_evidence(summary, resamples=0).compression
         out[f"{name}/cos"] = summary.h_cosine_to_mean
     return out
 

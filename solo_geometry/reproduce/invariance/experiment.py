@@ -1,47 +1,29 @@
-"""``solo-geometry reproduce invariance``: the paper's invariance findings from one command.
+"""The paper's invariance findings from one command (``solo-geometry reproduce invariance``).
 
-Five experiments, each pretraining SimCLR on the lightly host (no solo-learn needed) with the
-paper's augmentations (random resized crop, flip, rotation up to 45 degrees, colour jitter
-0.4/0.4/0.4/0.1 with p 0.8; ``recipes/digits/simclr_invariance.yaml``), Adam at 1e-3,
-temperature 0.1, on the embedded digits (CIFAR-10/100 when torchvision's files are at
-``--data-root``):
-
-1. guillotine: the paper's ReLU + BatchNorm projector (Linear-BN-ReLU-Linear-BN, no biases; width
-   recorded, the paper's 2048);
-   class and 4-way rotation probes, linear and MLP, on Z vs H;
-2. orbits: the paper's orbit table (5 classes x 3 images x 12 rotations), per sampling seed;
-3. curvature of 0-45 degree rotation sweeps, Z vs H, the ratio and its spread over seeds;
-4. head depth 1, 2, 3 (Swish + BatchNorm heads, BatchNorm after every Linear, no biases, as
-   head_depth_ablations.py): rotation probe
-   gap, orbit compression and separation, curvature ratio per depth;
-5. whitening: a metric-linear head; its metric spectrum, the covariance spectra of Z and H and
-   the whitening score per epoch (held-out images) and per measurement (``geometry.jsonl``).
-
-Everything lands in ``--out``: ``invariance.json`` (every number, with the paper's published
-value and a verdict computed per claim), the orbit and sweep arrays (``orbits_*.npz`` in the
-paper's layout: ``solo-geometry orbits FILE`` re-analyses them), the run folders, and the page
-``invariance.html`` (:mod:`solo_geometry.reproduce.invariance.page`).
-
-Seeds follow the paper's code: one pretraining, then ``seeds`` draws of the orbit images and of
-the curvature sweeps (experiments.py calls ``set_seed(seed_idx)`` before each draw).
+Five experiments, each pretraining SimCLR on the lightly host with the paper's augmentations,
+optimiser and loss (``recipes/digits/simclr_invariance.yaml``; docs/reproducing.md,
+"Invariance"): the guillotine (the paper's ReLU + BatchNorm projector, probes on Z vs H), the
+orbit table, the curvature of rotation sweeps, head depth 1, 2, 3 (Swish + BatchNorm heads)
+and whitening (a metric-linear head), measured by :mod:`.measure`. Everything lands in
+``--out``: ``invariance.json``, the orbit and sweep arrays in the paper's layout, the run
+folders and ``invariance.html``. Seeds follow the paper's code: one pretraining, then
+``seeds`` draws of the orbit images and of the curvature sweeps.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from solo_geometry.extras import require
 from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.reproduce.invariance.data import (
-    DATASETS,
     check_data_root,
     export_cifar,
     subset_folders,
@@ -65,8 +47,7 @@ from solo_geometry.reproduce.invariance.result import (
     Whitening,
 )
 from solo_geometry.reproduce.invariance.settings import FULL, QUICK, InvarianceSettings
-from solo_geometry.reproduce.invariance.verdicts import format_verdicts, run_evidence, verdicts
-from solo_geometry.reproduce.paper import add_run_arguments
+from solo_geometry.reproduce.invariance.verdicts import run_evidence, verdicts
 from solo_geometry.reproduce.results import write_result
 from solo_geometry.run.run_folder import RunFolder
 
@@ -78,9 +59,7 @@ __all__ = [
     "QUICK",
     "RECIPE",
     "InvarianceSettings",
-    "add_invariance_parser",
     "invariance_experiment",
-    "run_invariance",
     "run_invariance_experiment",
 ]
 
@@ -339,56 +318,6 @@ def run_invariance_experiment(
     page = write_invariance_page(out, result)
     _stage(f"wrote {out / 'invariance.json'} and {page} in {seconds['total']:.0f} s")
     return result
-
-
-def run_invariance(args: argparse.Namespace) -> int:
-    """Entry of ``solo-geometry reproduce invariance`` (bad input raises: cli.main's one line)."""
-    settings = QUICK if args.quick else FULL
-    if args.seeds is not None:
-        settings = replace(settings, seeds=args.seeds)
-    result = run_invariance_experiment(
-        args.out, settings, dataset=args.dataset, data_root=args.data_root
-    )
-    print(format_verdicts(result.claims))
-    return 0
-
-
-def add_invariance_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``invariance`` under ``solo-geometry reproduce`` (sets ``func``).
-
-    Args:
-        subparsers: the ``reproduce`` command's ``add_subparsers()`` object.
-
-    Returns:
-        The sub-parser; ``args.func(args)`` returns 0, or 2 on bad input.
-    """
-    parser = subparsers.add_parser(
-        "invariance",
-        help="the paper's invariance findings: guillotine probes, orbits, curvature, depth, "
-        "whitening",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    add_run_arguments(parser)
-    parser.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        default="digits",
-        help="digits (embedded, default) or CIFAR from --data-root",
-    )
-    parser.add_argument(
-        "--data-root",
-        type=Path,
-        default=None,
-        help="folder holding torchvision's CIFAR files (never downloaded)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        default=None,
-        help="draws of orbit images and sweeps (default: 3, quick 2)",
-    )
-    parser.set_defaults(func=run_invariance)
-    return parser
 
 
 def invariance_experiment(out: Path, quick: bool) -> tuple[str, str]:

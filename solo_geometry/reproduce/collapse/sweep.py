@@ -1,27 +1,16 @@
-"""``solo-geometry reproduce collapse``: the paper's collapse experiment as a Hydra multirun.
+"""The paper's collapse experiment as a Hydra multirun (``solo-geometry reproduce collapse``).
 
-The paper (experiments.py, ``run_collapse_experiment``) starts SimSiam near collapse, the
-projector's Linear weights x alpha = 0.1, projector and predictor sharing the activation
-{linear, relu, gelu, swish} and the norm {bn, none}, with learning-rate ablations (0.1x, 1x, 10x)
-over 3 seeds. Here each cell of that grid is one run of the SimSiam digits recipe
-(``recipes/digits/simsiam.yaml``) on the solo-learn host when importable, else the lightly host
-(always the lightly host for a backbone solo-learn lacks: the CPU scale's ``resnet20``):
-
-* heads as the paper builds them, pseudo-collapse, the monitor and the update-size callback
-  (:mod:`.cell`, one cell);
-* the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, its jobs run
-  on Hydra's joblib launcher, or on the one an extra ``hydra/launcher=...`` override names
-  (:mod:`solo_geometry.hosts.sweeps`: ``submitit_local``, ``submitit_slurm``).
-
-A cell is finished when its record ``<out>/cells/<cell>.json`` exists; a rerun skips it, so an
-interrupted sweep resumes where it stopped. :func:`reproduce_collapse` then writes
-``summary.json``, ``table.md``, the figures and ``index.html`` (:mod:`.page`) and prints
-each claim's verdict (:mod:`.summary`), computed from the runs' numbers.
+Each cell of the grid (:mod:`.protocol`) is one run of the SimSiam digits recipe (:mod:`.cell`);
+the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, on Hydra's
+joblib launcher or the one an extra ``hydra/launcher=...`` override names
+(:mod:`solo_geometry.hosts.sweeps`). A cell whose record ``<out>/cells/<cell>.json`` exists
+is skipped, so an interrupted sweep resumes. :func:`reproduce_collapse` then writes
+``summary.json``, ``table.md``, the figures and ``index.html`` and prints each claim's verdict
+(docs/reproducing.md, "Collapse").
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -30,25 +19,26 @@ from pathlib import Path
 import hydra
 from hydra.core.singleton import Singleton
 
-from solo_geometry.hosts.pretrain import HOSTS, resolve_host
+from solo_geometry.hosts.pretrain import resolve_host
 from solo_geometry.hosts.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
 from solo_geometry.reproduce.collapse.cell import (
-    CellConfig,
     cell_file,
     cell_id,
-    cell_overrides,
     check_cell_overrides,
     run_cell,
 )
 from solo_geometry.reproduce.collapse.files import load_runs, summary_runs
-from solo_geometry.reproduce.collapse.page import FIGURES, page_body, write_compare, write_page
+from solo_geometry.reproduce.collapse.page import (
+    FIGURES,
+    page_body,
+    write_collapse_page,
+    write_compare,
+)
 from solo_geometry.reproduce.collapse.protocol import (
     BASE_LR,
-    GRIDS,
-    SCALES,
     Protocol,
     describe,
     protocol_of,
@@ -56,17 +46,12 @@ from solo_geometry.reproduce.collapse.protocol import (
 from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary
 from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
 
-__all__ = [  # the cell's names are re-exported from .cell
+__all__ = [
     "DATA_CHOICES",
-    "CellConfig",
-    "add_parser",
-    "cell_id",
-    "cell_overrides",
-    "check_cell_overrides",
+    "cell_host",
     "collapse_experiment",
     "grid_overrides",
     "reproduce_collapse",
-    "run_cell",
 ]
 
 DATA_CHOICES = ("digits", "cifar10", "cifar100")
@@ -263,7 +248,7 @@ def reproduce_collapse(
     extra_figures = (
         [] if theirs is None else [write_compare(out, summary_runs(summary), theirs, str(compare))]
     )
-    write_page(out, summary, records, extra_figures)
+    write_collapse_page(out, summary, records, extra_figures)
     print_claims(summary)
     print(f"summary: {out / 'summary.json'}\npage:    {out / 'index.html'}", flush=True)
     return summary
@@ -274,96 +259,3 @@ def collapse_experiment(out: Path, quick: bool) -> tuple[str, str]:
     summary = reproduce_collapse(out / "collapse", quick=quick)
     figures = [f for f in FIGURES if (out / "collapse" / f).is_file()]
     return "Collapse (pseudo-collapse, alpha 0.1)", page_body(summary, figures, "collapse/")
-
-
-def _run(args: argparse.Namespace) -> int:
-    """Entry of ``solo-geometry reproduce collapse``."""
-    reproduce_collapse(
-        args.out,
-        quick=args.quick,
-        scale=args.scale,
-        grid=args.grid,
-        data=args.data,
-        data_root=args.data_root,
-        host=args.host,
-        jobs=args.jobs,
-        threads=args.threads,
-        factor=args.factor,
-        compare=args.compare,
-        trust_pickle=args.trust_pickle,
-        extra=args.overrides,
-    )
-    return 0
-
-
-def add_parser(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``collapse`` action on the ``reproduce`` parser."""
-    parser = actions.add_parser(
-        "collapse",
-        help="SimSiam from pseudo-collapse: heads x norms x lrs x seeds (Hydra multirun)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="the four heads without BN at the base lr, one seed"
-    )
-    parser.add_argument(
-        "--scale",
-        choices=sorted(SCALES),
-        default="cpu",
-        help="cpu (default; docs/reproducing.md) or paper (the authors' setup, for a GPU)",
-    )
-    parser.add_argument(
-        "--grid",
-        choices=sorted(GRIDS),
-        default="paper",
-        help="paper: the authors' 14 configurations (default); full: factorial",
-    )
-    parser.add_argument(
-        "--factor",
-        type=float,
-        default=2.0,
-        help="escape at the first epoch mean >= FACTOR x the epoch-0 mean",
-    )
-    parser.add_argument(
-        "--compare",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="the authors' collapse_results.npy (or their curves as JSON) to draw beside ours",
-    )
-    parser.add_argument(
-        "--trust-pickle",
-        action="store_true",
-        help="allow --compare to load a .npy (a pickle: it runs code)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("runs/reproduce/collapse"),
-        help="sweep folder (default: runs/reproduce/collapse)",
-    )
-    parser.add_argument(
-        "--data",
-        choices=DATA_CHOICES,
-        default=None,
-        help="digits (embedded; the cpu scale's) or CIFAR files already on disk "
-        "(cifar10: the paper scale's)",
-    )
-    parser.add_argument(
-        "--data-root", type=Path, default=None, help="torchvision's CIFAR folder (never downloaded)"
-    )
-    parser.add_argument(
-        "--host",
-        choices=HOSTS,
-        default="auto",
-        help="auto: solo-learn when importable, else lightly",
-    )
-    parser.add_argument(
-        "--jobs", type=int, default=None, help="cells at once (default: available cores // threads)"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per cell")
-    parser.add_argument(
-        "overrides", nargs="*", help="Hydra overrides of the cell config, e.g. epochs=2"
-    )
-    parser.set_defaults(func=_run)
-    return parser
