@@ -64,7 +64,7 @@ from typing import Any
 
 from budget_model import BUDGET, EVERY, projected, projected_taken
 
-from solo_geometry.run.records import read_records
+from solo_geometry.folder.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH = 1563  # CIFAR-10's 50,000 images at batch 32

@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.collapse_configs import Config
 from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
-from solo_geometry.run.records import read_records, renamed_metrics
+from solo_geometry.folder.records import read_records, renamed_metrics
 
 __all__ = ["collect", "run_config"]
 

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from benchmarks.collapse_configs import Config
 from benchmarks.collapse_runs import PROBES, collect
+from solo_geometry.folder.records import read_records
 from solo_geometry.hosts.solo import SUPPORTED
 from solo_geometry.inputs.digits import make_digits
-from solo_geometry.run.records import read_records
 from solo_geometry.runtime.alert import ratios
 
 RECIPE = {name: "barlow" if name == "barlow_twins" else name for name in SUPPORTED}

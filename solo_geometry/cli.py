@@ -40,9 +40,9 @@ from solo_geometry.commands import (
     upstream,
     zoo,
 )
+from solo_geometry.folder.preempted import Preempted
+from solo_geometry.folder.records import RecordsWarning
 from solo_geometry.recipe import split_overrides
-from solo_geometry.run.preempt import Preempted
-from solo_geometry.run.records import RecordsWarning
 from solo_geometry.runtime.sink import Unwritten
 
 __all__ = ["build_parser", "error_message", "main", "parse_arguments"]
@@ -108,7 +108,7 @@ def error_message(err: BaseException) -> str:
 def _one_line_warnings(command: str) -> Callable[..., None]:
     """``warnings.showwarning`` printing what a reader of run files did as one line.
 
-    A :class:`~solo_geometry.run.records.RecordsWarning` (a torn last line dropped, lines
+    A :class:`~solo_geometry.folder.records.RecordsWarning` (a torn last line dropped, lines
     skipped) is ``solo-geometry COMMAND: warning: MESSAGE`` on stderr; any other warning is
     shown as Python shows it.
     """

@@ -120,13 +120,13 @@ def filling(append: Callable[..., Any], step: int) -> Callable[..., Any]:
 def install() -> None:
     """Install the hooks the environment asks for (called by the generated sitecustomize)."""
     if os.environ.get("SG_TEAR_AT"):
-        from solo_geometry.run.run_folder import RunFolder
+        from solo_geometry.folder.run_folder import RunFolder
 
         RunFolder.append_record = tearing(  # type: ignore[method-assign]
             RunFolder.append_record, int(os.environ["SG_TEAR_AT"]), Path(os.environ["SG_TEAR_MARK"])
         )
     if os.environ.get("SG_PAUSE_AT"):
-        from solo_geometry.run.run_folder import RunFolder
+        from solo_geometry.folder.run_folder import RunFolder
 
         RunFolder.append_record = pausing(  # type: ignore[method-assign]
             RunFolder.append_record,
@@ -135,7 +135,7 @@ def install() -> None:
             Path(os.environ["SG_PAUSE_GO"]),
         )
     if os.environ.get("SG_FULL_AT"):
-        from solo_geometry.run.run_folder import RunFolder
+        from solo_geometry.folder.run_folder import RunFolder
 
         RunFolder.append_record = filling(  # type: ignore[method-assign]
             RunFolder.append_record, int(os.environ["SG_FULL_AT"])

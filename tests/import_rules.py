@@ -33,11 +33,11 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "state": (),  # the state guard
     "linalg": (),
     "geometry": ("linalg",),
-    "run": (),  # records, the run folder, resume: every floor above reads and writes runs
+    "folder": (),  # one run folder: records, lock, resume: every floor above reads and writes runs
     "recipe": ("config",),
     "conf": ("config",),
-    "inputs": ("geometry", "state", "run"),
-    "models": ("config", "inputs", "run"),
+    "inputs": ("geometry", "state", "folder"),
+    "models": ("config", "inputs", "folder"),
     "analysis": ("models", "extras"),
     "runtime": ("analysis",),
     "hosts": ("runtime", "recipe"),
@@ -57,7 +57,7 @@ SOLO_FREE = (
     "state",
     "linalg",
     "geometry",
-    "run",
+    "folder",
     "recipe",
     "conf",
     "inputs",

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
-from solo_geometry.run.records import (
+from solo_geometry.folder.probe_table import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.folder.records import (
     SCHEMA_VERSION,
     GeometryRecord,
     Settings,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from solo_geometry.cli import main
-from solo_geometry.run.run_folder import RunFolder, slurm_job_id, slurm_number
+from solo_geometry.folder.run_folder import RunFolder, slurm_job_id, slurm_number
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")

@@ -29,7 +29,7 @@ from fault_hooks import REASONS, faulty, hooked_env  # noqa: E402
 from lightly_support import write_recipe  # noqa: E402
 
 import solo_geometry.runtime.monitor as monitor_module  # noqa: E402
-from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
+from solo_geometry.folder.records import GeometryRecord, read_records  # noqa: E402
 from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
 from tests.monitor_helpers import fit_boring, small_config, training_state  # noqa: E402
 

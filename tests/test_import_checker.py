@@ -33,14 +33,14 @@ CLASS = "\n\nclass {}:\n    pass\n"
 CASES = {
     "two-module-cycle": (
         {
-            "run/records.py": "from solo_geometry.run import resume\n",
-            "run/resume.py": "import json\n\nimport solo_geometry.run.records as r\n",
+            "folder/records.py": "from solo_geometry.folder import resume\n",
+            "folder/resume.py": "import json\n\nimport solo_geometry.folder.records as r\n",
         },
         "cycles",
         [
-            "cycle: solo_geometry.run.records (",
-            "records.py:1) -> solo_geometry.run.resume (",
-            "resume.py:3) -> solo_geometry.run.records",
+            "cycle: solo_geometry.folder.records (",
+            "records.py:1) -> solo_geometry.folder.resume (",
+            "resume.py:3) -> solo_geometry.folder.records",
         ],
     ),
     "back-up-to-package-init": (
@@ -71,10 +71,10 @@ CASES = {
             "solo_geometry.runtime.monitor (solo_geometry/runtime/monitor.py:3) -> "
         ],
     ),
-    "run-imports-models": (
-        {"models/heads.py": "", "run/records.py": "from solo_geometry.models import heads\n"},
+    "folder-imports-models": (
+        {"models/heads.py": "", "folder/records.py": "from solo_geometry.models import heads\n"},
         "package-imports",
-        ["records.py:1: run may not import models (solo_geometry.models.heads)"],
+        ["records.py:1: folder may not import models (solo_geometry.models.heads)"],
     ),
     "runtime-imports-hosts": (
         {
@@ -123,7 +123,7 @@ CASES = {
     ),
     "old-module-path": (
         {
-            "run/records.py": CLASS.format("GeometryRecord"),
+            "folder/records.py": CLASS.format("GeometryRecord"),
             "runtime/monitor.py": "from solo_geometry.records import GeometryRecord\n",
         },
         "unresolved-imports",
@@ -169,7 +169,7 @@ CASES = {
                 "recipe",
                 "cli",
                 "config",
-                "run",
+                "folder",
                 "inputs",
                 "models",
             )
@@ -197,9 +197,9 @@ class TestChecker:
             "linalg/lanczos.py": "import torch\nfrom .operators import hvp\n\nlanczos = hvp\n",
             "linalg/operators.py": "from __future__ import annotations\n\nhvp = None\n",
             "geometry/spectrum.py": "from solo_geometry.linalg import lanczos\n",
-            "models/heads.py": "from torch import nn\n\nfrom solo_geometry.run import records\n",
-            "run/records.py": "import json\n\nfrom solo_geometry.run.run_folder import *\n",
-            "run/run_folder.py": "",
+            "models/heads.py": "from torch import nn\n\nfrom solo_geometry.folder import records\n",
+            "folder/records.py": "import json\n\nfrom solo_geometry.folder.run_folder import *\n",
+            "folder/run_folder.py": "",
             "runtime/monitor.py": "LOAD = lambda: require('solo.methods')\n",
             "analysis/plots.py": "def f():\n    from solo.methods import METHODS\n",
             "analysis/report.py": "def umap_plot():\n    import umap\n    from umap import UMAP\n",

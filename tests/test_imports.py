@@ -27,7 +27,7 @@ from tests.import_rules import MAY_IMPORT, PACKAGE, PACKAGE_ROOT, RULES, may_imp
 class TestPackage:
     def test_package_found(self) -> None:
         modules, imports = collect_imports(PACKAGE_ROOT)
-        assert f"{PACKAGE}.run.records" in modules and f"{PACKAGE}.linalg.lanczos" in modules
+        assert f"{PACKAGE}.folder.records" in modules and f"{PACKAGE}.linalg.lanczos" in modules
         assert any(i.source == f"{PACKAGE}.geometry.spectrum" for i in imports)
 
     @pytest.mark.parametrize("rule", sorted(RULES))

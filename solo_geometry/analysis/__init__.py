@@ -8,7 +8,7 @@
   and its figures;
 * :mod:`~solo_geometry.analysis.orbit_files`: the paper's orbit table of saved orbit arrays.
 
-May import: :mod:`solo_geometry.models`, :mod:`solo_geometry.inputs`, :mod:`solo_geometry.run`,
+May import: :mod:`solo_geometry.models`, :mod:`solo_geometry.inputs`, :mod:`solo_geometry.folder`,
 :mod:`solo_geometry.geometry`, :mod:`solo_geometry.linalg` and the root's config and extras;
 never the run-time core, a host or a command.
 """

@@ -6,7 +6,7 @@ network's constructor, the same probes on the same architecture at random initia
 (built under ``torch.manual_seed(geometry.probes.seed)``), so each row says whether training
 helped; and it measures the orbit table (docs/design.md section 3, "Orbits") on held-out
 images, then writes both into the run folder's ``probes.json`` as a
-:class:`~solo_geometry.run.probe_table.ProbeTable`. Features go through the run's feature cache
+:class:`~solo_geometry.folder.probe_table.ProbeTable`. Features go through the run's feature cache
 (the random-init network's too, under ``random_init/seed<seed>/``), so evaluating again costs
 no forward pass.
 
@@ -30,6 +30,8 @@ from torch import Tensor, nn
 from solo_geometry.analysis.paper_probes import PaperProbeSettings, paper_rotation_probes
 from solo_geometry.analysis.probes import ProbeResult, linear_probe, mlp_probe
 from solo_geometry.config import OrbitsConfig, ProbesConfig
+from solo_geometry.folder.probe_table import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
     make_orbits,
@@ -47,8 +49,6 @@ from solo_geometry.inputs.datasets import (
 )
 from solo_geometry.inputs.features import Features, extract_features
 from solo_geometry.models.checkpoint import LoadedModel
-from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
-from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "RANDOM_INIT_SETS",

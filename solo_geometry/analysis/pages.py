@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from solo_geometry.run.atomic import save_figure, write_text  # noqa: E402
+from solo_geometry.folder.atomic import save_figure, write_text  # noqa: E402
 
 __all__ = [
     "CSS",

@@ -25,8 +25,8 @@ import torch  # noqa: E402
 
 from solo_geometry.analysis.pages import save_plot  # noqa: E402
 from solo_geometry.extras import require  # noqa: E402
+from solo_geometry.folder.records import GeometryRecord  # noqa: E402
 from solo_geometry.linalg.slq import SpectralDensity  # noqa: E402
-from solo_geometry.run.records import GeometryRecord  # noqa: E402
 
 __all__ = [
     "plot_bars",

@@ -17,10 +17,10 @@ import numpy as np
 
 from solo_geometry.analysis import pages, plots
 from solo_geometry.analysis.run_data import RunData, read_run
+from solo_geometry.folder.probe_table import ProbeRow, random_init_summary
+from solo_geometry.folder.records import GeometryRecord
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.geometry.metrics import SPACES, metric
-from solo_geometry.run.probe_table import ProbeRow, random_init_summary
-from solo_geometry.run.records import GeometryRecord
-from solo_geometry.run.run_folder import RunFolder
 
 __all__ = ["write_report"]
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from solo_geometry.inputs.features import load_cache
-from solo_geometry.run.probe_table import ProbeTable
-from solo_geometry.run.records import (
+from solo_geometry.folder.probe_table import ProbeTable
+from solo_geometry.folder.records import (
     GeometryRecord,
     RecordsError,
     RecordsWarning,
     read_records,
 )
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import MAX_JSON_BYTES, MAX_RECORDS_BYTES, open_read, read_bytes
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import MAX_JSON_BYTES, MAX_RECORDS_BYTES, open_read, read_bytes
+from solo_geometry.inputs.features import load_cache
 
 __all__ = ["RunData", "check_reportable", "read_run"]
 

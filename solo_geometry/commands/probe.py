@@ -15,9 +15,9 @@ import torch
 
 from solo_geometry.analysis.evaluation import evaluate_model
 from solo_geometry.config import TARGET_CHOICES, OrbitsConfig, ProbesConfig
+from solo_geometry.folder.probe_table import versus_random_init
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.checkpoint import load_model
-from solo_geometry.run.probe_table import versus_random_init
 
 __all__ = ["add_parser", "run", "torch_device"]
 

@@ -26,10 +26,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from solo_geometry.folder.probe_table import ProbeTable, random_init_summary
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.hosts.pretrain import pretrain
 from solo_geometry.inputs.digits import make_digits
-from solo_geometry.run.probe_table import ProbeTable, random_init_summary
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.alert import STATES as ALERT_STATES
 
 __all__ = [

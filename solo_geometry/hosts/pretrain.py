@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from solo_geometry.extras import require
+from solo_geometry.folder.resume import resume_point
+from solo_geometry.folder.run_folder import RunFolder, slurm_job_id
 from solo_geometry.hosts import solo as solo_host
 from solo_geometry.models.checkpoint import check_weights_only
-from solo_geometry.run.resume import resume_point
-from solo_geometry.run.run_folder import RunFolder, slurm_job_id
 
 __all__ = ["DEFAULT_RUNS_ROOT", "HOSTS", "pretrain", "resolve_host", "solo_available"]
 

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from tqdm import tqdm
 
+from solo_geometry.folder.safe_files import MAX_CHECKPOINT_BYTES, LinkRefused, TooLarge, open_read
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd, load_image_folder
-from solo_geometry.run.safe_files import MAX_CHECKPOINT_BYTES, LinkRefused, TooLarge, open_read
 from solo_geometry.state import preserved_state
 
 __all__ = ["Features", "extract_features", "load_cache"]
@@ -78,7 +78,7 @@ def load_cache(
 
     Raises:
         ValueError: if the file exists but cannot be read, is a symbolic link or is over
-            :data:`~solo_geometry.run.safe_files.MAX_CHECKPOINT_BYTES`.
+            :data:`~solo_geometry.folder.safe_files.MAX_CHECKPOINT_BYTES`.
     """
     empty: dict[str, Any] = {"format": _FORMAT, "tag": tag, "sets": {}, "meta": {}}
     path = Path(path)

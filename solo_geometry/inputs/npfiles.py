@@ -14,7 +14,7 @@ user's arrays goes through :func:`load_arrays` instead:
 * a file without NumPy's header (a raw pickle renamed ``.npy``) is refused;
 * sizes are checked before anything is allocated: a numeric array whose header declares more
   bytes than follow it (``shape=(10**15,)`` in a 100-byte file) or more than
-  :data:`~solo_geometry.run.safe_files.MAX_ARRAY_BYTES` is refused, naming the shape, the bytes
+  :data:`~solo_geometry.folder.safe_files.MAX_ARRAY_BYTES` is refused, naming the shape, the bytes
   and the cap, as is an ``.npz`` member larger than the cap once decompressed;
 * ``trust_pickle=True`` (the commands' ``--trust-pickle``) is the only way to a full pickle.
 
@@ -37,7 +37,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from solo_geometry.run.safe_files import MAX_ARRAY_BYTES, check_size
+from solo_geometry.folder.safe_files import MAX_ARRAY_BYTES, check_size
 
 __all__ = ["ALLOWED_GLOBALS", "RestrictedUnpickler", "load_arrays", "read_npy"]
 

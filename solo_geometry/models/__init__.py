@@ -8,6 +8,6 @@
 * :mod:`~solo_geometry.models.checkpoint`: backbone and head rebuilt from a checkpoint.
 
 May import: :mod:`solo_geometry.config`, :mod:`solo_geometry.inputs` and
-:mod:`solo_geometry.run` (and what they may); never the analysis, the run-time core, a host or
+:mod:`solo_geometry.folder` (and what they may); never the analysis, the run-time core, a host or
 a command.
 """

@@ -32,19 +32,19 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig, geometry_config
-from solo_geometry.inputs.datasets import MeanStd, mean_std_of
-from solo_geometry.models.backbones import build_backbone, resolve_stem
-from solo_geometry.models.heads import build_configured_head
-from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
-from solo_geometry.models.solo_mlp import solo_projector
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import (
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import (
     MAX_CHECKPOINT_BYTES,
     MAX_JSON_BYTES,
     check_size,
     read_bytes,
     refuse_link,
 )
+from solo_geometry.inputs.datasets import MeanStd, mean_std_of
+from solo_geometry.models.backbones import build_backbone, resolve_stem
+from solo_geometry.models.heads import build_configured_head
+from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
+from solo_geometry.models.solo_mlp import solo_projector
 
 __all__ = [
     "SAFE_GLOBALS",
@@ -116,7 +116,7 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Any:
 
     Raises:
         ValueError: for a missing or unreadable file, one over
-            :data:`~solo_geometry.run.safe_files.MAX_CHECKPOINT_BYTES`, or a pickle that needs
+            :data:`~solo_geometry.folder.safe_files.MAX_CHECKPOINT_BYTES`, or a pickle that needs
             more than a weights-only load (the message names ``trust_pickle``).
     """
     path = Path(path)
@@ -160,7 +160,7 @@ def check_weights_only(path: str | Path) -> None:
 
     Raises:
         ValueError: naming the file and what the weights-only load refused; a symbolic link
-            or a file over :data:`~solo_geometry.run.safe_files.MAX_CHECKPOINT_BYTES`.
+            or a file over :data:`~solo_geometry.folder.safe_files.MAX_CHECKPOINT_BYTES`.
     """
     refuse_link(path, "checkpoint")
     check_size(path, Path(path).stat().st_size, MAX_CHECKPOINT_BYTES, "checkpoint")

@@ -33,7 +33,7 @@ import numpy as np
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-from solo_geometry.run.atomic import write_text
+from solo_geometry.folder.atomic import write_text
 
 __all__ = [
     "KINDS",

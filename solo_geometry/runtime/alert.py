@@ -35,9 +35,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 
 from solo_geometry.config import AlertConfig
+from solo_geometry.folder.records import GeometryRecord
 from solo_geometry.geometry.metrics import metric
 from solo_geometry.geometry.stats import std_ceiling
-from solo_geometry.run.records import GeometryRecord
 
 __all__ = ["STATES", "CollapseAlert", "classify", "diagnosis", "ratios"]
 

@@ -34,9 +34,9 @@ from typing_extensions import override
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.report import write_report
 from solo_geometry.config import GeometryConfig, ProbesConfig
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.precision import exact_matmul, float32_copy, holds_dtype
 from solo_geometry.runtime.sink import note_unwritten, one_line

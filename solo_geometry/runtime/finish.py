@@ -14,8 +14,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from solo_geometry.run.records import RecordsError
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder.records import RecordsError
+from solo_geometry.folder.run_folder import RunFolder
 
 __all__ = ["first_train_batch", "lacks_final_record"]
 

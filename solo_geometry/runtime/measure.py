@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from solo_geometry.config import MeasureConfig, SpectrumConfig
+from solo_geometry.folder.records import Scalar, Settings
 from solo_geometry.geometry.augment import augmentation_tangents, metric_singularity
 from solo_geometry.geometry.metrics import assemble, record_stats
 from solo_geometry.geometry.precision import round_off_eps
@@ -40,7 +41,6 @@ from solo_geometry.geometry.spectrum import (
 )
 from solo_geometry.geometry.stats import metric_spectrum
 from solo_geometry.models.heads import MetricLinearHead
-from solo_geometry.run.records import Scalar, Settings
 from solo_geometry.runtime.precision import full_precision
 from solo_geometry.runtime.view import GeometryView
 
@@ -64,7 +64,7 @@ class Measurement:
             eigenvalue above the floor).
         settings: what defines the numbers.
         density: H_eff's SLQ density (``nodes``, ``weights``) or None.
-        parts: which of :data:`~solo_geometry.run.records.PARTS` were taken.
+        parts: which of :data:`~solo_geometry.folder.records.PARTS` were taken.
         failed: ``part -> reason`` for each due part that raised or came out non-finite; the
             other parts are kept.
     """
@@ -105,7 +105,7 @@ def record_settings(
     augment: bool,
     run: RunContext | None = None,
 ) -> Settings:
-    """The one place a record's :class:`~solo_geometry.run.records.Settings` are built.
+    """The one place a record's :class:`~solo_geometry.folder.records.Settings` are built.
 
     Args:
         what: the ``measure`` node (which numbers).

@@ -37,8 +37,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.run.records import GeometryRecord
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder.records import GeometryRecord
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
@@ -56,7 +56,7 @@ __all__ = ["GeometryMonitor"]
 class GeometryMonitor(Callback):
     """Measure the head's geometry every ``every_n_steps`` steps and at the end of fit.
 
-    One :class:`~solo_geometry.run.records.GeometryRecord` per measurement goes to
+    One :class:`~solo_geometry.folder.records.GeometryRecord` per measurement goes to
     ``<run>/geometry.jsonl`` on rank zero (docs/run-folder.md). The checkpoint keeps the
     monitor's state, so a resumed run continues the file with no gap and no duplicate (records
     after the checkpoint's step are dropped, a torn last line repaired).

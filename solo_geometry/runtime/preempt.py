@@ -4,7 +4,7 @@
 already stops the loop at the end of the current step, raising ``SIGTERMException``) or SIGUSR1
 (handled here the same way, unless Lightning's SLURM auto-requeue handler owns it), it writes
 ``checkpoints/preempted.ckpt`` once the step is done, every record of the step written and the
-monitor's state in the checkpoint, and the marker of :mod:`solo_geometry.run.preempt`; the
+monitor's state in the checkpoint, and the marker of :mod:`solo_geometry.folder.preempted`; the
 command that started the run then exits non-zero with the resume line.
 
 A scheduler signals every process of the job, data-loader workers included, and PyTorch's
@@ -28,8 +28,8 @@ from lightning.pytorch.utilities import CombinedLoader, rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
-from solo_geometry.run.preempt import write_marker
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder.preempted import write_marker
+from solo_geometry.folder.run_folder import RunFolder
 
 __all__ = ["PREEMPT_SIGNALS", "PreemptionCallback", "QuietWorker"]
 

@@ -12,8 +12,8 @@ from typing import NoReturn
 
 import lightning.pytorch as pl
 
-from solo_geometry.run.records import GeometryRecord
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder.records import GeometryRecord
+from solo_geometry.folder.run_folder import RunFolder
 
 __all__ = [
     "UNWRITTEN_STATUS",

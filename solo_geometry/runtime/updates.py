@@ -49,10 +49,10 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 from typing_extensions import override
 
+from solo_geometry.folder.atomic import append_line
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import MAX_RECORDS_BYTES, read_text
 from solo_geometry.geometry.stats import normalized_std
-from solo_geometry.run.atomic import append_line
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import MAX_RECORDS_BYTES, read_text
 from solo_geometry.runtime.view import backbone_and_head
 
 __all__ = [

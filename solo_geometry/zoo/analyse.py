@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.run.atomic import write_text
+from solo_geometry.folder.atomic import write_text
 from solo_geometry.zoo.layouts import load_checkpoint
 from solo_geometry.zoo.measurements import MeasureSettings, check_data, measure_model
 

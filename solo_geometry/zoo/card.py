@@ -32,8 +32,8 @@ import torch
 import yaml
 
 from solo_geometry import __version__
-from solo_geometry.run.records import RecordsError, renamed_metrics
-from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_bytes
+from solo_geometry.folder.records import RecordsError, renamed_metrics
+from solo_geometry.folder.safe_files import MAX_JSON_BYTES, read_bytes
 from solo_geometry.zoo.card_schema import check_card
 
 __all__ = [

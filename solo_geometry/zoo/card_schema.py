@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from solo_geometry.run.records import RecordsError
+from solo_geometry.folder.records import RecordsError
 
 __all__ = ["FIELD_TYPES", "check_card"]
 

@@ -19,6 +19,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.digits import DIGITS_MARKER, make_digits
 from solo_geometry.models.checkpoint import (
     LoadedModel,
@@ -28,7 +29,6 @@ from solo_geometry.models.checkpoint import (
     read_checkpoint,
     read_recipe,
 )
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.zoo.card import (
     CARD_FILES,
     METHOD_PAPERS,

@@ -34,6 +34,7 @@ from solo_geometry.config import (
     OrbitsConfig,
     ProbesConfig,
 )
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.geometry import COLOUR_FAMILIES, augmentation_tangents, metric_singularity
 from solo_geometry.geometry.metrics import Scalar, record_stats
 from solo_geometry.geometry.stats import metric_spectrum
@@ -41,7 +42,6 @@ from solo_geometry.inputs.datasets import MeanStd, probe_splits
 from solo_geometry.inputs.features import extract_features
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
 from solo_geometry.models.heads import MetricLinearHead
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.state import preserved_state
 
 __all__ = ["MeasureSettings", "check_data", "flatten", "measure_model", "probes_config"]

@@ -23,11 +23,11 @@ from torch import Tensor, nn
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.analysis.paper_probes import paper_rotation_probes
 from solo_geometry.config import OrbitsConfig, ProbesConfig
+from solo_geometry.folder.probe_table import ProbeTable
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import probe_splits
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import LoadedModel, load_model
-from solo_geometry.run.probe_table import ProbeTable
-from solo_geometry.run.run_folder import RunFolder
 from tests.shared import build_once
 
 

@@ -19,6 +19,7 @@ from solo_geometry.analysis.probes import (
 )
 from solo_geometry.cli import main as cli_main
 from solo_geometry.config import LinearProbeConfig, MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.geometry.orbits import orbit_comparison, orbit_images
 from solo_geometry.inputs.datasets import (
     IMAGENET_MEAN_STD,
@@ -30,7 +31,6 @@ from solo_geometry.inputs.features import extract_features, load_cache
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.checkpoint import load_model
 from solo_geometry.models.solo_mlp import solo_projector
-from solo_geometry.run.run_folder import RunFolder
 from tests.shared import CountingNet, image_folder
 
 F64 = torch.float64

@@ -15,13 +15,13 @@ from solo_geometry.analysis.evaluation import RANDOM_INIT_SETS, evaluate, random
 from solo_geometry.analysis.probes import linear_probe
 from solo_geometry.cli import main as cli_main
 from solo_geometry.config import OrbitsConfig, ProbesConfig
+from solo_geometry.folder.probe_table import random_init_summary, versus_random_init
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, probe_splits
 from solo_geometry.inputs.features import load_cache
 from solo_geometry.models.backbones import build_backbone
 from solo_geometry.models.checkpoint import build_untrained, load_model
 from solo_geometry.models.solo_mlp import solo_projector
-from solo_geometry.run.probe_table import random_init_summary, versus_random_init
-from solo_geometry.run.run_folder import RunFolder
 from tests.shared import CountingNet, image_folder
 
 CLASS_ONLY = ProbesConfig(targets=["class"], probes=["linear"], orbits=OrbitsConfig(families=[]))

@@ -20,9 +20,9 @@ from PIL import Image
 from solo_geometry.analysis import plots
 from solo_geometry.analysis.report import write_report
 from solo_geometry.cli import main as cli_main
-from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
-from solo_geometry.run.records import GeometryRecord, Settings
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder.probe_table import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.folder.records import GeometryRecord, Settings
+from solo_geometry.folder.run_folder import RunFolder
 from tests.shared import digits_subset
 
 FAMILIES = ("brightness", "contrast", "saturation", "hue")

@@ -16,7 +16,7 @@ import pytest
 from solo_geometry.analysis.report import write_report
 from solo_geometry.analysis.run_data import read_run
 from solo_geometry.cli import main
-from solo_geometry.run.records import RecordsError, RecordsWarning
+from solo_geometry.folder.records import RecordsError, RecordsWarning
 from tests.record_helpers import make_record
 
 

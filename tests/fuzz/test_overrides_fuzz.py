@@ -39,10 +39,10 @@ from lightly_support import write_recipe  # noqa: E402
 from solo_geometry.cli import main  # noqa: E402
 from solo_geometry.config import as_bool  # noqa: E402
 from solo_geometry.config.overrides import schema_fields  # noqa: E402
+from solo_geometry.folder.run_folder import RunFolder  # noqa: E402
 from solo_geometry.hosts.lightly import launcher as lightly_launcher  # noqa: E402
 from solo_geometry.hosts.pretrain import solo_available  # noqa: E402
 from solo_geometry.recipe import NUMBERS  # noqa: E402
-from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
 NO_SOLO = pytest.mark.skipif(not solo_available(), reason="solo-learn is not importable here")
 HOSTS = ["lightly", pytest.param("solo", marks=NO_SOLO)]

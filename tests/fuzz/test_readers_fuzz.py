@@ -34,10 +34,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from solo_geometry.cli import main
+from solo_geometry.folder.resume import resume_point
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import check_image_folder, load_image_folder
 from solo_geometry.models.checkpoint import check_weights_only, read_checkpoint
-from solo_geometry.run.resume import resume_point
-from solo_geometry.run.run_folder import RunFolder
 from tests.record_helpers import full_record, make_record, probe_table
 from tests.shared import orbit_arrays, png_of_size
 

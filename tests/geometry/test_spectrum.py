@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torch.autograd.functional import hessian, jacobian
 
 import solo_geometry.geometry.spectrum as spectrum_module
+from solo_geometry.folder.records import Settings
 from solo_geometry.geometry.spectrum import (
     HessianSpectrum,
     OperatorSpectrum,
@@ -23,7 +24,6 @@ from solo_geometry.linalg.lanczos import CHECK_EVERY, lanczos
 from solo_geometry.linalg.slq import SpectralDensity
 from solo_geometry.models.heads import SmoothMLPHead
 from solo_geometry.models.init import pseudo_collapse_
-from solo_geometry.run.records import Settings
 
 V, N, D = 2, 5, 3
 Loss = Callable[[Tensor], Tensor]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from solo_helpers import RECIPES, SOLO_REASON, env, tail
 
-from solo_geometry.run.records import GeometryRecord, read_records
+from solo_geometry.folder.records import GeometryRecord, read_records
 from tests.shared import digits_subset
 
 ENTRY = Path(__file__).with_name("ddp_entry.py")

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from solo_geometry.folder.probe_table import OrbitRow, ProbeRow, ProbeTable
+from solo_geometry.folder.records import GeometryRecord
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.hosts.demo import (
     FULL,
     QUICK,
@@ -18,9 +21,6 @@ from solo_geometry.hosts.demo import (
     format_findings,
     run_demo,
 )
-from solo_geometry.run.probe_table import OrbitRow, ProbeRow, ProbeTable
-from solo_geometry.run.records import GeometryRecord
-from solo_geometry.run.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from capture_checks import assert_view_reuses_training_step  # noqa: E402
 from lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.run.records import GeometryRecord  # noqa: E402
-from solo_geometry.run.run_folder import RunFolder  # noqa: E402
+from solo_geometry.folder.records import GeometryRecord  # noqa: E402
+from solo_geometry.folder.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ["simclr", "byol", "vicreg", "barlow_twins"]

@@ -25,7 +25,7 @@ from solo_helpers import (
     tail,
 )
 
-from solo_geometry.run.records import GeometryRecord, read_records
+from solo_geometry.folder.records import GeometryRecord, read_records
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)

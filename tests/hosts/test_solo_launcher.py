@@ -8,8 +8,8 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.hosts.solo.launcher import quoted, solo_command
-from solo_geometry.run.run_folder import RunFolder
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ import pytest
 from solo_helpers import SOLO_REASON, env, run, solo_root, tail
 from solo_recipes import CPU, recipe
 
-from solo_geometry.run.records import read_records
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder.records import read_records
+from solo_geometry.folder.run_folder import RunFolder
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = [pytest.mark.solo, pytest.mark.slow]  # solo: counted in the terminal summary

@@ -135,7 +135,7 @@ def _train(method: str, overrides: list[str], digits: Path, steps: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("method", NEW)
 def test_training_unchanged_bit_for_bit(method: str, digits: Path, tmp_path: Path) -> None:
-    from solo_geometry.run.records import read_records
+    from solo_geometry.folder.records import read_records
 
     steps = 4 if method == "deepclusterv2" else 2  # its loss is defined from epoch 1 on
     off = _train(method, [], digits, steps)

@@ -27,13 +27,13 @@ from solo.args.pretrain import parse_cfg  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
 from solo_geometry.config import GeometryConfig, MeasureConfig, SpectrumConfig  # noqa: E402
+from solo_geometry.folder.records import read_records  # noqa: E402
 from solo_geometry.geometry.spectrum import effective_hessian_spectrum  # noqa: E402
 from solo_geometry.hosts.solo import install  # noqa: E402
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block  # noqa: E402
 from solo_geometry.linalg.lanczos import lanczos  # noqa: E402
 from solo_geometry.linalg.operators import head_operators  # noqa: E402
 from solo_geometry.recipe import load_recipe  # noqa: E402
-from solo_geometry.run.records import read_records  # noqa: E402
 from solo_geometry.runtime.measure import measure, spectrum_options  # noqa: E402
 
 install()

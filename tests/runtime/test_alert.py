@@ -13,8 +13,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from solo_geometry.config import AlertConfig, GeometryConfig, geometry_config
+from solo_geometry.folder.records import GeometryRecord, read_records
 from solo_geometry.geometry.stats import stats_record
-from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.alert import FLAT, SADDLE, STATES, CollapseAlert, classify, ratios
 from solo_geometry.runtime.monitor import GeometryMonitor
 from tests.monitor_helpers import fit_boring, small_config

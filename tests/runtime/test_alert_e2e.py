@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_geometry.run.records import read_records
+from solo_geometry.folder.records import read_records
 from solo_geometry.runtime.alert import FLAT, SADDLE, STATES
 
 REPO = Path(__file__).resolve().parents[2]

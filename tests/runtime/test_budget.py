@@ -12,7 +12,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from solo_geometry.run.records import read_records  # noqa: E402
+from solo_geometry.folder.records import read_records  # noqa: E402
 from solo_geometry.runtime.budget import RESERVE_RUNS  # noqa: E402
 from solo_geometry.runtime.monitor import GeometryMonitor  # noqa: E402
 from tests.monitor_helpers import STATS_KEYS, CapturingGeometry, fit_boring, small_config  # noqa: E402

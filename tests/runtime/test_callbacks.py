@@ -17,9 +17,9 @@ from solo_geometry.config import (
     ProbesConfig,
     SpectrumConfig,
 )
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
 from solo_geometry.inputs.digits import make_digits
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import (
     ProbeCallback,
     ReportCallback,

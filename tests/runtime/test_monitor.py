@@ -21,8 +21,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 
 from solo_geometry.config import StatsConfig
+from solo_geometry.folder.records import read_records
 from solo_geometry.hosts.base import capture_copy
-from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import Measurement
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.view import GeometryAware, GeometryView

@@ -28,10 +28,10 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from solo_geometry.config import GeometryConfig, MeasureConfig, SpectrumConfig
+from solo_geometry.folder.records import read_records
 from solo_geometry.hosts.base import assemble_view
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block
 from solo_geometry.models.heads import build_head
-from solo_geometry.run.records import read_records
 from solo_geometry.runtime.measure import Measurement, measure
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.precision import (

@@ -30,15 +30,15 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.folder.lock import writer_lock
+from solo_geometry.folder.preempted import clear_marker, preempted_error
+from solo_geometry.folder.resume import ResumePoint
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.hosts.lightly.data import build_train_loader, num_classes
 from solo_geometry.hosts.lightly.module import LightlyMethod
 from solo_geometry.hosts.lightly.recipe import ParsedRecipe, parse_recipe
 from solo_geometry.inputs.datasets import check_image_folder
 from solo_geometry.recipe import check_recipe_numbers, load_recipe
-from solo_geometry.run.lock import writer_lock
-from solo_geometry.run.preempt import clear_marker, preempted_error
-from solo_geometry.run.resume import ResumePoint
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import check_probe_images, geometry_callbacks
 from solo_geometry.runtime.preempt import PreemptionCallback
 from solo_geometry.runtime.sink import Unwritten, unwritten_in

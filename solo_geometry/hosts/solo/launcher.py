@@ -31,13 +31,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_geometry.config import geometry_config
+from solo_geometry.folder.lock import writer_lock
+from solo_geometry.folder.preempted import clear_marker, preempted_error, read_marker
+from solo_geometry.folder.resume import ResumePoint
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.hosts.solo.checks import check_solo_recipe
 from solo_geometry.hosts.solo.losses import SUPPORTED
 from solo_geometry.recipe import load_recipe
-from solo_geometry.run.lock import writer_lock
-from solo_geometry.run.preempt import clear_marker, preempted_error, read_marker
-from solo_geometry.run.resume import ResumePoint
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.sink import UNWRITTEN_STATUS
 
 __all__ = [

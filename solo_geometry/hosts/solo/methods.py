@@ -31,6 +31,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
 from solo_geometry.config import GeometryConfig, geometry_config
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.hosts.base import GeometryHost, LossOfOutputs
 from solo_geometry.hosts.solo.checks import geometry_of
 from solo_geometry.hosts.solo.iternorm import differentiable_head
@@ -40,7 +41,6 @@ from solo_geometry.hosts.solo.spec import momentum_features
 from solo_geometry.inputs.datasets import MeanStd, mean_std_of
 from solo_geometry.models.heads import build_configured_head, build_configured_predictor
 from solo_geometry.models.init import pseudo_collapse_, pseudo_collapse_backbone_
-from solo_geometry.run.run_folder import RunFolder
 from solo_geometry.runtime.callbacks import geometry_callbacks
 from solo_geometry.runtime.chunks import ranks_of, sync_batch_norm
 from solo_geometry.runtime.monitor import GeometryMonitor

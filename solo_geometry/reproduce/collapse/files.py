@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from solo_geometry.folder.safe_files import MAX_JSON_BYTES, read_bytes
 from solo_geometry.inputs.npfiles import load_arrays
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
 from solo_geometry.reproduce.results import Verdict
-from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_bytes
 
 __all__ = [
     "AUTHORS_SETUP",

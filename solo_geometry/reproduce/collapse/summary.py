@@ -1,7 +1,7 @@
 """The collapse sweep's numbers: one row per run, the table over seeds, and the verdicts.
 
 Everything here is computed from a run folder's own files (``geometry.jsonl`` through
-:func:`solo_geometry.run.records.read_records`, ``updates.jsonl`` through
+:func:`solo_geometry.folder.records.read_records`, ``updates.jsonl`` through
 :func:`solo_geometry.runtime.updates.read_update_records`); nothing is asserted.
 
 Definitions (the paper's where it has one, docs/reproducing.md):
@@ -32,6 +32,8 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from solo_geometry.folder.atomic import write_text
+from solo_geometry.folder.records import GeometryRecord, read_records
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs
 from solo_geometry.reproduce.collapse.result import (
@@ -43,8 +45,6 @@ from solo_geometry.reproduce.collapse.result import (
 )
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
 from solo_geometry.reproduce.results import Verdict, write_result
-from solo_geometry.run.atomic import write_text
-from solo_geometry.run.records import GeometryRecord, read_records
 from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 
 __all__ = [

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from solo_geometry.extras import require
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import load_model
@@ -49,7 +50,6 @@ from solo_geometry.reproduce.invariance.result import (
 from solo_geometry.reproduce.invariance.settings import FULL, QUICK, InvarianceSettings
 from solo_geometry.reproduce.invariance.verdicts import run_evidence, verdicts
 from solo_geometry.reproduce.results import write_result
-from solo_geometry.run.run_folder import RunFolder
 
 if TYPE_CHECKING:
     from torch import Tensor

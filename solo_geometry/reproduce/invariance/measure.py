@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.geometry.augment import apply_normalisation, deterministic_mode
 from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
 from solo_geometry.geometry.orbits import (
@@ -58,7 +59,6 @@ from solo_geometry.reproduce.invariance.result import (
     ProbePair,
     Spectra,
 )
-from solo_geometry.run.run_folder import RunFolder
 
 __all__ = [
     "Splits",

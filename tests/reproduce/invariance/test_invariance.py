@@ -23,11 +23,11 @@ from sklearn.linear_model import LogisticRegression
 from solo_geometry.cli import main as cli_main
 from solo_geometry.commands import orbits as orbits_command
 from solo_geometry.commands import reproduce
+from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.reproduce.invariance import QUICK, run_invariance_experiment
 from solo_geometry.reproduce.invariance.result import read_invariance
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.reproduce.results import write_result
-from solo_geometry.run.run_folder import RunFolder
 from tests.shared import build_once, paper_metrics, write_fake_cifar
 
 # 16-pixel digits: a quarter of the convolutions of the 32-pixel form, the same protocol

@@ -1,4 +1,4 @@
-"""Run records (solo_geometry.run.records) and the run folder (solo_geometry.run.run_folder).
+"""Run records (solo_geometry.folder.records) and the run folder (solo_geometry.folder.run_folder).
 
 Hand-written references throughout: files are written line by line here, not through the
 module under test, and the probe gaps are computed by hand from binary fractions so they
@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from solo_geometry.geometry.metrics import registered
-from solo_geometry.run.probe_table import (
+from solo_geometry.folder.probe_table import (
     PROBES_SCHEMA_VERSION,
     ProbeRow,
     ProbeTable,
@@ -25,7 +24,7 @@ from solo_geometry.run.probe_table import (
     random_init_summary,
     versus_random_init,
 )
-from solo_geometry.run.records import (
+from solo_geometry.folder.records import (
     RENAMED_METRICS,
     SCHEMA_VERSION,
     GeometryRecord,
@@ -34,6 +33,7 @@ from solo_geometry.run.records import (
     Settings,
     read_records,
 )
+from solo_geometry.geometry.metrics import registered
 from tests.record_helpers import (
     SETTINGS,
     full_record,

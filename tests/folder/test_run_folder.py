@@ -1,4 +1,4 @@
-"""Tests of solo_geometry/run/run_folder.py: the run folder and every path in it."""
+"""Tests of solo_geometry/folder/run_folder.py: the run folder and every path in it."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from solo_geometry.run import run_folder as run_folder_module
-from solo_geometry.run.probe_table import OrbitRow, ProbeRow
-from solo_geometry.run.records import RecordsError
-from solo_geometry.run.run_folder import RunFolder
+from solo_geometry.folder import run_folder as run_folder_module
+from solo_geometry.folder.probe_table import OrbitRow, ProbeRow
+from solo_geometry.folder.records import RecordsError
+from solo_geometry.folder.run_folder import RunFolder
 from tests.record_helpers import (
     ORBIT_ROW,
     PROBE_ROW,

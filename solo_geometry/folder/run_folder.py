@@ -1,7 +1,7 @@
 """The run folder: one run's files and every path in it (docs/design.md section 7).
 
 ``<root>/<name>-<YYYYmmdd-HHMMSS>/`` holds ``config.yaml`` (the resolved recipe),
-``geometry.jsonl`` and ``probes.json`` (schemas of :mod:`solo_geometry.run.records`),
+``geometry.jsonl`` and ``probes.json`` (schemas of :mod:`solo_geometry.folder.records`),
 ``features.pt`` (the probes' feature cache), ``checkpoints/`` and ``report/``. Every command that
 reads or writes a run goes through :class:`RunFolder`; no other module spells a file name.
 """
@@ -20,15 +20,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_geometry.run.atomic import append_line, write_text
-from solo_geometry.run.probe_table import ProbeTable
-from solo_geometry.run.records import (
+from solo_geometry.folder.atomic import append_line, write_text
+from solo_geometry.folder.probe_table import ProbeTable
+from solo_geometry.folder.records import (
     GEOMETRY_FILE,
     GeometryRecord,
     RecordsError,
     read_records,
 )
-from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_text, refuse_link
+from solo_geometry.folder.safe_files import MAX_JSON_BYTES, read_text, refuse_link
 
 __all__ = ["RunFolder", "slurm_job_id", "slurm_number"]
 
@@ -203,7 +203,7 @@ class RunFolder:
 
     @property
     def lock_file(self) -> Path:
-        """``.lock``: held by the one process writing the run (:mod:`solo_geometry.run.lock`)."""
+        """``.lock``: held by the one process writing the run (:mod:`solo_geometry.folder.lock`)."""
         return self.path / self.LOCK
 
     @property

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from fault_hooks import hooked_env  # noqa: E402
 from lightly_support import recipe_dict, write_recipe  # noqa: E402
 
-from solo_geometry.run.records import GeometryRecord, read_records  # noqa: E402
-from solo_geometry.run.run_folder import RunFolder  # noqa: E402
+from solo_geometry.folder.records import GeometryRecord, read_records  # noqa: E402
+from solo_geometry.folder.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_SOLO = importlib.util.find_spec("solo") is not None

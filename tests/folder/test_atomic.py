@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_geometry.run.atomic import WriteError, append_line, save_figure, write_text
+from solo_geometry.folder.atomic import WriteError, append_line, save_figure, write_text
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
 
@@ -23,7 +23,7 @@ _CHILD = textwrap.dedent(
     """
     import json, resource, signal, sys
     from pathlib import Path
-    from solo_geometry.run.atomic import WriteError, append_line, save_figure, write_text
+    from solo_geometry.folder.atomic import WriteError, append_line, save_figure, write_text
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     op, path, limit = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))

@@ -23,8 +23,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from lightly_support import write_recipe  # noqa: E402
 
-from solo_geometry.run.records import read_records  # noqa: E402
-from solo_geometry.run.run_folder import RunFolder  # noqa: E402
+from solo_geometry.folder.records import read_records  # noqa: E402
+from solo_geometry.folder.run_folder import RunFolder  # noqa: E402
 from tests.shared import digits_subset  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

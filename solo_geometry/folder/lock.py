@@ -22,8 +22,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import open_fd
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import open_fd
 
 __all__ = ["RunFolderBusy", "writer_lock"]
 

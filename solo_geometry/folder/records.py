@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.run.field_types import check_fields
-from solo_geometry.run.safe_files import MAX_RECORDS_BYTES, read_bytes
+from solo_geometry.folder.field_types import check_fields
+from solo_geometry.folder.safe_files import MAX_RECORDS_BYTES, read_bytes
 
 __all__ = [
     "GEOMETRY_FILE",

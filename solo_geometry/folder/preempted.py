@@ -21,9 +21,9 @@ import shlex
 import signal
 from pathlib import Path
 
-from solo_geometry.run.atomic import write_text
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import MAX_JSON_BYTES, read_text
+from solo_geometry.folder.atomic import write_text
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import MAX_JSON_BYTES, read_text
 
 __all__ = ["Preempted", "clear_marker", "preempted_error", "read_marker", "write_marker"]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.run.safe_files import open_fd
+from solo_geometry.folder.safe_files import open_fd
 
 __all__ = ["WriteError", "append_line", "save_figure", "write_bytes", "write_text"]
 

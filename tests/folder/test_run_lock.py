@@ -1,4 +1,4 @@
-"""One writer per run folder (solo_geometry.run.lock): real processes holding and asking for it.
+"""One writer per run folder (solo_geometry.folder.lock): real processes holding and asking for it.
 
 A holder process takes the lock of a run folder and waits; a second writer (the lock in this
 process, or ``pretrain --resume`` of the folder on either host) is refused at once with one line
@@ -22,15 +22,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent / "hosts"))
 from lightly_support import write_recipe  # noqa: E402
 
+from solo_geometry.folder.lock import RunFolderBusy, writer_lock  # noqa: E402
+from solo_geometry.folder.run_folder import RunFolder  # noqa: E402
 from solo_geometry.inputs.digits import make_digits  # noqa: E402
-from solo_geometry.run.lock import RunFolderBusy, writer_lock  # noqa: E402
-from solo_geometry.run.run_folder import RunFolder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_SOLO = importlib.util.find_spec("solo") is not None
 HOLDER = (
-    "import sys, time\nfrom pathlib import Path\nfrom solo_geometry.run.lock import writer_lock\n"
-    "from solo_geometry.run.run_folder import RunFolder\n"
+    "import sys, time\nfrom pathlib import Path\n"
+    "from solo_geometry.folder.lock import writer_lock\n"
+    "from solo_geometry.folder.run_folder import RunFolder\n"
     "with writer_lock(RunFolder(Path(sys.argv[1]))):\n"
     "    Path(sys.argv[2]).write_text('held')\n    time.sleep(600)\n"
 )

@@ -1,4 +1,4 @@
-"""No link followed out of a run folder, no file read past its cap (solo_geometry.run.safe_files).
+"""No link followed out of a run folder, no file read past its cap (folder/safe_files.py).
 
 Each file kind of a run folder is made a symbolic link to a file outside the folder; every
 reader and writer of that kind refuses it with one ``LinkRefused`` naming the link, and the
@@ -16,20 +16,20 @@ import pytest
 import torch
 
 from solo_geometry.analysis.run_data import check_reportable, read_run
-from solo_geometry.inputs.features import load_cache
-from solo_geometry.run.atomic import append_line, write_text
-from solo_geometry.run.field_types import fits
-from solo_geometry.run.lock import writer_lock
-from solo_geometry.run.records import RecordsError, read_records
-from solo_geometry.run.resume import check_archive, resume_point
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import (
+from solo_geometry.folder.atomic import append_line, write_text
+from solo_geometry.folder.field_types import fits
+from solo_geometry.folder.lock import writer_lock
+from solo_geometry.folder.records import RecordsError, read_records
+from solo_geometry.folder.resume import check_archive, resume_point
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import (
     LinkRefused,
     TooLarge,
     open_read,
     read_bytes,
     read_text,
 )
+from solo_geometry.inputs.features import load_cache
 
 RECORD = '{"schema": 3, "step": 0, "epoch": 0, "status": "ok"}\n'
 OUTSIDE = b"the user's own file, outside the run folder\n"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from solo_geometry.run.records import RecordsError, check_schema, from_dict
+from solo_geometry.folder.records import RecordsError, check_schema, from_dict
 
 __all__ = [
     "PROBES_SCHEMA_VERSION",

@@ -22,8 +22,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from solo_geometry.run.run_folder import RunFolder
-from solo_geometry.run.safe_files import MAX_CHECKPOINT_BYTES, open_read
+from solo_geometry.folder.run_folder import RunFolder
+from solo_geometry.folder.safe_files import MAX_CHECKPOINT_BYTES, open_read
 
 __all__ = [
     "LIGHTNING_KEYS",
