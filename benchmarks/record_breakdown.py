@@ -39,13 +39,7 @@ import solo_geometry.runtime.measure as measure_module
 from solo_geometry.config import GeometryConfig
 from solo_geometry.linalg import operators as operators_module
 from solo_geometry.linalg.blocks import block_indices, restrict_to_block
-from solo_geometry.linalg.operators import HeadOperators
-
-
-def _grad(output: torch.Tensor, wrt: torch.Tensor, v: torch.Tensor, **kw: bool) -> torch.Tensor:
-    """The vector-Jacobian product the operators take (torch.autograd.grad, graph kept)."""
-    (result,) = torch.autograd.grad(output, wrt, v, retain_graph=True, allow_unused=True, **kw)
-    return result if result is not None else torch.zeros_like(wrt)
+from solo_geometry.linalg.operators import HeadOperators, vjp
 
 
 class Attribution:
@@ -147,10 +141,10 @@ def product_parts(
     vz = ops._as_z(v) if index is None else _pad(v, ops, index)
     ops.heff(vz), ops.m(vz)  # the graphs
     jv = ops.jvp(vz)
-    w = _grad(ops._g, ops._h, jv)
+    w = vjp(ops._g, ops._h, jv)
     return {
         "parts/gn_jvp": timer(lambda: ops.jvp(vz)),
-        "parts/gn_loss_hvp": timer(lambda: _grad(ops._g, ops._h, jv)),
+        "parts/gn_loss_hvp": timer(lambda: vjp(ops._g, ops._h, jv)),
         "parts/gn_vjp": timer(lambda: ops.vjp(w)),
         "parts/gn": timer(lambda: ops.gn(vz)),
         "parts/heff": timer(lambda: ops.heff(vz)),
@@ -256,7 +250,7 @@ def _rows_only_operators(
             h = torch.stack(rows)  # (V, N, p)
             (g,) = torch.autograd.grad(view.loss_of_outputs(h), h, create_graph=True)
             u = torch.zeros_like(h, requires_grad=True)
-            return HeadOperators(zb, h, g, _grad(h, zb, u, create_graph=True), u)
+            return HeadOperators(zb, h, g, vjp(h, zb, u, create_graph=True), u)
     finally:
         head.train(was_training)
 

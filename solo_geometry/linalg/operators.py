@@ -51,6 +51,7 @@ __all__ = [
     "operators_at",
     "piecewise_linear",
     "runs_in_training_mode",
+    "vjp",
 ]
 
 LossFn = Callable[[Tensor], Tensor]
@@ -107,7 +108,7 @@ def piecewise_linear(head: nn.Module) -> bool:
     return type(head) in PIECEWISE_LINEAR
 
 
-def _grad(
+def vjp(
     output: Tensor,
     wrt: Tensor,
     grad_output: Tensor,
@@ -177,13 +178,13 @@ class HeadOperators:
     def _grad_z(self) -> Tensor:
         """dL/dZ = J^T g with its full graph, built on the first ``heff`` product."""
         with torch.enable_grad():
-            return _grad(self._h, self._z, self._g, create_graph=True)  # (V, N, d)
+            return vjp(self._h, self._z, self._g, create_graph=True)  # (V, N, d)
 
     @functools.cached_property
     def _jt_g(self) -> Tensor:
         """J^T g with g held constant, built on the first ``m`` product."""
         with torch.enable_grad():
-            return _grad(self._h, self._z, self._g.detach(), create_graph=True)  # (V, N, d)
+            return vjp(self._h, self._z, self._g.detach(), create_graph=True)  # (V, N, d)
 
     @property
     def dim(self) -> int:
@@ -206,25 +207,25 @@ class HeadOperators:
 
     def jvp(self, v: Tensor) -> Tensor:
         """J v, of shape (V, N, p), by the double-vjp trick on the stored J^T u graph."""
-        return _grad(self._jt_u, self._u, self._as_z(v))
+        return vjp(self._jt_u, self._u, self._as_z(v))
 
     def vjp(self, w: Tensor) -> Tensor:
         """J^T w for w of shape (V, N, p); returns (V * N * d,)."""
         check_vector(w, self._h.numel(), "w", "V * N * p")
-        return _grad(self._h, self._z, w.reshape(self._h.shape).to(self._h)).reshape(-1)
+        return vjp(self._h, self._z, w.reshape(self._h.shape).to(self._h)).reshape(-1)
 
     def heff(self, v: Tensor) -> Tensor:
         """H_eff v = d2L/dZ2 v, (V * N * d,)."""
-        return _grad(self._grad_z, self._z, self._as_z(v)).reshape(-1)
+        return vjp(self._grad_z, self._z, self._as_z(v)).reshape(-1)
 
     def gn(self, v: Tensor) -> Tensor:
         """GN v = J^T (d2 loss/dH2) J v, (V * N * d,)."""
-        loss_hvp = _grad(self._g, self._h, self.jvp(v))  # (V, N, p)
+        loss_hvp = vjp(self._g, self._h, self.jvp(v))  # (V, N, p)
         return self.vjp(loss_hvp)
 
     def m(self, v: Tensor) -> Tensor:
         """M v = d/dZ <g, J(Z) v> with g = dloss/dH held constant, (V * N * d,)."""
-        return _grad(self._jt_g, self._z, self._as_z(v)).reshape(-1)
+        return vjp(self._jt_g, self._z, self._as_z(v)).reshape(-1)
 
     def pullback(self, v: Tensor) -> Tensor:
         """G v = J^T J v (batch-level pullback metric), (V * N * d,)."""
@@ -256,11 +257,11 @@ class HeadOperators:
 
     def _batched_product(self, name: str, zs: Tensor) -> Tensor:
         if name == "heff":
-            return _grad(self._grad_z, self._z, zs, batched=True)
+            return vjp(self._grad_z, self._z, zs, batched=True)
         if name == "m":
-            return _grad(self._jt_g, self._z, zs, batched=True)
-        jv = _grad(self._jt_u, self._u, zs, batched=True)  # (B, V, N, p)
-        return _grad(self._h, self._z, _grad(self._g, self._h, jv, batched=True), batched=True)
+            return vjp(self._jt_g, self._z, zs, batched=True)
+        jv = vjp(self._jt_u, self._u, zs, batched=True)  # (B, V, N, p)
+        return vjp(self._h, self._z, vjp(self._g, self._h, jv, batched=True), batched=True)
 
 
 def head_operators(
@@ -319,7 +320,7 @@ def operators_at(z: Tensor, h: Tensor, loss_fn: LossFn) -> HeadOperators:
         raise TypeError(f"loss_fn must return a scalar tensor; got {type(loss)}")
     (g,) = torch.autograd.grad(loss.reshape(()), h, create_graph=True)  # (V, N, p)
     u = torch.zeros_like(h, requires_grad=True)  # (V, N, p) dummy for J v
-    jt_u = _grad(h, z, u, create_graph=True)  # (V, [N or block], d)
+    jt_u = vjp(h, z, u, create_graph=True)  # (V, [N or block], d)
     return HeadOperators(z, h, g, jt_u, u)
 
 
