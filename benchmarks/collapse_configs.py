@@ -130,6 +130,15 @@ CONFIGS = (
         "the recipe",
         "SimSiam defaults, seed 1",
     ),
+    # appended last: the halves of the runs above keep their positions
+    Config(
+        "simsiam_no_stop_gradient",
+        "simsiam",
+        ("++method_kwargs.stop_gradient=false",),
+        "collapse",
+        "Chen and He 2021, arXiv 2011.10566, Figure 2",
+        "without the stop-gradient SimSiam's output collapses at once (std 0, accuracy 0.1%)",
+    ),
 )
 QUICK = (
     "simsiam_no_predictor",

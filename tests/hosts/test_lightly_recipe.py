@@ -298,6 +298,12 @@ class TestErrors:
             ("scheduler", {"name": "step"}, r"scheduler\.lr_decay_steps is required"),
             ("momentum", {"base_tau": 1.5}, r"momentum\.base_tau.*'base_tau': 1\.5"),
             ("checkpoint", {"frequency": "often"}, r"checkpoint\.frequency='often'"),
+            # bool("false") is True: a string is refused, not read as true
+            (
+                "checkpoint",
+                {"enabled": "false"},
+                r"checkpoint\.enabled='false' must be true or false",
+            ),
         ],
     )
     def test_bad_value_names_key_and_value(

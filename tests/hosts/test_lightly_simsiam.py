@@ -30,11 +30,12 @@ KW = SimSiamKwargs(proj_hidden_dim=16, proj_output_dim=8, pred_hidden_dim=6)
 RECIPE = Path(__file__).parents[2] / "solo_geometry" / "recipes" / "digits" / "simsiam.yaml"
 
 
-def ref_simsiam(H: torch.Tensor, pred: nn.Module) -> torch.Tensor:
+def ref_simsiam(H: torch.Tensor, pred: nn.Module, detach: bool = True) -> torch.Tensor:
     """SimSiam's symmetrised negative cosine, targets detached (Chen and He, Algorithm 1)."""
     p0, p1 = pred(H[0]), pred(H[1])
-    d0 = -(F.normalize(p0, dim=1) * F.normalize(H[1].detach(), dim=1)).sum(1).mean()
-    d1 = -(F.normalize(p1, dim=1) * F.normalize(H[0].detach(), dim=1)).sum(1).mean()
+    t0, t1 = (H[0].detach(), H[1].detach()) if detach else (H[0], H[1])
+    d0 = -(F.normalize(p0, dim=1) * F.normalize(t1, dim=1)).sum(1).mean()
+    d1 = -(F.normalize(p1, dim=1) * F.normalize(t0, dim=1)).sum(1).mean()
     return (d0 + d1) / 2
 
 
@@ -58,6 +59,24 @@ class TestSimSiamObjective:
         g_got = torch.autograd.grad(got, H)[0]
         g_want = torch.autograd.grad(ref_simsiam(H, pred), H)[0]
         torch.testing.assert_close(g_got, g_want)
+
+    def test_without_stop_gradient(self) -> None:
+        """``method_kwargs.stop_gradient=false`` (Chen and He 2021, Figure 2): the gradient also
+        flows through the targets, so it differs from the stop-gradient one."""
+        torch.manual_seed(0)
+        pred = build_predictor("simsiam", KW)
+        assert pred is not None
+        kw = SimSiamKwargs(
+            proj_hidden_dim=16, proj_output_dim=8, pred_hidden_dim=6, stop_gradient=False
+        )
+        H = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+        pred = pred.double()
+        got = Objective("simsiam", kw, pred)(H)
+        g_got = torch.autograd.grad(got, H)[0]
+        g_want = torch.autograd.grad(ref_simsiam(H, pred, detach=False), H)[0]
+        torch.testing.assert_close(g_got, g_want)
+        g_sg = torch.autograd.grad(ref_simsiam(H, pred), H)[0]
+        assert (g_got - g_sg).abs().max() > 1e-3
 
     def test_equals_solo_learn_loss(self) -> None:
         solo = pytest.importorskip("solo.losses.simsiam", reason="solo-learn not importable")
@@ -169,6 +188,14 @@ class TestSimSiamRecipe:
         # the paper's collapse experiment: SGD, momentum 0.9, lr 0.05, no decay, no schedule
         assert parsed.optimizer.name == "sgd" and parsed.optimizer.lr == pytest.approx(0.05)
         assert parsed.optimizer.weight_decay == 0.0 and parsed.scheduler.name == "none"
+        assert parsed.method_kwargs.stop_gradient is True
+
+    def test_stop_gradient_switch(self) -> None:
+        raw = OmegaConf.load(RECIPE)
+        raw.method_kwargs.stop_gradient = False
+        parsed = parse_recipe(raw)
+        assert isinstance(parsed.method_kwargs, SimSiamKwargs)
+        assert parsed.method_kwargs.stop_gradient is False
 
 
 class _Rates(pl.Callback):

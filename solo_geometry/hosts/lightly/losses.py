@@ -182,6 +182,7 @@ class Objective(nn.Module):
         super().__init__()
         self.method = method
         self.scale = 1.0
+        self.stop_gradient = True
         self.loss: nn.Module
         if method == "simclr":
             simclr = _kwargs_of(method, kwargs, SimCLRKwargs)
@@ -196,7 +197,7 @@ class Objective(nn.Module):
                 raise ValueError("byol needs its predictor")
             self.loss = NegativeCosineSimilarity()
         elif method == "simsiam":
-            _kwargs_of(method, kwargs, SimSiamKwargs)
+            self.stop_gradient = _kwargs_of(method, kwargs, SimSiamKwargs).stop_gradient
             if predictor is None:
                 raise ValueError("simsiam needs its predictor")
             self.loss = NegativeCosineSimilarity()
@@ -225,12 +226,14 @@ class Objective(nn.Module):
         """Loss of head outputs H (V, N, p) given detached targets (V, N, p) or None.
 
         ``predictor`` replaces the method's own predictor (e.g. a float64 copy for
-        measurements). SimSiam's targets are H itself, detached (stop-gradient).
+        measurements). SimSiam's targets are H itself, detached (stop-gradient) unless
+        ``method_kwargs.stop_gradient`` is false.
         """
         if self.method == "simsiam":
             pred = predictor if predictor is not None else self._predictor[0]
             p0, p1 = pred(H[0]), pred(H[1])  # (N, p) each
-            return (self.loss(p0, H[1].detach()) + self.loss(p1, H[0].detach())) / 2
+            t0, t1 = (H[0].detach(), H[1].detach()) if self.stop_gradient else (H[0], H[1])
+            return (self.loss(p0, t1) + self.loss(p1, t0)) / 2
         if self.method != "byol":
             return self.scale * self.loss(H[0], H[1])
         if targets is None:

@@ -123,6 +123,9 @@ class SimSiamKwargs(MethodKwargs):
     """SimSiam's ``method_kwargs``."""
 
     pred_hidden_dim: int  # the predictor's hidden width; solo-learn has no default
+    # False drops the stop-gradient on the targets: Chen and He 2021's ablation (Figure 2), which
+    # collapses. solo-learn has no such switch (its loss detaches the targets).
+    stop_gradient: bool = True
 
 
 @dataclass(frozen=True)

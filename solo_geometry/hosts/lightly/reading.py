@@ -64,6 +64,10 @@ def convert(value: Any, kind: Any, name: str) -> Any:
             size = "" if args[-1] is Ellipsis else f" of {len(args)}"
             raise ValueError(f"recipe field {name}={value!r} must be a list{size}")
         return tuple(convert(v, args[0], f"{name}[{i}]") for i, v in enumerate(value))
+    if kind is bool:  # bool("false") is True: only a YAML boolean is one
+        if not isinstance(value, bool):
+            raise ValueError(f"recipe field {name}={value!r} must be true or false")
+        return value
     try:
         return kind(value)
     except (TypeError, ValueError):
