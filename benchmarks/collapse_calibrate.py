@@ -2,11 +2,12 @@
 
 The split is fixed by the configurations' order in :data:`benchmarks.collapse_configs.CONFIGS`:
 half A the even positions (0, 2, ...), half B the odd ones, so each half holds collapsing and
-healthy runs of each method. On A every pair of the grid below is scored
-(:func:`benchmarks.collapse_peers.score`); the pair chosen maximises warned-before-reference
-plus detected, minus three per false alarm and one per warned ambiguous run (unverified either
-way: the calibration leans quiet), ties to the larger median lead, then to the lower (more
-conservative) thresholds. The chosen pair is then scored on B, untouched by the choice.
+healthy runs of each method. On A every (dimensional_enter, complete_enter, patience) of the
+grid below is scored (:func:`benchmarks.collapse_peers.score`); the one chosen maximises
+warned-before-reference plus detected, minus three per false alarm and one per warned ambiguous
+run (unverified either way: the calibration leans quiet), ties to the larger median lead, then
+to the lower (more conservative) thresholds, then to the larger patience. The choice is then
+scored on B, untouched by it.
 """
 
 from __future__ import annotations
@@ -20,29 +21,46 @@ from benchmarks.collapse_configs import CONFIGS
 from benchmarks.collapse_peers import Score, alert, score
 from solo_geometry.config import AlertConfig
 
-__all__ = ["COMPLETE_GRID", "DIMENSIONAL_GRID", "Calibration", "calibrate", "halves"]
+__all__ = [
+    "COMPLETE_GRID",
+    "DIMENSIONAL_GRID",
+    "PATIENCE_GRID",
+    "Calibration",
+    "calibrate",
+    "halves",
+]
 
 DIMENSIONAL_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 # complete_enter stays at 0.05: the replay of the authors' released collapse curves (std only)
 # was calibrated with it (docs/reproducing.md, Collapse), and is kept
 COMPLETE_GRID = (0.05,)
+# records a state must persist before it is entered; descending, so ties keep the larger
+PATIENCE_GRID = (3, 2, 1)
 
 
 def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """Half A (even positions of CONFIGS) and half B (odd), failed runs left out."""
+    """Half A (even positions of CONFIGS) and half B (odd), failed runs left out.
+
+    A run on another data set (``<config>@<data>``) goes to its configuration's half.
+    """
     order = {c.name: i for i, c in enumerate(CONFIGS)}
-    ok = [r for r in results if r["label"] != "failed" and r["config"]["name"] in order]
-    a = [r for r in ok if order[r["config"]["name"]] % 2 == 0]
-    b = [r for r in ok if order[r["config"]["name"]] % 2 == 1]
+
+    def position(r: dict[str, Any]) -> int | None:
+        return order.get(r["config"]["name"].split("@")[0])
+
+    ok = [r for r in results if r["label"] != "failed" and position(r) is not None]
+    a = [r for r in ok if position(r) % 2 == 0]  # type: ignore[operator]
+    b = [r for r in ok if position(r) % 2 == 1]  # type: ignore[operator]
     return a, b
 
 
-def _config(dimensional: float, complete: float) -> AlertConfig:
+def _config(dimensional: float, complete: float, patience: int = 2) -> AlertConfig:
     return AlertConfig(
         dimensional_enter=dimensional,
         dimensional_leave=min(0.99, 1.5 * dimensional),
         complete_enter=complete,
         complete_leave=min(0.99, 2 * complete),
+        patience=patience,
     )
 
 
@@ -57,6 +75,7 @@ class Calibration:
 
     dimensional_enter: float
     complete_enter: float
+    patience: int
     on_a: Score
     on_b: Score
 
@@ -64,12 +83,13 @@ class Calibration:
 def calibrate(results: Sequence[dict[str, Any]]) -> Calibration:
     """Choose the thresholds on half A, score them on half B (module docstring)."""
     a, b = halves(results)
-    best: tuple[tuple[float, float], float, float] | None = None
-    for dim, comp in itertools.product(DIMENSIONAL_GRID, COMPLETE_GRID):
-        obj = _objective(score(a, alert(_config(dim, comp))))
-        # strictly better only: the grids ascend, so ties keep the lower thresholds
+    best: tuple[tuple[float, float], float, float, int] | None = None
+    for dim, comp, pat in itertools.product(DIMENSIONAL_GRID, COMPLETE_GRID, PATIENCE_GRID):
+        obj = _objective(score(a, alert(_config(dim, comp, pat))))
+        # strictly better only: ties keep the lower thresholds, then the larger patience
         if best is None or obj > best[0]:
-            best = (obj, dim, comp)
+            best = (obj, dim, comp, pat)
     assert best is not None
-    cfg = _config(best[1], best[2])
-    return Calibration(best[1], best[2], score(a, alert(cfg)), score(b, alert(cfg)))
+    cfg = _config(best[1], best[2], best[3])
+    on_a, on_b = score(a, alert(cfg)), score(b, alert(cfg))
+    return Calibration(best[1], best[2], best[3], on_a, on_b)

@@ -22,6 +22,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def _calibration(results: list[dict[str, Any]]) -> str:
     names = ", ".join(r["config"]["name"] for r in a)
     return (
         f"\nCalibrated on half A ({names}): dimensional_enter {cal.dimensional_enter}, "
-        f"complete_enter {cal.complete_enter}.\n\n"
+        f"complete_enter {cal.complete_enter}, patience {cal.patience}.\n\n"
         "| ours, calibrated | detections (early) | false alarms | misses | median lead "
         "(steps) | ambiguous fired |\n|---|---|---|---|---|---|\n"
         f"| half A (calibration, {len(a)} runs) | {cal.on_a.row()} |\n"
@@ -59,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--only", nargs="+", default=None, help="configuration names")
     p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="an image folder (train/<class>, val/<class>) instead of the embedded digits; the "
+        "runs are named <config>@<folder name> (benchmarks/cifar_folder.py writes CIFAR-10's)",
+    )
+    p.add_argument(
         "--from-runs",
         type=Path,
         nargs="+",
@@ -69,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in CONFIGS if (not a.quick or c.name in QUICK)]
     if a.only:
         configs = [c for c in configs if c.name in a.only]
-    data = make_digits(a.out / "digits", size=32)
+    data = make_digits(a.out / "digits", size=32) if a.data is None else a.data.resolve()
+    if a.data is not None:
+        configs = [replace(c, name=f"{c.name}@{a.data.name}") for c in configs]
     t0 = time.perf_counter()
 
     def one(i_cfg: tuple[int, Any]) -> dict[str, Any]:

@@ -210,12 +210,19 @@ class TestCalibrate:
         results = [
             run("simsiam_no_predictor", "collapsed", [60, 19, 19, 19], 15),  # 0.32 of its max
             run("byol_defaults", "healthy", [60, 27, 27, 27], None),  # 0.45: must stay quiet
+            # one record's dip to 0.25: patience 1 would warn a healthy run
+            run("byol_defaults@cifar5k", "healthy", [60, 15, 60, 60, 60], None),
             run("byol_no_predictor", "collapsed", [60, 12, 12, 12], 15),  # half B
         ]
         a, b = halves(results)
-        assert [r["config"]["name"] for r in a] == ["simsiam_no_predictor", "byol_defaults"]
+        assert [r["config"]["name"] for r in a] == [
+            "simsiam_no_predictor",
+            "byol_defaults",
+            "byol_defaults@cifar5k",  # another data set's run goes to its configuration's half
+        ]
         cal = calibrate(results)
-        # 0.35 and 0.4 both catch 0.32 and spare 0.45; the lower is kept
+        # 0.35 and 0.4 both catch 0.32 and spare 0.45; the lower is kept; patience 2 spares the dip
         assert cal.dimensional_enter == 0.35 and cal.complete_enter == 0.05
+        assert cal.patience == 2
         assert (cal.on_a.detections, cal.on_a.false_alarms) == (1, 0)
         assert (cal.on_b.detections, cal.on_b.early, cal.on_b.median_lead) == (1, 1, 5)
