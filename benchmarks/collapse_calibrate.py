@@ -2,12 +2,12 @@
 
 The split is fixed by the configurations' order in :data:`benchmarks.collapse_configs.CONFIGS`:
 half A the even positions (0, 2, ...), half B the odd ones, so each half holds collapsing and
-healthy runs of each method. On A every (dimensional_enter, complete_enter, patience) of the
-grid below is scored (:func:`benchmarks.collapse_peers.score`); the one chosen maximises
-warned-before-reference plus detected, minus three per false alarm and one per warned ambiguous
-run (unverified either way: the calibration leans quiet), ties to the larger median lead, then
-to the lower (more conservative) thresholds, then to the larger patience. The choice is then
-scored on B, untouched by it.
+healthy runs of each method. On A every (features, dimensional_enter, complete_enter,
+patience) of the grid below is scored (:func:`benchmarks.collapse_peers.score`); the one chosen
+maximises warned-before-reference plus detected, minus three per false alarm and one per warned
+ambiguous run (unverified either way: the calibration leans quiet), ties to the larger median
+lead, then to H, then to the lower (more conservative) thresholds, then to the larger patience.
+The choice is then scored on B, untouched by it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from solo_geometry.config import AlertConfig
 __all__ = [
     "COMPLETE_GRID",
     "DIMENSIONAL_GRID",
+    "FEATURES_GRID",
     "PATIENCE_GRID",
     "Calibration",
     "calibrate",
@@ -36,6 +37,9 @@ DIMENSIONAL_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 COMPLETE_GRID = (0.05,)
 # records a state must persist before it is entered; descending, so ties keep the larger
 PATIENCE_GRID = (3, 2, 1)
+# the space the states read: H (and Z beside it, the lower counts) or the backbone's Z alone;
+# H first, so ties keep the paper's statistic
+FEATURES_GRID = ("h", "z")
 
 
 def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
@@ -54,8 +58,11 @@ def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
     return a, b
 
 
-def _config(dimensional: float, complete: float, patience: int = 2) -> AlertConfig:
+def _config(
+    dimensional: float, complete: float, patience: int = 2, features: str = "h"
+) -> AlertConfig:
     return AlertConfig(
+        features=features,
         dimensional_enter=dimensional,
         dimensional_leave=min(0.99, 1.5 * dimensional),
         complete_enter=complete,
@@ -76,6 +83,7 @@ class Calibration:
     dimensional_enter: float
     complete_enter: float
     patience: int
+    features: str
     on_a: Score
     on_b: Score
 
@@ -83,13 +91,17 @@ class Calibration:
 def calibrate(results: Sequence[dict[str, Any]]) -> Calibration:
     """Choose the thresholds on half A, score them on half B (module docstring)."""
     a, b = halves(results)
-    best: tuple[tuple[float, float], float, float, int] | None = None
-    for dim, comp, pat in itertools.product(DIMENSIONAL_GRID, COMPLETE_GRID, PATIENCE_GRID):
-        obj = _objective(score(a, alert(_config(dim, comp, pat))))
-        # strictly better only: ties keep the lower thresholds, then the larger patience
+    grid = itertools.product(FEATURES_GRID, DIMENSIONAL_GRID, COMPLETE_GRID, PATIENCE_GRID)
+    best: tuple[tuple[float, float], AlertConfig] | None = None
+    for feat, dim, comp, pat in grid:
+        cfg = _config(dim, comp, pat, feat)
+        obj = _objective(score(a, alert(cfg)))
+        # strictly better only: ties keep H, the lower thresholds, then the larger patience
         if best is None or obj > best[0]:
-            best = (obj, dim, comp, pat)
+            best = (obj, cfg)
     assert best is not None
-    cfg = _config(best[1], best[2], best[3])
+    cfg = best[1]
     on_a, on_b = score(a, alert(cfg)), score(b, alert(cfg))
-    return Calibration(best[1], best[2], best[3], on_a, on_b)
+    return Calibration(
+        cfg.dimensional_enter, cfg.complete_enter, cfg.patience, cfg.features, on_a, on_b
+    )

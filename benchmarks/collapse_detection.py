@@ -41,7 +41,8 @@ def _calibration(results: list[dict[str, Any]]) -> str:
     names = ", ".join(r["config"]["name"] for r in a)
     return (
         f"\nCalibrated on half A ({names}): dimensional_enter {cal.dimensional_enter}, "
-        f"complete_enter {cal.complete_enter}, patience {cal.patience}.\n\n"
+        f"complete_enter {cal.complete_enter}, patience {cal.patience}, features "
+        f"{cal.features}.\n\n"
         "| ours, calibrated | detections (early) | false alarms | misses | median lead "
         "(steps) | ambiguous fired |\n|---|---|---|---|---|---|\n"
         f"| half A (calibration, {len(a)} runs) | {cal.on_a.row()} |\n"
