@@ -35,8 +35,9 @@ DIMENSIONAL_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 # complete_enter stays at 0.05: the replay of the authors' released collapse curves (std only)
 # was calibrated with it (docs/reproducing.md, Collapse), and is kept
 COMPLETE_GRID = (0.05,)
-# records a state must persist before it is entered; descending, so ties keep the larger
-PATIENCE_GRID = (3, 2, 1)
+# records a state must persist before it is entered; descending, so ties keep the larger. Not 1:
+# one noisy batch must not flip the state (AlertConfig's promise)
+PATIENCE_GRID = (3, 2)
 # the space the states read: H (and Z beside it, the lower counts) or the backbone's Z alone;
 # H first, so ties keep the paper's statistic
 FEATURES_GRID = ("h", "z")

@@ -210,7 +210,7 @@ class TestCalibrate:
         results = [
             run("simsiam_no_predictor", "collapsed", [60, 19, 19, 19], 15),  # 0.32 of its max
             run("byol_defaults", "healthy", [60, 27, 27, 27], None),  # 0.45: must stay quiet
-            # one record's dip to 0.25: patience 1 would warn a healthy run
+            # one record's dip to 0.25: a healthy run the chosen patience must spare
             run("byol_defaults@cifar5k", "healthy", [60, 15, 60, 60, 60], None),
             run("byol_no_predictor", "collapsed", [60, 12, 12, 12], 15),  # half B
         ]
