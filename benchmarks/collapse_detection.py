@@ -18,7 +18,6 @@ A finished run's ``run.json`` is reused when the script is run again.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,7 @@ from typing import Any
 from benchmarks.collapse_calibrate import calibrate, halves
 from benchmarks.collapse_configs import CONFIGS, QUICK
 from benchmarks.collapse_peers import DETECTORS, markdown, plot, score_all
-from benchmarks.collapse_runs import run_config
+from benchmarks.collapse_runs import read_result, run_config
 from solo_geometry.inputs.digits import make_digits
 
 
@@ -60,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=None, help="training batches per epoch")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--only", nargs="+", default=None, help="configuration names")
+    p.add_argument(
+        "--score-only",
+        action="store_true",
+        help="run nothing: score the finished runs of --out (and --from-runs)",
+    )
     p.add_argument(
         "--data",
         type=Path,
@@ -93,10 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return res
 
-    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        results = list(pool.map(one, enumerate(configs)))
+    if a.score_only:
+        results = [read_result(p) for p in sorted(a.out.glob("*/run.json"))]
+    else:
+        with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            results = list(pool.map(one, enumerate(configs)))
     for folder in a.from_runs:
-        results += [json.loads(p.read_text()) for p in sorted(folder.glob("*/run.json"))]
+        results += [read_result(p) for p in sorted(folder.glob("*/run.json"))]
     scores = score_all(results, DETECTORS)
     table = markdown(results, scores) + _calibration(results)
     (a.out / "table.md").write_text(table)

@@ -27,7 +27,7 @@ from benchmarks.collapse_configs import Config
 from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
 from solo_geometry.folder.records import read_records, renamed_metrics
 
-__all__ = ["collect", "run_config"]
+__all__ = ["collect", "read_result", "run_config"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "solo_geometry" / "recipes" / "digits"
@@ -168,6 +168,18 @@ def collect(
     }
 
 
+def read_result(path: Path) -> dict[str, Any]:
+    """A finished ``run.json``, read as the benchmark scores it.
+
+    One written before records schema 5 has its metrics renamed (RankMe of unit rows was
+    ``effective_rank``).
+    """
+    result = dict(json.loads(path.read_text()))
+    for record in result.get("records", []):
+        record["metrics"] = renamed_metrics(record.get("metrics", {}))
+    return result
+
+
 def run_config(
     cfg: Config, data: Path, out: Path, epochs: int, every: int, batches: int | None = None
 ) -> dict[str, Any]:
@@ -186,11 +198,8 @@ def run_config(
     """
     where = out / cfg.name
     done = where / "run.json"
-    if done.is_file():  # one written before schema 5 names RankMe of unit rows effective_rank
-        result = dict(json.loads(done.read_text()))
-        for record in result.get("records", []):
-            record["metrics"] = renamed_metrics(record.get("metrics", {}))
-        return result
+    if done.is_file():
+        return read_result(done)
     try:
         seconds = 0.0
         for part, epochs_of in (("train", epochs), ("init", 0)):
