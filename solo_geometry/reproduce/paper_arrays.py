@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.evidence import Evidence, OrbitSummary, ProbeEvidence
 
 __all__ = ["KNOWN_FILES", "TEST_IMAGES", "paper_evidence", "read_npy_dict"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from solo_geometry.geometry.stats import WhiteningScore
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.evidence import OrbitSummary, ProbeEvidence
 from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "OrbitTable",
     "PaperProbes",
     "ProbePair",
+    "READINGS",
     "Spectra",
     "Whitening",
     "read_invariance",
@@ -39,6 +40,8 @@ __all__ = [
 Pair = tuple[float | None, ...]
 Numbers = tuple[float | None, ...]
 _NONE: Pair = (None, None)
+# The two inputs of the head in an orbit table: the paper's code feeds unit z, training fed raw z.
+READINGS = {"unit_z": "paper", "raw_z": "default"}  # reading -> orbit_representations protocol
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,9 @@ class ProbePair(JsonRecord):
 
 
 @dataclass(frozen=True)
-class PaperProbes(JsonRecord):
-    """The paper's rotation probes (``probes.json``'s ``paper``): [Z, H] per probe."""
+class PaperProbes(ProbeEvidence):
+    """The paper's rotation probes (``probes.json``'s ``paper``): [Z, H] per probe, and how."""
 
-    linear: tuple[float, ...]
-    mlp: tuple[float, ...]
-    n: int | None = None  # held-out images
     protocol: str = "paper"
     settings: Mapping[str, object] = field(default_factory=dict)  # PaperProbeSettings
 
@@ -157,6 +157,25 @@ class DepthRow(JsonRecord):
     curvature_ratio: Pair = _NONE
     orbits: Mapping[str, OrbitReading] = field(default_factory=dict)
     curvature: Curvature = field(default_factory=Curvature)
+
+    @classmethod
+    def of(cls, depth: int, run: Guillotine) -> DepthRow:
+        """The row of a depth's run, measured as the guillotine's: headline numbers its own."""
+        unit, raw = run.orbits["unit_z"].table, run.orbits["raw_z"].table
+        assert run.probes_paper is not None  # measured with protocol "both"
+        return cls(
+            depth,
+            run.run,
+            run.probes[0],
+            run.probes_paper,
+            unit.compression,
+            raw.compression,
+            unit.z.separation,
+            unit.h.separation,
+            run.curvature.ratio,
+            run.orbits,
+            run.curvature,
+        )
 
 
 @dataclass(frozen=True)
