@@ -28,14 +28,10 @@ DATASETS = ("digits", *CIFAR_LAYOUT)
 
 
 def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
-    """Check the dataset choice; for CIFAR, that torchvision's files are under ``data_root``.
-
-    Args:
-        dataset: one of ``DATASETS``.
-        data_root: the folder holding torchvision's CIFAR folder (its ``root``).
+    """Check ``dataset`` (one of ``DATASETS``); for CIFAR, that torchvision's files are there.
 
     Returns:
-        The data root (None for digits).
+        ``data_root``, the folder holding torchvision's CIFAR folder (None for digits).
 
     Raises:
         ValueError: on an unknown dataset, or a file under ``data_root`` that is not a CIFAR

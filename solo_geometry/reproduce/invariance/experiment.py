@@ -178,15 +178,7 @@ def _measured(out: Path, data: _Data, s: InvarianceSettings, depth: int = 0) -> 
         targets, probes = ("rotation",), ("linear",)
     run = _pretrain(out, data, s, epochs, geometry_on(head, every=10**6))
     model = load_model(run)
-    rows, paper = probe_rows(
-        model,
-        data.splits,
-        run,
-        targets=targets,
-        probes=probes,
-        mlp_epochs=s.mlp_epochs,
-        mlp_patience=s.mlp_patience,
-    )
+    rows, paper = probe_rows(model, data.splits, run, targets, probes, s)
     norm = feature_norm(model, data.norm_images)
     return Guillotine(
         run=str(run),

@@ -50,6 +50,7 @@ from solo_geometry.reproduce.invariance.result import (
     ProbePair,
     Spectra,
 )
+from solo_geometry.reproduce.invariance.settings import InvarianceSettings
 
 __all__ = [
     "Splits",
@@ -78,16 +79,14 @@ def probe_rows(
     model: LoadedModel,
     splits: Splits,
     run: Path,
-    *,
     targets: Sequence[str],
     probes: Sequence[str],
-    mlp_epochs: int,
-    mlp_patience: int = MlpProbeConfig.patience,
+    s: InvarianceSettings,
 ) -> tuple[list[ProbePair], PaperProbes]:
     """This package's and the paper's probes of a run (``geometry.probes.protocol=both``).
 
-    ``probes.json`` and the feature cache are written in the run folder ``run``; ``mlp_epochs``
-    and ``mlp_patience`` are the MLP probe's cap and patience (:class:`.InvarianceSettings`).
+    ``probes.json`` and the feature cache are written in the run folder ``run``; the MLP probe
+    is capped and stopped by ``s.mlp_epochs`` and ``s.mlp_patience``.
 
     Returns:
         One row per (target, probe), and the paper's probes (``probes.json``'s ``paper``).
@@ -97,7 +96,7 @@ def probe_rows(
         probes=list(probes),
         protocol="both",
         # early-stopped on validation, as the reproduction's patience was calibrated
-        mlp=MlpProbeConfig(stop="val", max_epochs=mlp_epochs, patience=mlp_patience),
+        mlp=MlpProbeConfig(stop="val", max_epochs=s.mlp_epochs, patience=s.mlp_patience),
         orbits=OrbitsConfig(families=[]),  # the paper's orbits are measured per seed below
     )
     table = evaluate(
@@ -120,18 +119,17 @@ def probe_rows(
     return out, PaperProbes.from_json(table.paper, where="probes.json's paper")
 
 
+def _features(model: LoadedModel, images: Tensor) -> Tensor:
+    """Raw backbone features (B, d) of images (B, 3, H, W) in [0, 1], normalised as trained."""
+    x = images if model.mean_std is None else apply_normalisation(images, model.mean_std)
+    return model.backbone(x).flatten(1)
+
+
 @torch.no_grad()
 def feature_norm(model: LoadedModel, images: Tensor, batch_size: int = 256) -> float:
     """Mean L2 norm of raw backbone features (eval mode) of ``images`` (N, 3, H, W) in [0, 1]."""
     with deterministic_mode(model.backbone, batch_stats=False):
-        norms = [
-            model.backbone(
-                chunk if model.mean_std is None else apply_normalisation(chunk, model.mean_std)
-            )
-            .flatten(1)
-            .norm(dim=1)
-            for chunk in images.split(batch_size)
-        ]
+        norms = [_features(model, chunk).norm(dim=1) for chunk in images.split(batch_size)]
     return float(torch.cat(norms).double().mean())
 
 
@@ -155,8 +153,7 @@ def orbit_readings(
     hs: dict[str, list[Tensor]] = {name: [] for name in READINGS}
     with deterministic_mode(nn.ModuleList([model.backbone, model.head]), batch_stats=False):
         for chunk in images.split(batch_size):
-            x = chunk if model.mean_std is None else apply_normalisation(chunk, model.mean_std)
-            z = model.backbone(x).flatten(1)
+            z = _features(model, chunk)
             zn = F.normalize(z, dim=1)
             zs.append(zn)
             hs["unit_z"].append(F.normalize(model.head(zn), dim=1))
@@ -273,8 +270,6 @@ def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
         with torch.no_grad():
             eig = model.head.metric_spectrum().double()  # (d,) ascending
         spec = metric_spectrum(eig, dtype=next(model.head.parameters()).dtype)  # its floor
-        metric = {
-            k: float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank")
-        }
+        metric = {k.removeprefix("metric/"): v for k, v in spec.as_record().items()}
         out = replace(out, metric=metric, metric_eigenvalues=tuple(eig.flip(0).tolist()))
     return out

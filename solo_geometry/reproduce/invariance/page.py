@@ -30,7 +30,6 @@ from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH
 from solo_geometry.reproduce.invariance.result import (
     Curvature,
     DepthRow,
-    Guillotine,
     InvarianceResult,
     OrbitReading,
     PaperProbes,
@@ -143,20 +142,22 @@ def _curvature_html(curv: Curvature) -> str:
     return table(("", "kappa(Z)", "kappa(H)", "kappa(H) / kappa(Z)", "sweeps"), rows)
 
 
-# The depth table's and figure's numbers: DepthRow's fields, PUBLISHED_DEPTH's keys.
+# The depth table's and figure's numbers: DepthRow's fields, PUBLISHED_DEPTH's keys; each with
+# its figure title, its column and its format.
 _DEPTH = {
-    "compression": ("orbit compression", "{:.2f}"),
-    "separation_z": ("separation in Z", "{:.2f}"),
-    "separation_h": ("separation in H", "{:.2f}"),
-    "curvature_ratio": ("curvature ratio", "{:.3f}"),
+    "compression": ("orbit compression", "compression", "{:.2f}"),
+    "separation_z": ("separation in Z", "separation Z", "{:.2f}"),
+    "separation_h": ("separation in H", "separation H", "{:.2f}"),
+    "curvature_ratio": ("curvature ratio", "curvature ratio", "{:.3f}"),
 }
+_PAPER_DEPTH = ("paper Z / H", "paper compr.", "paper sep. Z / H", "paper curv.")
 
 
 def _depth_html(depth: Sequence[DepthRow]) -> str:
     rows = []
     for d in depth:
         p, r = PUBLISHED_DEPTH[d.depth], d.rotation_linear
-        ours = [pm(getattr(d, key), fmt) for key, (_, fmt) in _DEPTH.items()]
+        ours = [pm(getattr(d, key), fmt) for key, (_, _, fmt) in _DEPTH.items()]
         paper = (
             _zh((p["z"], p["h"]), "{:.3f}"),
             f"{p['compression']:.1f}x",
@@ -164,20 +165,8 @@ def _depth_html(depth: Sequence[DepthRow]) -> str:
             f"{p['curvature_ratio']:.2f}x",
         )
         rows.append((d.depth, _zh((r.z, r.h), "{:.3f}"), f"{r.gap:+.3f}", *ours, *paper))
-    header = (
-        "depth",
-        "rotation linear Z / H",
-        "gap",
-        "compression",
-        "separation Z",
-        "separation H",
-        "curvature ratio",
-        "paper Z / H",
-        "paper compr.",
-        "paper sep. Z / H",
-        "paper curv.",
-    )
-    return table(header, rows)
+    columns = [column for _, column, _ in _DEPTH.values()]
+    return table(("depth", "rotation linear Z / H", "gap", *columns, *_PAPER_DEPTH), rows)
 
 
 def _whitening_html(wh: Whitening) -> str:
@@ -285,29 +274,17 @@ def _settings_html(result: InvarianceResult) -> str:
     return table(("setting", "value"), rows)
 
 
-def _parts(result: InvarianceResult) -> tuple[Guillotine, PaperProbes, Whitening]:
+def invariance_section(out: Path, result: InvarianceResult) -> Section:
+    """The invariance part of the page, ``(title, HTML)``; its figures under ``out/figures``.
+
+    Raises:
+        ValueError: a result without its guillotine, its paper probes or its whitening part.
+    """
     g, wh = result.guillotine, result.whitening
     if g is None or g.probes_paper is None or wh is None:
         raise ValueError(
             "an invariance page needs the guillotine (with paper probes) and whitening"
         )
-    return g, g.probes_paper, wh
-
-
-def invariance_section(out: Path, result: InvarianceResult) -> Section:
-    """The invariance part of the page (figures written under ``out/figures``).
-
-    Args:
-        out: the output folder (figures and orbit arrays).
-        result: the content of ``invariance.json``.
-
-    Returns:
-        ``(title, HTML)``.
-
-    Raises:
-        ValueError: a result without its guillotine, its paper probes or its whitening part.
-    """
-    g, paper, wh = _parts(result)
     figs = {
         "orbits": _fig_orbits(out, g.orbits["unit_z"]).relative_to(out),
         "depth": _fig_depth(out, result.depth).relative_to(out),
@@ -321,7 +298,7 @@ def invariance_section(out: Path, result: InvarianceResult) -> Section:
         _probes_html(g.probes),
         "<h3>The paper's rotation probes (its code's settings: raw features, Adam 1e-3, 5 "
         "epochs, batch 256)</h3>",
-        _paper_probes_html(paper),
+        _paper_probes_html(g.probes_paper),
         "<h3>Orbit table (the paper's protocol and statistics; the head fed unit z, as the "
         "paper's code)</h3>",
         _orbits_html(g.orbits["unit_z"]),
