@@ -101,10 +101,7 @@ class Verdict(Mapping[str, str]):
         return cls(**{k: obj[k] for k in _VERDICT_KEYS + _GROUP_KEYS if k in obj})
 
     def __getitem__(self, key: str) -> str:
-        plain = self.as_json()
-        if key not in plain:
-            raise KeyError(key)
-        return plain[key]
+        return self.as_json()[key]  # KeyError for a key it does not hold
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.as_json())

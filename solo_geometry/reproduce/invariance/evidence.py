@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from solo_geometry.geometry.orbits import PAPER_EPS
 from solo_geometry.reproduce.results import JsonRecord
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
     "cosine_to_mean",
     "orbit_evidence",
 ]
-
-_EPS = 1e-10  # the paper's
 
 
 def cosine_to_mean(X: np.ndarray) -> float:
@@ -139,7 +138,7 @@ def _separation(
     )
     diff = cent[:, None, :] - cent[None, :, :]
     inter = np.sqrt(np.sum(diff**2, axis=-1))[np.triu_indices(len(classes), 1)]
-    return float(inter.mean() / (np.nanmean(intra) + _EPS))
+    return float(inter.mean() / (np.nanmean(intra) + PAPER_EPS))
 
 
 def _separations(s: OrbitSummary, pick: np.ndarray) -> tuple[float, float]:
@@ -154,18 +153,11 @@ def orbit_evidence(s: OrbitSummary, *, resamples: int = 400, seed: int = 0) -> O
     """The orbit table's headline numbers and their noise.
 
     Compression: per orbit the log of spread(Z) / spread(H), its mean and standard error over
-    orbits. Separation: H minus Z, its standard error from a paired bootstrap over orbits
-    (resampled within each class, both spaces from the same draw).
-
-    Args:
-        s: the summary of one orbit table.
-        resamples: bootstrap draws for the separation difference.
-        seed: the bootstrap's seed.
-
-    Returns:
-        The table's :class:`OrbitEvidence`.
+    orbits. Separation: H minus Z, its standard error from ``resamples`` draws (seeded by
+    ``seed``) of a paired bootstrap over orbits (resampled within each class, both spaces from
+    the same draw).
     """
-    logs = np.log(s.spread_z / np.maximum(s.spread_h, _EPS))
+    logs = np.log(s.spread_z / np.maximum(s.spread_h, PAPER_EPS))
     n = len(logs)
     se = float(np.std(logs, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
     everyone = np.arange(n)
@@ -178,7 +170,7 @@ def orbit_evidence(s: OrbitSummary, *, resamples: int = 400, seed: int = 0) -> O
         bz, bh = _separations(s, pick)
         diffs.append(bh - bz)
     return OrbitEvidence(
-        compression=float(s.spread_z.mean() / (s.spread_h.mean() + _EPS)),
+        compression=float(s.spread_z.mean() / (s.spread_h.mean() + PAPER_EPS)),
         log_ratio=(float(logs.mean()), se, n),
         separation_z=sep_z,
         separation_h=sep_h,

@@ -1,11 +1,8 @@
 """The invariance experiments' result as typed records: ``invariance.json``, part by part.
 
-Each record is a frozen dataclass whose fields are the JSON keys of its part of the file, in the
-file's order (the whole file: :class:`InvarianceResult`), written and read through the one codec
-of :mod:`solo_geometry.reproduce.results`. The numbers are :mod:`.measure`'s. Fields a file of an
-older layout, or a hand-written one, may lack take a default (None, empty, or ``(None, None)``
-for a pair), so such a file still reads; a number JSON could not hold (NaN, infinity) reads as
-None (NaN in a field typed ``float``).
+Each record's fields are the JSON keys of its part of the file, in the file's order (the whole
+file: :class:`InvarianceResult`), through the one codec of :mod:`solo_geometry.reproduce.results`;
+a field an older or hand-written file may lack takes a default. The numbers are :mod:`.measure`'s.
 """
 
 from __future__ import annotations
