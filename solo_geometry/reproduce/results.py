@@ -37,6 +37,7 @@ __all__ = [
     "ResultFile",
     "Verdict",
     "from_plain",
+    "read_record",
     "read_result",
     "to_plain",
     "write_result",
@@ -282,3 +283,13 @@ def read_result(path: Path, kind: str) -> ResultFile:
     if "claims" in data:
         data["claims"] = claims
     return ResultFile(kind, version, data)
+
+
+def read_record(cls: type[_T], path: str | Path, kind: str) -> _T:
+    """The content of a result file of ``kind`` (or its folder) as the dataclass ``cls``.
+
+    Raises:
+        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
+            message names the file.
+    """
+    return from_plain(cls, read_result(Path(path), kind).content, str(path))

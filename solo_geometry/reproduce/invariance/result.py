@@ -13,7 +13,7 @@ from pathlib import Path
 
 from solo_geometry.geometry.stats import WhiteningScore
 from solo_geometry.reproduce.invariance.evidence import OrbitSummary, ProbeEvidence
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
+from solo_geometry.reproduce.results import JsonRecord, Verdict, read_record
 
 __all__ = [
     "Curvature",
@@ -214,11 +214,5 @@ class InvarianceResult(JsonRecord):
 
 
 def read_invariance(path: str | Path) -> InvarianceResult:
-    """An ``invariance.json`` (or the folder holding it) as read by :func:`read_result`.
-
-    Raises:
-        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
-            message names the file.
-    """
-    content = read_result(Path(path), "invariance").content
-    return InvarianceResult.from_json(content, where=str(path))
+    """An ``invariance.json`` (or the folder holding it), typed (:func:`read_record`)."""
+    return read_record(InvarianceResult, path, "invariance")
