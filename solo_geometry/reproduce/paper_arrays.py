@@ -3,13 +3,9 @@
 ``results/<dataset>/<backbone>/`` of github farischaudhry/projection-head-geometry holds
 ``guillotine_results.npy``, ``curvature_results.npy`` and ``orbit_visualization.npy`` (each a
 dict saved by ``np.save``, so a pickle) and
-``head_depth_ablations/geometric_ablation_depth_<k>.npz`` (plain arrays).
-:func:`read_npy_dict` unpickles with a restricted unpickler that builds numpy arrays, dtypes,
-scalars and plain containers and refuses any other global (:mod:`solo_geometry.inputs.npfiles`): a
-file that names a function is an error, not a call.
-
-:func:`paper_evidence` turns one such folder (or its files) into the evidence that
-:mod:`solo_geometry.reproduce.invariance.verdicts` judges.
+``head_depth_ablations/geometric_ablation_depth_<k>.npz`` (plain arrays), read by
+:mod:`solo_geometry.inputs.npfiles`'s restricted unpickler (a file that names a function is an
+error, not a call). :func:`paper_evidence` turns them into the evidence the verdicts judge.
 """
 
 from __future__ import annotations
@@ -21,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.evidence import Evidence, OrbitSummary, ProbeEvidence
 
 __all__ = ["KNOWN_FILES", "TEST_IMAGES", "paper_evidence", "read_npy_dict"]
 
@@ -68,21 +63,17 @@ def _array(d: Mapping[str, object], key: str, path: Path) -> np.ndarray:
     return np.asarray(d[key])
 
 
-def _number(d: Mapping[str, object], key: str, path: Path) -> float:
-    return float(_array(d, key, path))
-
-
 def _orbits(d: Mapping[str, object], path: Path) -> OrbitSummary:
     keys = ("orbits_z", "orbits_h", "orbit_ids", "orbit_labels")
     return OrbitSummary.from_arrays(*(_array(d, k, path) for k in keys))
 
 
 def _probes(d: Mapping[str, object], f: Path) -> ProbeEvidence:
-    return ProbeEvidence(
-        linear=(_number(d, "backbone_acc_linear", f), _number(d, "head_acc_linear", f)),
-        mlp=(_number(d, "backbone_acc_mlp", f), _number(d, "head_acc_mlp", f)),
-        n=TEST_IMAGES.get(str(d.get("dataset"))),
+    linear, mlp = (
+        tuple(float(_array(d, f"{part}_acc_{probe}", f)) for part in ("backbone", "head"))
+        for probe in ("linear", "mlp")
     )
+    return ProbeEvidence(linear, mlp, n=TEST_IMAGES.get(str(d.get("dataset"))))
 
 
 def paper_evidence(paths: list[str | Path]) -> Evidence:

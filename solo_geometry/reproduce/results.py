@@ -1,19 +1,12 @@
 """The reproductions' results on disk: one verdict type, one writer and one reader per file.
 
-Every experiment judges the paper's claims into :class:`Verdict` objects (frozen; they read
-as the ``{"id", "claim", "verdict", "evidence"}`` mappings they replace, so a page or a
-test indexes them as before). ``summary.json`` (the collapse sweep) and ``invariance.json``
-(the invariance experiments) are written by :func:`write_result` alone, which stamps their
-kind and :data:`RESULT_VERSION`, writes atomically (a temporary file, then a rename) and
-turns non-finite floats into ``null``; :func:`read_result` alone reads them back. Files
-written before the stamp (no ``version``) still read: they are version 0, same layout.
-
-The files' content is typed: frozen dataclasses (:class:`JsonRecord`) whose fields are the
-file's keys in the file's order. :func:`to_plain` and :func:`from_plain` are their one codec:
-a dataclass becomes an object field by field (tuples and arrays lists, verdicts their
-objects), and an object becomes the dataclass by its field types, checked, a missing key
-taking the field's default (so files of an older layout still read), a null ``float`` NaN;
-keys it does not know are ignored.
+:class:`Verdict` is every experiment's judged claim; :func:`write_result` alone writes
+``summary.json`` (the collapse sweep) and ``invariance.json`` (the invariance experiments), and
+:func:`read_result` alone reads them (docs/reproducing.md, section "Collapse"). Their content is
+frozen dataclasses (:class:`JsonRecord`) whose fields are the file's keys in the file's order;
+:func:`to_plain` and :func:`from_plain` are their one codec: a missing key takes the field's
+default (files of an older layout still read), a null ``float`` reads as NaN, and keys it does
+not know are ignored.
 """
 
 from __future__ import annotations
@@ -34,6 +27,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 from solo_geometry.folder.atomic import write_text
+from solo_geometry.folder.field_types import fits
 
 __all__ = [
     "KINDS",
@@ -43,6 +37,7 @@ __all__ = [
     "ResultFile",
     "Verdict",
     "from_plain",
+    "read_record",
     "read_result",
     "to_plain",
     "write_result",
@@ -60,21 +55,15 @@ _GROUP_KEYS = ("dataset", "backbone")
 
 @dataclass(frozen=True, eq=False)
 class Verdict(Mapping[str, str]):
-    """One claim's verdict with its evidence; a collapse verdict also names its group.
+    """One claim's verdict (one of :data:`VERDICTS`) with its evidence, as a read-only mapping.
 
-    Attributes:
-        id: the claim's identifier (e.g. ``smooth_escape``).
-        claim: the claim as the paper states it.
-        verdict: one of :data:`VERDICTS`.
-        evidence: the numbers the verdict rests on, in words.
-        dataset: the data set the runs judged came from (collapse verdicts), else None.
-        backbone: their backbone (collapse verdicts), else None.
+    A collapse verdict also names the data set and backbone of the runs judged.
     """
 
-    id: str
-    claim: str
+    id: str  # the claim's identifier, e.g. ``smooth_escape``
+    claim: str  # as the paper states it
     verdict: str
-    evidence: str
+    evidence: str  # the numbers the verdict rests on, in words
     dataset: str | None = None
     backbone: str | None = None
 
@@ -113,10 +102,7 @@ class Verdict(Mapping[str, str]):
         return cls(**{k: obj[k] for k in _VERDICT_KEYS + _GROUP_KEYS if k in obj})
 
     def __getitem__(self, key: str) -> str:
-        plain = self.as_json()
-        if key not in plain:
-            raise KeyError(key)
-        return plain[key]
+        return self.as_json()[key]  # KeyError for a key it does not hold
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.as_json())
@@ -127,16 +113,10 @@ class Verdict(Mapping[str, str]):
 
 @dataclass(frozen=True)
 class ResultFile:
-    """A result file as read: its kind, its layout version and its content.
+    """A result file as read: its content without the stamp, ``claims`` as :class:`Verdict`."""
 
-    Attributes:
-        kind: a key of :data:`KINDS`.
-        version: the layout version (0: written before versions were stamped).
-        content: the file's object without the stamp; its ``claims`` are :class:`Verdict`.
-    """
-
-    kind: str
-    version: int
+    kind: str  # a key of KINDS
+    version: int  # 0: written before versions were stamped
     content: Mapping[str, object]
 
     @property
@@ -168,12 +148,6 @@ def to_plain(value: object, *, finite: bool = True) -> object:
 
 
 _T = TypeVar("_T")
-_SCALARS: dict[type, tuple[type, ...]] = {
-    float: (int, float),
-    int: (int,),
-    str: (str,),
-    bool: (bool,),
-}
 
 
 def _decode_union(args: tuple[object, ...], value: object, where: str) -> object:
@@ -215,9 +189,8 @@ def _decode(tp: object, value: object, where: str) -> object:
         return value if isinstance(value, Verdict) else Verdict.from_json(value)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_plain(tp, value, where)
-    if isinstance(tp, type) and tp in _SCALARS:
-        if isinstance(value, _SCALARS[tp]) and (tp is bool or not isinstance(value, bool)):
-            return value
+    if tp in (float, int, str, bool) and fits(value, tp):
+        return value
     name = getattr(tp, "__name__", str(tp))
     raise ValueError(f"{where}: expected {name}, got {value!r}")
 
@@ -266,12 +239,7 @@ def _check_kind(kind: str) -> str:
 def write_result(
     folder: Path, kind: str, content: Mapping[str, object] | DataclassInstance
 ) -> Path:
-    """Write ``content`` as ``folder/<KINDS[kind]>``, stamped with its kind and version.
-
-    The file appears whole or not at all (a temporary file renamed over it).
-
-    Returns:
-        The path written.
+    """Write ``content`` as ``folder/<KINDS[kind]>``, stamped, whole or not at all; its path.
 
     Raises:
         ValueError: an unknown kind.
@@ -315,3 +283,13 @@ def read_result(path: Path, kind: str) -> ResultFile:
     if "claims" in data:
         data["claims"] = claims
     return ResultFile(kind, version, data)
+
+
+def read_record(cls: type[_T], path: str | Path, kind: str) -> _T:
+    """The content of a result file of ``kind`` (or its folder) as the dataclass ``cls``.
+
+    Raises:
+        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
+            message names the file.
+    """
+    return from_plain(cls, read_result(Path(path), kind).content, str(path))

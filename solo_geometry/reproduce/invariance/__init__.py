@@ -1,12 +1,8 @@
 """The invariance experiment: SimCLR with the paper's augmentations, probes and orbit readings.
 
-* :mod:`.experiment`: the pretraining runs and ``invariance.json``;
-* :mod:`.settings` and :mod:`.data`: its scales and the images it reads;
-* :mod:`.measure`: guillotine probes, the orbit table, rotation-sweep curvature, depth, whitening;
-* :mod:`.result`: ``invariance.json`` as typed records, its one reader :func:`.read_invariance`;
-* :mod:`.evidence`, :mod:`.orbit_evidence`, :mod:`.claims` and :mod:`.verdicts`: the claims
-  judged on saved results;
-* :mod:`.page`: the figures and ``invariance.html``.
+:mod:`.experiment` runs it (sizes: :mod:`.settings`, images: :mod:`.data`) through
+:mod:`.measure` into ``invariance.json`` (:mod:`.result`); :mod:`.evidence` and :mod:`.verdicts`
+judge the claims (the paper's numbers: :mod:`.claims`); :mod:`.page` draws ``invariance.html``.
 """
 
 from __future__ import annotations

@@ -59,29 +59,12 @@ PUBLISHED = Published(
 )
 # Per depth (Swish + BN heads): rotation linear probe Z, H; compression; separation Z, H;
 # curvature ratio mean kappa(H) / mean kappa(Z) over the 100 sweeps saved.
+_DEPTH_KEYS = ("z", "h", "compression", "separation_z", "separation_h", "curvature_ratio")
 PUBLISHED_DEPTH: dict[int, dict[str, float]] = {
-    1: {
-        "z": 0.4752,
-        "h": 0.4740,
-        "compression": 49.13,
-        "separation_z": 2.19,
-        "separation_h": 1.89,
-        "curvature_ratio": 1.93,
-    },
-    2: {
-        "z": 0.5282,
-        "h": 0.3970,
-        "compression": 57.22,
-        "separation_z": 2.07,
-        "separation_h": 2.61,
-        "curvature_ratio": 2.00,
-    },
-    3: {
-        "z": 0.5235,
-        "h": 0.3561,
-        "compression": 78.51,
-        "separation_z": 2.22,
-        "separation_h": 3.29,
-        "curvature_ratio": 2.09,
-    },
+    depth: dict(zip(_DEPTH_KEYS, row, strict=True))
+    for depth, row in {
+        1: (0.4752, 0.4740, 49.13, 2.19, 1.89, 1.93),
+        2: (0.5282, 0.3970, 57.22, 2.07, 2.61, 2.00),
+        3: (0.5235, 0.3561, 78.51, 2.22, 3.29, 2.09),
+    }.items()
 }

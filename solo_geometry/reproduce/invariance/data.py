@@ -11,7 +11,10 @@ class-stratified subset of the train and test splits is exported once as PNGs
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from torchvision import datasets
@@ -25,14 +28,10 @@ DATASETS = ("digits", *CIFAR_LAYOUT)
 
 
 def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
-    """Check the dataset choice; for CIFAR, that torchvision's files are under ``data_root``.
-
-    Args:
-        dataset: one of ``DATASETS``.
-        data_root: the folder holding torchvision's CIFAR folder (its ``root``).
+    """Check ``dataset`` (one of ``DATASETS``); for CIFAR, that torchvision's files are there.
 
     Returns:
-        The data root (None for digits).
+        ``data_root``, the folder holding torchvision's CIFAR folder (None for digits).
 
     Raises:
         ValueError: on an unknown dataset, or a file under ``data_root`` that is not a CIFAR
@@ -64,19 +63,28 @@ def train_size(dataset: str, train_path: Path) -> int:
     return len(datasets.ImageFolder(str(train_path)).samples)
 
 
-def _export(base: CifarFiles, out: Path, n: int, seed: int) -> Path:
-    labels = torch.tensor(base.targets)
-    keep = labels.numel()
-    if n < keep:
-        keep_idx = stratified_split(labels, n / keep, torch.Generator().manual_seed(seed))[1]
-    else:
-        keep_idx = torch.arange(keep)
-    for i in keep_idx.tolist():
-        image, label = base[i]
-        folder = out / f"{label:03d}"
+def _export(base: Callable[[], Any], out: Path, split: str, n: int, seed: int) -> Path:
+    """``out/<split>``: a seeded, class-stratified subset of ``n`` images of ``base()``, once.
+
+    Written beside, then renamed: never a half-written folder; one already there is kept.
+    """
+    target = out / split
+    if target.is_dir():
+        return target
+    data = base()
+    labels = torch.tensor(data.targets)
+    keep = torch.arange(labels.numel())
+    if n < labels.numel():
+        gen = torch.Generator().manual_seed(seed)
+        keep = stratified_split(labels, n / labels.numel(), gen)[1]
+    part = out / f".{split}.partial"
+    shutil.rmtree(part, ignore_errors=True)
+    for i in keep.tolist():
+        image, label = data[i]
+        folder = part / f"{label:03d}"
         folder.mkdir(parents=True, exist_ok=True)
         image.save(folder / f"{i:05d}.png")
-    return out
+    return part.rename(target)
 
 
 def export_cifar(
@@ -94,42 +102,25 @@ def export_cifar(
     Returns:
         The train and test folders.
     """
-    folders = []
-    for split, n in zip(("train", "test"), sizes, strict=True):
-        target = out / split
-        if not target.is_dir():  # written beside, then renamed: never a half-written folder
-            base = CifarFiles(data_root, dataset, train=split == "train")
-            partial = out / f".{split}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            _export(base, partial, n, seed).rename(target)
-        folders.append(target)
-    return folders[0], folders[1]
+    splits = zip(("train", "test"), sizes, strict=True)
+    train, test = (
+        _export(partial(CifarFiles, data_root, dataset, train=s == "train"), out, s, n, seed)
+        for s, n in splits
+    )
+    return train, test
 
 
 def subset_folders(
     folders: tuple[Path, Path], out: Path, sizes: tuple[int, int], seed: int = 0
 ) -> tuple[Path, Path]:
-    """Stratified subsets of the probes' two image folders, where a size is below a folder's.
+    """Stratified subsets of the probes' two image folders, written as :func:`export_cifar`'s.
 
-    Args:
-        folders: probe-train and held-out class folders.
-        out: ``<out>/train`` and ``<out>/test`` are written unless already there.
-        sizes: images kept from each.
-        seed: fixes the subsets.
-
-    Returns:
-        The two folders to probe on (a folder no larger than its size is kept as it is).
+    A folder no larger than its size is kept as it is; the two folders to probe on are returned.
     """
-    kept = []
-    for split, folder, n in zip(("train", "test"), folders, sizes, strict=True):
-        base = datasets.ImageFolder(str(folder))
-        target = out / split
-        if n >= len(base.samples):
-            kept.append(folder)
-            continue
-        if not target.is_dir():
-            partial = out / f".{split}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            _export(base, partial, n, seed).rename(target)
-        kept.append(target)
-    return kept[0], kept[1]
+    train, test = (
+        folder
+        if n >= len(datasets.ImageFolder(str(folder)).samples)
+        else _export(partial(datasets.ImageFolder, str(folder)), out, split, n, seed)
+        for split, folder, n in zip(("train", "test"), folders, sizes, strict=True)
+    )
+    return train, test

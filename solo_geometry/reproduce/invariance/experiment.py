@@ -1,13 +1,9 @@
 """The paper's invariance findings from one command (``solo-geometry reproduce invariance``).
 
-Five experiments, each pretraining SimCLR on the lightly host with the paper's augmentations,
-optimiser and loss (``recipes/digits/simclr_invariance.yaml``; docs/reproducing.md,
-"Invariance"): the guillotine (the paper's ReLU + BatchNorm projector, probes on Z vs H), the
-orbit table, the curvature of rotation sweeps, head depth 1, 2, 3 (Swish + BatchNorm heads)
-and whitening (a metric-linear head), measured by :mod:`.measure`. Everything lands in
-``--out``: ``invariance.json``, the orbit and sweep arrays in the paper's layout, the run
-folders and ``invariance.html``. Seeds follow the paper's code: one pretraining, then
-``seeds`` draws of the orbit images and of the curvature sweeps.
+Five experiments (docs/reproducing.md, "Invariance"), each pretraining SimCLR on the lightly
+host with the paper's protocol (``recipes/digits/simclr_invariance.yaml``), measured by
+:mod:`.measure`; everything lands in ``--out``. Seeds follow the paper's code: one pretraining,
+then ``seeds`` draws of the orbit images and of the curvature sweeps.
 """
 
 from __future__ import annotations
@@ -59,7 +55,9 @@ __all__ = [
     "QUICK",
     "RECIPE",
     "InvarianceSettings",
+    "geometry_on",
     "invariance_experiment",
+    "paper_head",
     "run_invariance_experiment",
 ]
 
@@ -122,7 +120,7 @@ def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]
     ]
 
 
-def _geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[str]:
+def geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[str]:
     """Geometry on for a swapped head: statistics only, no budget, no end-of-fit probes.
 
     No run report either: the reproduction draws its own page.
@@ -166,62 +164,32 @@ def paper_head(activation: str, depth: int) -> list[str]:
     ]
 
 
-def _guillotine(out: Path, data: _Data, s: InvarianceSettings) -> Guillotine:
-    # the paper's ReLU + BN projector (run_guillotine_experiment), in place of the recipe's
-    run = _pretrain(out, data, s, s.epochs, _geometry_on(paper_head("relu", 2), every=10**6))
+def _measured(out: Path, data: _Data, s: InvarianceSettings, depth: int = 0) -> Guillotine:
+    """Pretrain with the paper's head and measure it.
+
+    Depth 0: the guillotine (the ReLU head of depth 2; class and rotation, linear and MLP
+    probes); else the depth ablation's Swish head of that depth (the rotation linear probe).
+    """
+    targets: tuple[str, ...] = ("class", "rotation")
+    probes: tuple[str, ...] = ("linear", "mlp")
+    head, epochs, stem = paper_head("relu", 2), s.epochs, ""
+    if depth:
+        head, epochs, stem = paper_head("swish", depth), s.depth_epochs, f"_depth{depth}"
+        targets, probes = ("rotation",), ("linear",)
+    run = _pretrain(out, data, s, epochs, geometry_on(head, every=10**6))
     model = load_model(run)
-    probes, paper = probe_rows(
-        model,
-        data.splits,
-        run,
-        targets=("class", "rotation"),
-        probes=("linear", "mlp"),
-        mlp_epochs=s.mlp_epochs,
-        mlp_patience=s.mlp_patience,
-    )
+    rows, paper = probe_rows(model, data.splits, run, targets, probes, s)
     norm = feature_norm(model, data.norm_images)
     return Guillotine(
         run=str(run),
         head="relu_bn",
-        probes=tuple(probes),
+        probes=tuple(rows),
         probes_paper=paper,
         n_test=len(data.splits.test_y),
-        orbits=orbit_seeds(model, data.splits, out, s.seeds, "orbits", norm),
-        curvature=curvature_seeds(model, data.splits, out, s.seeds, s.curvature_images, "sweeps"),
-    )
-
-
-def _depth(out: Path, data: _Data, s: InvarianceSettings, depth: int) -> DepthRow:
-    head = paper_head("swish", depth)  # head_depth_ablations.py's FlexibleProjectionHead
-    run = _pretrain(out, data, s, s.depth_epochs, _geometry_on(head, every=10**6))
-    model = load_model(run)
-    probes, paper = probe_rows(
-        model,
-        data.splits,
-        run,
-        targets=("rotation",),
-        probes=("linear",),
-        mlp_epochs=s.mlp_epochs,
-        mlp_patience=s.mlp_patience,
-    )
-    norm = feature_norm(model, data.norm_images)
-    orbits = orbit_seeds(model, data.splits, out, s.seeds, f"orbits_depth{depth}", norm)
-    curv = curvature_seeds(
-        model, data.splits, out, s.seeds, s.curvature_images, f"sweeps_depth{depth}"
-    )
-    over = orbits["unit_z"].table
-    return DepthRow(
-        depth=depth,
-        run=str(run),
-        rotation_linear=probes[0],
-        rotation_paper=paper,
-        compression=over.compression,
-        compression_raw_z=orbits["raw_z"].table.compression,
-        separation_z=over.z.separation,
-        separation_h=over.h.separation,
-        curvature_ratio=curv.ratio,
-        orbits=orbits,
-        curvature=curv,
+        orbits=orbit_seeds(model, data.splits, out, s.seeds, f"orbits{stem}", norm),
+        curvature=curvature_seeds(
+            model, data.splits, out, s.seeds, s.curvature_images, f"sweeps{stem}"
+        ),
     )
 
 
@@ -229,7 +197,7 @@ def _whitening(out: Path, data: _Data, s: InvarianceSettings) -> Whitening:
     per_epoch = train_size(data.dataset, data.train_path) // s.batch_size  # last batch dropped
     steps = s.whitening_epochs * min(per_epoch, s.limit_batches or per_epoch)
     every = max(1, steps // 8)  # about 8 measurements over training, and the final one
-    extra = _geometry_on(["geometry.head.name=metric_linear"], every=every)
+    extra = geometry_on(["geometry.head.name=metric_linear"], every=every)
     run = _pretrain(out, data, s, s.whitening_epochs, [*extra, "++checkpoint.keep_prev=true"])
     folder = RunFolder(run)
     keys = (
@@ -298,8 +266,12 @@ def run_invariance_experiment(
     seconds: dict[str, float] = {}
     start = _stage(f"data: {dataset}")
     data = _prepare(dataset, out, root, settings)
-    guillotine = _timed(seconds, "guillotine", lambda: _guillotine(out, data, settings))
-    depth = _timed(seconds, "depth", lambda: tuple(_depth(out, data, settings, d) for d in _DEPTHS))
+    guillotine = _timed(seconds, "guillotine", lambda: _measured(out, data, settings))
+    depth = _timed(
+        seconds,
+        "depth",
+        lambda: tuple(DepthRow.of(d, _measured(out, data, settings, d)) for d in _DEPTHS),
+    )
     whitening = _timed(seconds, "whitening", lambda: _whitening(out, data, settings))
     result = InvarianceResult(
         schema=SCHEMA,

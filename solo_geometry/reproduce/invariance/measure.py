@@ -1,28 +1,17 @@
 """The measurements of the paper's invariance experiments on one pretrained backbone and head.
 
 Each follows the paper's reference code (experiments.py, head_depth_ablations.py) through this
-package's own pieces:
-
-* probes: :func:`solo_geometry.analysis.evaluation.evaluate` fits linear and MLP probes on Z and
-  on H for the class and the 4-way rotation target (docs/design.md section 3, "Probes");
-* orbits: the paper's protocol (5 classes x 3 images x 12 rotations) and its statistics, once
-  per sampling seed, under both inputs of the head: unit z (the paper's code) and raw z (as in
-  training), with the mean norm of raw training features and the cosine of H's rows with their
-  mean (under unit z the head's BatchNorm statistics, set by features of that norm, add a common
-  offset); the arrays are saved in the paper's layout
-  (``orbits_z``, ``orbits_h``, ``orbit_ids``, ``orbit_labels``, ``orbit_angles``), so
-  ``solo-geometry orbits FILE`` re-analyses them;
-* curvature: 0 to 45 degree sweeps of held-out images drawn per seed (the paper draws 200 per
-  seed, 3 seeds), kappa(Z), kappa(H) and their ratio per seed, then mean and std over seeds
-  (population std, as the paper's ``np.std``);
-* whitening: covariance spectra of Z and H on held-out images, the whitening score and the
-  metric spectrum of a metric-linear head, per checkpoint.
+package's own pieces, as docs/reproducing.md ("Invariance") lists them: this package's and the
+paper's probes (:func:`solo_geometry.analysis.evaluation.evaluate`), the orbit table per draw
+under both inputs of the head (:data:`.result.READINGS`; arrays saved in the paper's layout, so
+``solo-geometry orbits FILE`` re-analyses them), the curvature of rotation sweeps per draw and
+over draws (population std, as the paper's ``np.std``), and the covariance and metric spectra.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import product
 from pathlib import Path
 
@@ -38,6 +27,7 @@ from solo_geometry.geometry.augment import apply_normalisation, deterministic_mo
 from solo_geometry.geometry.curvature import curvature_comparison, sweep_representations
 from solo_geometry.geometry.orbits import (
     OrbitImages,
+    Pair,
     mean_std,
     orbit_comparison,
     orbit_images,
@@ -47,8 +37,9 @@ from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.features import extract_features
 from solo_geometry.models.checkpoint import LoadedModel
 from solo_geometry.models.heads import MetricLinearHead
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.evidence import OrbitSummary
 from solo_geometry.reproduce.invariance.result import (
+    READINGS,
     Curvature,
     CurvatureSeed,
     OrbitReading,
@@ -59,6 +50,7 @@ from solo_geometry.reproduce.invariance.result import (
     ProbePair,
     Spectra,
 )
+from solo_geometry.reproduce.invariance.settings import InvarianceSettings
 
 __all__ = [
     "Splits",
@@ -75,41 +67,26 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Splits:
-    """Probe-train and held-out image folders and the held-out images in memory.
-
-    Attributes:
-        train: probe-train class folders.
-        test: held-out class folders.
-        test_x: held-out images (N, 3, H, W) in [0, 1].
-        test_y: their classes (N,).
-    """
+    """Probe-train and held-out class folders, and the held-out images in memory."""
 
     train: Path
     test: Path
-    test_x: Tensor
-    test_y: Tensor
+    test_x: Tensor  # (N, 3, H, W) in [0, 1]
+    test_y: Tensor  # (N,) classes
 
 
 def probe_rows(
     model: LoadedModel,
     splits: Splits,
     run: Path,
-    *,
     targets: Sequence[str],
     probes: Sequence[str],
-    mlp_epochs: int,
-    mlp_patience: int = MlpProbeConfig.patience,
+    s: InvarianceSettings,
 ) -> tuple[list[ProbePair], PaperProbes]:
     """This package's and the paper's probes of a run (``geometry.probes.protocol=both``).
 
-    Args:
-        model: the run's backbone and head.
-        splits: probe-train and held-out folders.
-        run: the run folder (``probes.json`` and the feature cache ``features.pt`` written there).
-        targets: ``class`` and/or ``rotation``.
-        probes: ``linear`` and/or ``mlp``.
-        mlp_epochs: epoch cap of the MLP probe.
-        mlp_patience: epochs without validation gain before the MLP probe stops.
+    ``probes.json`` and the feature cache are written in the run folder ``run``; the MLP probe
+    is capped and stopped by ``s.mlp_epochs`` and ``s.mlp_patience``.
 
     Returns:
         One row per (target, probe), and the paper's probes (``probes.json``'s ``paper``).
@@ -119,7 +96,7 @@ def probe_rows(
         probes=list(probes),
         protocol="both",
         # early-stopped on validation, as the reproduction's patience was calibrated
-        mlp=MlpProbeConfig(stop="val", max_epochs=mlp_epochs, patience=mlp_patience),
+        mlp=MlpProbeConfig(stop="val", max_epochs=s.mlp_epochs, patience=s.mlp_patience),
         orbits=OrbitsConfig(families=[]),  # the paper's orbits are measured per seed below
     )
     table = evaluate(
@@ -142,22 +119,17 @@ def probe_rows(
     return out, PaperProbes.from_json(table.paper, where="probes.json's paper")
 
 
-# The two inputs of the head in an orbit table: the paper's code feeds unit z, training fed raw z.
-READINGS = {"unit_z": "paper", "raw_z": "default"}  # reading -> orbit_representations protocol
+def _features(model: LoadedModel, images: Tensor) -> Tensor:
+    """Raw backbone features (B, d) of images (B, 3, H, W) in [0, 1], normalised as trained."""
+    x = images if model.mean_std is None else apply_normalisation(images, model.mean_std)
+    return model.backbone(x).flatten(1)
 
 
 @torch.no_grad()
 def feature_norm(model: LoadedModel, images: Tensor, batch_size: int = 256) -> float:
     """Mean L2 norm of raw backbone features (eval mode) of ``images`` (N, 3, H, W) in [0, 1]."""
     with deterministic_mode(model.backbone, batch_stats=False):
-        norms = [
-            model.backbone(
-                chunk if model.mean_std is None else apply_normalisation(chunk, model.mean_std)
-            )
-            .flatten(1)
-            .norm(dim=1)
-            for chunk in images.split(batch_size)
-        ]
+        norms = [_features(model, chunk).norm(dim=1) for chunk in images.split(batch_size)]
     return float(torch.cat(norms).double().mean())
 
 
@@ -181,8 +153,7 @@ def orbit_readings(
     hs: dict[str, list[Tensor]] = {name: [] for name in READINGS}
     with deterministic_mode(nn.ModuleList([model.backbone, model.head]), batch_stats=False):
         for chunk in images.split(batch_size):
-            x = chunk if model.mean_std is None else apply_normalisation(chunk, model.mean_std)
-            z = model.backbone(x).flatten(1)
+            z = _features(model, chunk)
             zn = F.normalize(z, dim=1)
             zs.append(zn)
             hs["unit_z"].append(F.normalize(model.head(zn), dim=1))
@@ -191,16 +162,9 @@ def orbit_readings(
     return {name: (Z, torch.cat(h)) for name, h in hs.items()}
 
 
-_STATS = ("spread", "d_intra", "d_inter", "separation")
-
-
-def _over_seeds(per_seed: Sequence[OrbitSeed], space: str) -> OrbitStats:
-    """Mean and std over seeds of each statistic's mean in ``space``."""
-    pairs = {}
-    for key in _STATS:
-        means = [getattr(getattr(row, space), key)[0] for row in per_seed]
-        pairs[key] = mean_std(torch.tensor(means, dtype=torch.float64))
-    return OrbitStats(**pairs)
+def _over(values: Sequence[float | None], dtype: torch.dtype = torch.float64) -> Pair:
+    """Mean and population std over seeds."""
+    return mean_std(torch.tensor(values, dtype=dtype))
 
 
 def _reading(
@@ -225,32 +189,26 @@ def _reading(
         row = OrbitSeed.from_json(table, where=path.name)
         per_seed.append(replace(row, file=path.name, summary=summary))
         cosines.append(summary.h_cosine_to_mean)
-    over = OrbitTable(
-        z=_over_seeds(per_seed, "z"),
-        h=_over_seeds(per_seed, "h"),
-        compression=mean_std(torch.tensor([r.compression for r in per_seed])),
-    )
+    spaces = {  # each statistic's mean, over seeds
+        sp: OrbitStats(
+            **{
+                k.name: _over([getattr(getattr(r, sp), k.name)[0] for r in per_seed])
+                for k in fields(OrbitStats)
+            }
+        )
+        for sp in ("z", "h")
+    }
+    over = OrbitTable(**spaces, compression=_over([r.compression for r in per_seed], torch.float32))
     return OrbitReading(over, tuple(per_seed), h_cosine_to_mean=sum(cosines) / len(cosines))
 
 
 def orbit_seeds(
     model: LoadedModel, splits: Splits, folder: Path, seeds: int, stem: str, norm: float
 ) -> dict[str, OrbitReading]:
-    """The paper's orbit table once per image draw, under both inputs of the head.
+    """The paper's orbit table for draws 0 .. ``seeds`` - 1 of held-out images, per reading.
 
-    Args:
-        model: backbone and head.
-        splits: held-out images to draw the orbits from.
-        folder: where ``<stem>_seed<s>.npz`` (unit z) and ``<stem>_raw_z_seed<s>.npz`` go.
-        seeds: number of draws (seeds 0 .. seeds - 1).
-        stem: file name stem.
-        norm: mean norm of raw training features (:func:`feature_norm`), recorded per reading.
-
-    Returns:
-        ``unit_z`` (the head fed unit z, the paper's code) and ``raw_z`` (raw z, as in training),
-        each with ``table`` (mean and std over seeds of each statistic's mean, and the
-        compression), ``per_seed`` (the paper's table, ``file`` and an :class:`OrbitSummary`),
-        ``feature_norm`` and ``h_cosine_to_mean`` (mean over seeds).
+    The arrays go to ``folder/<stem>_seed<s>.npz`` (unit z) and ``<stem>_raw_z_seed<s>.npz``;
+    ``norm`` (:func:`feature_norm`) is recorded with each reading.
     """
     draws: dict[str, list[tuple[OrbitImages, Tensor, Tensor]]] = {name: [] for name in READINGS}
     for seed in range(seeds):
@@ -267,19 +225,9 @@ def orbit_seeds(
 def curvature_seeds(
     model: LoadedModel, splits: Splits, folder: Path, seeds: int, images: int, stem: str
 ) -> Curvature:
-    """Curvature of 0-45 degree rotation sweeps, Z vs H, per seed and over seeds.
+    """Curvature of 0-45 degree rotation sweeps of ``images`` held-out images per draw.
 
-    Args:
-        model: backbone and head.
-        splits: held-out images.
-        folder: where ``<stem>_seed<s>.npz`` (``sweeps_z`` (S, 10, d), ``sweeps_h``) go.
-        seeds: number of image draws.
-        images: sweeps per draw (the paper's 200).
-        stem: file name stem.
-
-    Returns:
-        ``per_seed`` (``kappa_z``, ``kappa_h``: mean over sweeps; ``ratio``; ``file``) and
-        ``kappa_z``, ``kappa_h``, ``ratio``: (mean, std) over seeds, as the paper reports.
+    The sweeps go to ``folder/<stem>_seed<s>.npz`` (``sweeps_z`` (S, 10, d), ``sweeps_h``).
     """
     per_seed = []
     for seed in range(seeds):
@@ -293,8 +241,7 @@ def curvature_seeds(
         c = curvature_comparison(Rz, Rh)
         per_seed.append(CurvatureSeed(c.kappa_z[0], c.kappa_h[0], c.ratio, c.n_sweeps, path.name))
     over = {
-        key: mean_std(torch.tensor([getattr(r, key) for r in per_seed], dtype=torch.float64))
-        for key in ("kappa_z", "kappa_h", "ratio")
+        key: _over([getattr(r, key) for r in per_seed]) for key in ("kappa_z", "kappa_h", "ratio")
     }
     return Curvature(tuple(per_seed), **over)
 
@@ -302,15 +249,7 @@ def curvature_seeds(
 def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
     """Covariance spectra of Z and H on held-out images, whitening score, metric spectrum.
 
-    Args:
-        model: backbone and head (a metric-linear head adds its metric's spectrum).
-        splits: held-out images.
-        epoch: the checkpoint's epoch, recorded with the spectra.
-
-    Returns:
-        ``cov_z``, ``cov_h`` (eigenvalues, descending), ``whitening`` (score, rank, cond_z,
-        cond_h), and for a metric-linear head ``metric`` (min, max, cond, rank, effective
-        rank) and ``metric_eigenvalues`` (descending).
+    ``epoch`` is the checkpoint's; a metric-linear head adds its metric's spectrum.
     """
     feats = extract_features(
         model.backbone,
@@ -331,8 +270,6 @@ def spectra_of(model: LoadedModel, splits: Splits, epoch: int = 0) -> Spectra:
         with torch.no_grad():
             eig = model.head.metric_spectrum().double()  # (d,) ascending
         spec = metric_spectrum(eig, dtype=next(model.head.parameters()).dtype)  # its floor
-        metric = {
-            k: float(getattr(spec, k)) for k in ("min", "max", "cond", "rank", "effective_rank")
-        }
+        metric = {k.removeprefix("metric/"): v for k, v in spec.as_record().items()}
         out = replace(out, metric=metric, metric_eigenvalues=tuple(eig.flip(0).tolist()))
     return out

@@ -8,18 +8,28 @@ that result. The page frame, tables and figures are :mod:`solo_geometry.analysis
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from solo_geometry.analysis.pages import Section, claims, pm, save_plot, table, write_page
+from solo_geometry.analysis.pages import (
+    Line,
+    Panel,
+    Section,
+    claims,
+    plot_panels,
+    pm,
+    save_plot,
+    table,
+    write_page,
+)
 from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH
 from solo_geometry.reproduce.invariance.result import (
     Curvature,
     DepthRow,
-    Guillotine,
     InvarianceResult,
     OrbitReading,
     PaperProbes,
@@ -53,74 +63,52 @@ DEPARTURES = (
 )
 
 
+def _zh(pair: Sequence[float] | None, fmt: str = "{:.4f}") -> str:
+    """``Z / H``; a dash without numbers."""
+    return "—" if pair is None else " / ".join(fmt.format(v) for v in pair)
+
+
+def _gap(z: float, h: float) -> tuple[str, str, str]:
+    return f"{z:.4f}", f"{h:.4f}", f"{z - h:+.4f}"
+
+
 def _paper_probes_html(paper: PaperProbes) -> str:
     """The paper's rotation probes (``geometry.probes.protocol=both``) beside its numbers."""
-    rows = []
-    for probe, (z, h) in (("linear", paper.linear), ("mlp", paper.mlp)):
-        pub = PUBLISHED.probes[f"rotation_{probe}"]
-        rows.append(
-            (
-                probe,
-                f"{z:.4f}",
-                f"{h:.4f}",
-                f"{z - h:+.4f}",
-                paper.n,
-                f"{pub[0]:.4f} / {pub[1]:.4f}",
-            )
-        )
+    rows = [
+        (probe, *_gap(z, h), paper.n, _zh(PUBLISHED.probes[f"rotation_{probe}"]))
+        for probe, (z, h) in (("linear", paper.linear), ("mlp", paper.mlp))
+    ]
     return table(("probe", "Z", "H", "Z - H", "held-out images", "paper Z / H"), rows)
 
 
 def _probes_html(probes: Sequence[ProbePair]) -> str:
-    rows = []
-    for r in probes:
-        pub = PUBLISHED.probes.get(f"{r.target}_{r.probe}")
-        paper = "—" if pub is None else f"{pub[0]:.4f} / {pub[1]:.4f}"
-        rows.append(
-            (
-                r.target,
-                r.probe,
-                f"{r.z:.4f}",
-                f"{r.h:.4f}",
-                f"{r.gap:+.4f}",
-                f"{r.chance:.3f}",
-                paper,
-            )
-        )
+    rows = [
+        (r.target, r.probe, *_gap(r.z, r.h), f"{r.chance:.3f}", _zh(_published_probe(r)))
+        for r in probes
+    ]
     return table(("target", "probe", "Z", "H", "Z - H", "chance", "paper Z / H"), rows)
+
+
+def _published_probe(r: ProbePair) -> tuple[float, float] | None:
+    return PUBLISHED.probes.get(f"{r.target}_{r.probe}")
+
+
+_FORMS = {"spread": "{:.3e}", "d_intra": "{:.4f}", "d_inter": "{:.4f}", "separation": "{:.2f}"}
 
 
 def _orbits_html(orbits: OrbitReading) -> str:
     first, over = orbits.per_seed[0], orbits.table
-    forms = {"spread": "{:.3e}", "d_intra": "{:.4f}", "d_inter": "{:.4f}", "separation": "{:.2f}"}
-    rows = []
-    for key, fmt in forms.items():
+    rows: list[tuple[object, ...]] = []
+    for key, fmt in _FORMS.items():
+        ours = [pm(getattr(part, key), fmt) for part in (first.z, first.h, over.z, over.h)]
         if key == "separation":
-            sep = PUBLISHED.separation
-            paper = f"{pm(sep[0], fmt)} / {pm(sep[1], fmt)}"
+            paper = " / ".join(pm(pair, fmt) for pair in PUBLISHED.separation)
         else:
-            pub = PUBLISHED.orbit_stats[key]
-            paper = f"{fmt.format(pub[0])} / {fmt.format(pub[1])}"
-        rows.append(
-            (
-                key,
-                pm(getattr(first.z, key), fmt),
-                pm(getattr(first.h, key), fmt),
-                pm(getattr(over.z, key), fmt),
-                pm(getattr(over.h, key), fmt),
-                paper,
-            )
-        )
-    rows.append(
-        (
-            "compression",
-            f"{first.compression:.2f}x",
-            "",
-            pm(over.compression, "{:.2f}"),
-            "",
-            f"{PUBLISHED.compression:.2f}x",
-        )
-    )
+            paper = _zh(PUBLISHED.orbit_stats[key], fmt)
+        rows.append((key, *ours, paper))
+    compression = pm(over.compression, "{:.2f}")
+    paper = f"{PUBLISHED.compression:.2f}x"
+    rows.append(("compression", f"{first.compression:.2f}x", "", compression, "", paper))
     header = (
         "statistic",
         "Z (seed 0, ± over orbits)",
@@ -146,70 +134,48 @@ def _curvature_html(curv: Curvature) -> str:
         (f"seed {i}", f"{r.kappa_z:.4f}", f"{r.kappa_h:.4f}", f"{r.ratio:.3f}", r.n_sweeps)
         for i, r in enumerate(curv.per_seed)
     ]
-    rows.append(("over seeds", pm(curv.kappa_z), pm(curv.kappa_h), pm(curv.ratio, "{:.3f}"), ""))
-    rows.append(
-        (
-            "paper",
-            pm(PUBLISHED.curvature_z),
-            pm(PUBLISHED.curvature_h),
-            pm(PUBLISHED.curvature_ratio, "{:.3f}"),
-            200,
-        )
-    )
+    for name, (z, h, ratio), sweeps in (
+        ("over seeds", (curv.kappa_z, curv.kappa_h, curv.ratio), ""),
+        ("paper", (PUBLISHED.curvature_z, PUBLISHED.curvature_h, PUBLISHED.curvature_ratio), 200),
+    ):
+        rows.append((name, pm(z), pm(h), pm(ratio, "{:.3f}"), sweeps))
     return table(("", "kappa(Z)", "kappa(H)", "kappa(H) / kappa(Z)", "sweeps"), rows)
+
+
+# The depth table's and figure's numbers: DepthRow's fields, PUBLISHED_DEPTH's keys; each with
+# its figure title, its column and its format.
+_DEPTH = {
+    "compression": ("orbit compression", "compression", "{:.2f}"),
+    "separation_z": ("separation in Z", "separation Z", "{:.2f}"),
+    "separation_h": ("separation in H", "separation H", "{:.2f}"),
+    "curvature_ratio": ("curvature ratio", "curvature ratio", "{:.3f}"),
+}
+_PAPER_DEPTH = ("paper Z / H", "paper compr.", "paper sep. Z / H", "paper curv.")
 
 
 def _depth_html(depth: Sequence[DepthRow]) -> str:
     rows = []
     for d in depth:
         p, r = PUBLISHED_DEPTH[d.depth], d.rotation_linear
-        rows.append(
-            (
-                d.depth,
-                f"{r.z:.3f} / {r.h:.3f}",
-                f"{r.gap:+.3f}",
-                pm(d.compression, "{:.2f}"),
-                pm(d.separation_z, "{:.2f}"),
-                pm(d.separation_h, "{:.2f}"),
-                pm(d.curvature_ratio, "{:.3f}"),
-                f"{p['z']:.3f} / {p['h']:.3f}",
-                f"{p['compression']:.1f}x",
-                f"{p['separation_z']:.2f} / {p['separation_h']:.2f}",
-                f"{p['curvature_ratio']:.2f}x",
-            )
+        ours = [pm(getattr(d, key), fmt) for key, (_, _, fmt) in _DEPTH.items()]
+        paper = (
+            _zh((p["z"], p["h"]), "{:.3f}"),
+            f"{p['compression']:.1f}x",
+            _zh((p["separation_z"], p["separation_h"]), "{:.2f}"),
+            f"{p['curvature_ratio']:.2f}x",
         )
-    header = (
-        "depth",
-        "rotation linear Z / H",
-        "gap",
-        "compression",
-        "separation Z",
-        "separation H",
-        "curvature ratio",
-        "paper Z / H",
-        "paper compr.",
-        "paper sep. Z / H",
-        "paper curv.",
-    )
-    return table(header, rows)
+        rows.append((d.depth, _zh((r.z, r.h), "{:.3f}"), f"{r.gap:+.3f}", *ours, *paper))
+    columns = [column for _, column, _ in _DEPTH.values()]
+    return table(("depth", "rotation linear Z / H", "gap", *columns, *_PAPER_DEPTH), rows)
 
 
 def _whitening_html(wh: Whitening) -> str:
     rows = []
     for e in wh.epochs:
-        w, m = e.whitening, e.metric
-        rows.append(
-            (
-                e.epoch,
-                f"{w.score:.3f}",
-                f"{w.cond_z:.1f}",
-                f"{w.cond_h:.1f}",
-                w.rank,
-                f"{float('nan') if m is None else m['cond']:.2f}",
-                f"{float('nan') if m is None else m['effective_rank']:.1f}",
-                e.n_samples,
-            )
-        )
+        w, m = e.whitening, e.metric or {}
+        cond, rank = m.get("cond", math.nan), m.get("effective_rank", math.nan)
+        score = (f"{w.score:.3f}", f"{w.cond_z:.1f}", f"{w.cond_h:.1f}", w.rank)
+        rows.append((e.epoch, *score, f"{cond:.2f}", f"{rank:.1f}", e.n_samples))
     header = (
         "epoch",
         "whitening score",
@@ -242,68 +208,60 @@ def _fig_orbits(out: Path, orbits: OrbitReading) -> Path:
     return save_plot(fig, out / "figures" / "orbits.png", dpi=110)
 
 
-def _fig_depth(out: Path, depth: Sequence[DepthRow]) -> Path:
-    ds = [d.depth for d in depth]
-    panels = [
-        (
-            "rotation probe gap Z - H",
-            [d.rotation_linear.gap for d in depth],
-            None,
-            [PUBLISHED_DEPTH[k]["z"] - PUBLISHED_DEPTH[k]["h"] for k in ds],
-        ),
-        (
-            "orbit compression",
-            [d.compression[0] for d in depth],
-            [d.compression[1] for d in depth],
-            [PUBLISHED_DEPTH[k]["compression"] for k in ds],
-        ),
-        (
-            "separation in H",
-            [d.separation_h[0] for d in depth],
-            [d.separation_h[1] for d in depth],
-            [PUBLISHED_DEPTH[k]["separation_h"] for k in ds],
-        ),
-        (
-            "curvature ratio",
-            [d.curvature_ratio[0] for d in depth],
-            [d.curvature_ratio[1] for d in depth],
-            [PUBLISHED_DEPTH[k]["curvature_ratio"] for k in ds],
-        ),
+def _depth_panel(title: str, ours: Sequence, err: Sequence | None, paper: list, ds: list) -> Panel:
+    lines = [
+        Line(ours, "this run (± over seeds)", style="-o", x=ds, err=err),
+        Line(paper, "paper (CIFAR-10)", "gray", "--s", x=ds),
     ]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    for ax, (title, ours, err, paper) in zip(axes, panels, strict=True):
-        ax.errorbar(ds, ours, yerr=err, fmt="-o", capsize=3, label="this run (± over seeds)")
-        ax.plot(ds, paper, "--s", color="gray", label="paper (CIFAR-10)")
-        ax.set_xticks(ds)
-        ax.set_xlabel("head depth")
-        ax.set_title(title)
-    axes[0].legend(fontsize=8)
-    return save_plot(fig, out / "figures" / "depth.png", dpi=110)
+    return Panel(title, lines, xlabel="head depth", logy=False, integer_x=True)
+
+
+def _fig_depth(out: Path, depth: Sequence[DepthRow]) -> Path:
+    ds, pub = [d.depth for d in depth], [PUBLISHED_DEPTH[d.depth] for d in depth]
+    gap = [d.rotation_linear.gap for d in depth]
+    panels = [
+        _depth_panel("rotation probe gap Z - H", gap, None, [p["z"] - p["h"] for p in pub], ds)
+    ]
+    for key in ("compression", "separation_h", "curvature_ratio"):
+        ours, err = zip(*(getattr(d, key) for d in depth), strict=True)
+        panels.append(_depth_panel(_DEPTH[key][0], ours, err, [p[key] for p in pub], ds))
+    return plot_panels(out / "figures" / "depth.png", panels, size=(3.75, 3.6), dpi=110)
+
+
+def _spectra(wh: Whitening) -> tuple[list[Line], list[Line]]:
+    """Covariance spectra and metric eigenvalues of the first and the last epoch."""
+    cov, metric = [], []
+    for e, style in ((wh.epochs[0], ":"), (wh.epochs[-1], "-")):
+        for space, values, colour in (("Z", e.cov_z, "C0"), ("H", e.cov_h, "C3")):
+            lam = np.asarray(values, dtype=np.float64)
+            lam = lam[lam > 1e-12 * lam[0]]  # the numerical rank: N held-out images or the width
+            cov.append(Line(lam, f"{space}, epoch {e.epoch}", colour, style))
+        metric.append(Line(list(e.metric_eigenvalues), f"epoch {e.epoch}", "C2", style))
+    return cov, metric
 
 
 def _fig_whitening(out: Path, wh: Whitening) -> Path:
-    s = wh.series
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    steps = s["step"]
-    axes[0].plot(steps, s["whitening/score"], "-o", label="training batch")
-    axes[0].axhline(1.0, color="gray", lw=0.8)
-    axes[0].set(title="whitening score cond(H) / cond(Z)", xlabel="step", yscale="log")
-    axes[1].plot(steps, s["metric/cond"], "-o", label="cond W^T W")
-    axes[1].plot(steps, s["metric/effective_rank"], "-s", label="effective rank W")
-    axes[1].set(title="metric spectrum over training", xlabel="step", yscale="log")
-    axes[1].legend(fontsize=8)
-    epochs = wh.epochs
-    for e, ls in ((epochs[0], ":"), (epochs[-1], "-")):
-        for key, values, color in (("cov_z", e.cov_z, "C0"), ("cov_h", e.cov_h, "C3")):
-            lam = np.asarray(values, dtype=np.float64)
-            lam = lam[lam > 1e-12 * lam[0]]  # the numerical rank: N held-out images or the width
-            axes[2].plot(lam, ls, color=color, label=f"{key[-1].upper()}, epoch {e.epoch}")
-        axes[3].plot(list(e.metric_eigenvalues), ls, color="C2", label=f"epoch {e.epoch}")
-    axes[2].set(title="covariance spectra (held-out)", xlabel="index", yscale="log")
-    axes[3].set(title="eigenvalues of W^T W", xlabel="index", yscale="log")
-    for ax in axes[2:]:
-        ax.legend(fontsize=8)
-    return save_plot(fig, out / "figures" / "whitening.png", dpi=110)
+    s, steps = wh.series, wh.series["step"]
+    cov, metric = _spectra(wh)
+    panels = [
+        Panel(
+            "whitening score cond(H) / cond(Z)",
+            [Line(s["whitening/score"], "training batch", style="-o", x=steps)],
+            xlabel="step",
+            level=1.0,
+        ),
+        Panel(
+            "metric spectrum over training",
+            [
+                Line(s["metric/cond"], "cond W^T W", style="-o", x=steps),
+                Line(s["metric/effective_rank"], "effective rank W", style="-s", x=steps),
+            ],
+            xlabel="step",
+        ),
+        Panel("covariance spectra (held-out)", cov, xlabel="index"),
+        Panel("eigenvalues of W^T W", metric, xlabel="index"),
+    ]
+    return plot_panels(out / "figures" / "whitening.png", panels, size=(4.0, 3.6), dpi=110)
 
 
 def _settings_html(result: InvarianceResult) -> str:
@@ -316,29 +274,17 @@ def _settings_html(result: InvarianceResult) -> str:
     return table(("setting", "value"), rows)
 
 
-def _parts(result: InvarianceResult) -> tuple[Guillotine, PaperProbes, Whitening]:
+def invariance_section(out: Path, result: InvarianceResult) -> Section:
+    """The invariance part of the page, ``(title, HTML)``; its figures under ``out/figures``.
+
+    Raises:
+        ValueError: a result without its guillotine, its paper probes or its whitening part.
+    """
     g, wh = result.guillotine, result.whitening
     if g is None or g.probes_paper is None or wh is None:
         raise ValueError(
             "an invariance page needs the guillotine (with paper probes) and whitening"
         )
-    return g, g.probes_paper, wh
-
-
-def invariance_section(out: Path, result: InvarianceResult) -> Section:
-    """The invariance part of the page (figures written under ``out/figures``).
-
-    Args:
-        out: the output folder (figures and orbit arrays).
-        result: the content of ``invariance.json``.
-
-    Returns:
-        ``(title, HTML)``.
-
-    Raises:
-        ValueError: a result without its guillotine, its paper probes or its whitening part.
-    """
-    g, paper, wh = _parts(result)
     figs = {
         "orbits": _fig_orbits(out, g.orbits["unit_z"]).relative_to(out),
         "depth": _fig_depth(out, result.depth).relative_to(out),
@@ -352,7 +298,7 @@ def invariance_section(out: Path, result: InvarianceResult) -> Section:
         _probes_html(g.probes),
         "<h3>The paper's rotation probes (its code's settings: raw features, Adam 1e-3, 5 "
         "epochs, batch 256)</h3>",
-        _paper_probes_html(paper),
+        _paper_probes_html(g.probes_paper),
         "<h3>Orbit table (the paper's protocol and statistics; the head fed unit z, as the "
         "paper's code)</h3>",
         _orbits_html(g.orbits["unit_z"]),

@@ -1,11 +1,8 @@
 """The invariance experiments' result as typed records: ``invariance.json``, part by part.
 
-Each record is a frozen dataclass whose fields are the JSON keys of its part of the file, in the
-file's order (the whole file: :class:`InvarianceResult`), written and read through the one codec
-of :mod:`solo_geometry.reproduce.results`. The numbers are :mod:`.measure`'s. Fields a file of an
-older layout, or a hand-written one, may lack take a default (None, empty, or ``(None, None)``
-for a pair), so such a file still reads; a number JSON could not hold (NaN, infinity) reads as
-None (NaN in a field typed ``float``).
+Each record's fields are the JSON keys of its part of the file, in the file's order (the whole
+file: :class:`InvarianceResult`), through the one codec of :mod:`solo_geometry.reproduce.results`;
+a field an older or hand-written file may lack takes a default. The numbers are :mod:`.measure`'s.
 """
 
 from __future__ import annotations
@@ -15,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from solo_geometry.geometry.stats import WhiteningScore
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
+from solo_geometry.reproduce.invariance.evidence import OrbitSummary, ProbeEvidence
+from solo_geometry.reproduce.results import JsonRecord, Verdict, read_record
 
 __all__ = [
     "Curvature",
@@ -30,6 +27,7 @@ __all__ = [
     "OrbitTable",
     "PaperProbes",
     "ProbePair",
+    "READINGS",
     "Spectra",
     "Whitening",
     "read_invariance",
@@ -39,6 +37,8 @@ __all__ = [
 Pair = tuple[float | None, ...]
 Numbers = tuple[float | None, ...]
 _NONE: Pair = (None, None)
+# The two inputs of the head in an orbit table: the paper's code feeds unit z, training fed raw z.
+READINGS = {"unit_z": "paper", "raw_z": "default"}  # reading -> orbit_representations protocol
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,9 @@ class ProbePair(JsonRecord):
 
 
 @dataclass(frozen=True)
-class PaperProbes(JsonRecord):
-    """The paper's rotation probes (``probes.json``'s ``paper``): [Z, H] per probe."""
+class PaperProbes(ProbeEvidence):
+    """The paper's rotation probes (``probes.json``'s ``paper``): [Z, H] per probe, and how."""
 
-    linear: tuple[float, ...]
-    mlp: tuple[float, ...]
-    n: int | None = None  # held-out images
     protocol: str = "paper"
     settings: Mapping[str, object] = field(default_factory=dict)  # PaperProbeSettings
 
@@ -158,6 +155,25 @@ class DepthRow(JsonRecord):
     orbits: Mapping[str, OrbitReading] = field(default_factory=dict)
     curvature: Curvature = field(default_factory=Curvature)
 
+    @classmethod
+    def of(cls, depth: int, run: Guillotine) -> DepthRow:
+        """The row of a depth's run, measured as the guillotine's: headline numbers its own."""
+        unit, raw = run.orbits["unit_z"].table, run.orbits["raw_z"].table
+        assert run.probes_paper is not None  # measured with protocol "both"
+        return cls(
+            depth,
+            run.run,
+            run.probes[0],
+            run.probes_paper,
+            unit.compression,
+            raw.compression,
+            unit.z.separation,
+            unit.h.separation,
+            run.curvature.ratio,
+            run.orbits,
+            run.curvature,
+        )
+
 
 @dataclass(frozen=True)
 class Spectra(JsonRecord):
@@ -198,11 +214,5 @@ class InvarianceResult(JsonRecord):
 
 
 def read_invariance(path: str | Path) -> InvarianceResult:
-    """An ``invariance.json`` (or the folder holding it) as read by :func:`read_result`.
-
-    Raises:
-        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
-            message names the file.
-    """
-    content = read_result(Path(path), "invariance").content
-    return InvarianceResult.from_json(content, where=str(path))
+    """An ``invariance.json`` (or the folder holding it), typed (:func:`read_record`)."""
+    return read_record(InvarianceResult, path, "invariance")

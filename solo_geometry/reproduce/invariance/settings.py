@@ -1,8 +1,7 @@
 """Sizes of ``reproduce invariance``: :class:`InvarianceSettings` and its two forms.
 
 ``FULL`` is the CPU scale (``benchmarks/bench_invariance.py --full``: under 45 minutes on 2
-cores), ``QUICK`` the CI form (under 4 minutes). Everything else (loss, stem, input, heads,
-probes, orbit and sweep protocols) is the recipe's and the paper's.
+cores), ``QUICK`` the CI form (under 4 minutes).
 """
 
 from __future__ import annotations
@@ -52,19 +51,7 @@ class InvarianceSettings:
     digits_size: int = 32
 
 
-# The CPU scale, sized for benchmarks/bench_invariance.py --full under 45 minutes on 2 cores
-# shared with other work (one thread; such a machine gives a job about 60% of a core). Measured
-# costs, one thread, paper stem, 32x32: a training image-view 44 ms of CPU (forward and
-# backward), an eval forward 14 ms. Training: 7 epochs of 22 steps of 64 x 2 views (guillotine
-# 3, each depth 1, whitening 1) = 19,712 image-views, 870 s. Forwards per model: probe features
-# (1,797 per target, package and paper), 256 for the feature norm, 3 x 180 orbit images (one
-# backbone pass for both readings), 3 x 50 sweeps x 10 angles: 7,700 (guillotine) and 5,900 per
-# depth, about 370 s in all. With start-up and probe fits about 1,350 s of CPU, 36 minutes at
-# 60% of a core. Statistical power: the probe verdicts rest on the 359 held-out digits
-# (binomial; 2 SE of a Z - H difference is about 0.075 at p = 0.5, against the 0.05-0.2 gaps
-# seen so far); the curvature verdict needs 3 draws (its spread over draws was 0.3% of the ratio
-# with 8 sweeps a draw, so 50 suffice). The previous sizes (10 + 3 x 4 + 4 epochs, 3 x 200
-# sweeps) took about 2 hours with the paper's stem (14x the ImageNet stem's cost at 32 pixels).
+# The CPU scale: under 45 minutes on 2 shared cores (docs/reproducing.md gives the arithmetic).
 FULL = InvarianceSettings(
     batch_size=64,
     width=512,

@@ -1,22 +1,12 @@
 """Verdicts on the paper's invariance claims, from a reproduction or from the authors' arrays.
 
-One verdict per claim: a :class:`~solo_geometry.reproduce.results.Verdict` with ``id``,
-``claim``, ``verdict`` (``held``, ``not held`` or ``undecidable``) and ``evidence`` (one line),
-the shape of the collapse verdicts; the evidence judged is an
-:class:`~solo_geometry.reproduce.invariance.evidence.Evidence`. A claim is ``held`` when its
-effect exceeds twice its standard error, ``not held`` when the opposite effect does,
-``undecidable`` otherwise or without evidence. Where a number has two readings (the paper's
-probes and this package's; orbit tables with the head fed unit z, as the paper's code, or raw z,
-as in training) each reading is judged, and the claim takes their common verdict; readings that
-disagree make it ``undecidable``. Calibration: on the authors' CIFAR-10 ResNet-18 arrays every
-claim is ``held``, as the paper states
+One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, judged on an
+:class:`~solo_geometry.reproduce.invariance.evidence.Evidence` by the rules, standard errors and
+readings docs/reproducing.md gives ("Verdicts, calibrated on the authors' arrays"): ``held``
+when the effect exceeds :data:`K_SIGMA` standard errors, ``not held`` when the opposite effect
+does, ``undecidable`` otherwise; readings that disagree make a claim ``undecidable``. On the
+authors' CIFAR-10 ResNet-18 arrays every claim is ``held``, as the paper states
 (``tests/reproduce/invariance/test_invariance_verdicts.py``).
-
-Standard errors: rotation probes, binomial on the held-out images, independent (unpaired, so
-conservative); orbit compression, per-orbit log spread ratio over orbits; separation, paired
-bootstrap over orbits (:mod:`~solo_geometry.reproduce.invariance.orbit_evidence`); curvature
-ratio, over the draws of sweeps (one draw: undecidable); depth, each step of the mean log spread
-ratio against both depths' errors.
 """
 
 from __future__ import annotations
@@ -25,19 +15,21 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
-from solo_geometry.reproduce.invariance.orbit_evidence import (
+from solo_geometry.reproduce.invariance.evidence import (
+    Evidence,
     OrbitEvidence,
     OrbitSummary,
+    ProbeEvidence,
     orbit_evidence,
 )
 from solo_geometry.reproduce.invariance.result import (
+    READINGS,
     InvarianceResult,
     OrbitReading,
     read_invariance,
 )
 from solo_geometry.reproduce.paper_arrays import paper_evidence
-from solo_geometry.reproduce.results import Verdict
+from solo_geometry.reproduce.results import VERDICTS, Verdict
 
 __all__ = [
     "CLAIMS",
@@ -50,7 +42,7 @@ __all__ = [
 ]
 
 K_SIGMA = 2.0
-HELD, NOT_HELD, UNDECIDABLE = "held", "not held", "undecidable"
+HELD, NOT_HELD, UNDECIDABLE = VERDICTS
 CLAIMS = {
     "probe_linear": "a linear rotation probe reads rotation better from Z than from H",
     "probe_mlp": "an MLP rotation probe reads rotation better from Z than from H",
@@ -153,16 +145,7 @@ def _curvature(ratios: Sequence[float] | None) -> tuple[str, str]:
 
 
 def verdicts(ev: Evidence) -> list[Verdict]:
-    """Every invariance claim judged on one body of evidence.
-
-    Args:
-        ev: the :class:`Evidence` of :func:`run_evidence` or
-            :func:`~solo_geometry.reproduce.paper_arrays.paper_evidence`.
-
-    Returns:
-        One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, in
-        that order.
-    """
+    """One verdict per claim of :data:`CLAIMS`, in that order, judged on ``ev``."""
     found: dict[str, tuple[str, str]] = {
         "probe_linear": _combine(_probe(ev.probes, "linear")),
         "probe_mlp": _combine(_probe(ev.probes, "mlp")),
@@ -185,7 +168,7 @@ def format_verdicts(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 def _orbit_readings(orbits: Mapping[str, OrbitReading]) -> dict[str, list[OrbitSummary]]:
-    out = {name: orbits[name].summaries() for name in ("unit_z", "raw_z") if name in orbits}
+    out = {name: orbits[name].summaries() for name in READINGS if name in orbits}
     return {k: v for k, v in out.items() if v}
 
 
@@ -201,13 +184,11 @@ def run_evidence(result: InvarianceResult | Mapping[str, object]) -> Evidence:
     if g is None:
         raise ValueError("not an invariance.json: it has no 'guillotine' part")
     probes: dict[str, ProbeEvidence] = {}
-    rows = {(r.target, r.probe): (r.z, r.h) for r in g.probes}
-    if ("rotation", "linear") in rows and ("rotation", "mlp") in rows:
-        linear, mlp = rows[("rotation", "linear")], rows[("rotation", "mlp")]
-        probes["package"] = ProbeEvidence(linear, mlp, g.n_test)
+    rows = {r.probe: (r.z, r.h) for r in g.probes if r.target == "rotation"}
+    if "linear" in rows and "mlp" in rows:
+        probes["package"] = ProbeEvidence(rows["linear"], rows["mlp"], g.n_test)
     if g.probes_paper is not None:
-        paper = g.probes_paper
-        probes["paper"] = ProbeEvidence(paper.linear, paper.mlp, paper.n)
+        probes["paper"] = g.probes_paper
     depth: dict[str, dict[int, list[OrbitSummary]]] = {}
     for row in result.depth:
         for name, summaries in _orbit_readings(row.orbits).items():

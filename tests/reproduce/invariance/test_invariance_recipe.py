@@ -16,7 +16,7 @@ from solo_geometry.hosts.lightly.recipe import parse_recipe
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
 from solo_geometry.models.heads import build_configured_head
 from solo_geometry.recipe import load_recipe
-from solo_geometry.reproduce.invariance.experiment import RECIPE, _geometry_on, paper_head
+from solo_geometry.reproduce.invariance.experiment import RECIPE, geometry_on, paper_head
 
 
 def _steps(pipeline: T.Compose) -> list[object]:
@@ -78,7 +78,7 @@ class TestPaperHeads:
         [("relu", 2, nn.ReLU), ("swish", 1, nn.SiLU), ("swish", 2, nn.SiLU), ("swish", 3, nn.SiLU)],
     )
     def test_same_layers_and_outputs(self, activation: str, depth: int, act: type) -> None:
-        dotlist = [o.lstrip("+") for o in _geometry_on(paper_head(activation, depth), every=1)]
+        dotlist = [o.lstrip("+") for o in geometry_on(paper_head(activation, depth), every=1)]
         gcfg = geometry_config(OmegaConf.from_dotlist(dotlist))
         assert gcfg is not None
         torch.manual_seed(0)

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solo_geometry.reproduce.invariance.evidence import Evidence
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary
+from solo_geometry.reproduce.invariance.evidence import Evidence, OrbitSummary
 from solo_geometry.reproduce.invariance.result import InvarianceResult, read_invariance
 from solo_geometry.reproduce.invariance.verdicts import run_evidence, verdicts
 from solo_geometry.reproduce.results import write_result

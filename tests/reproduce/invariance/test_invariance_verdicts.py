@@ -14,8 +14,12 @@ import torch
 
 from solo_geometry.cli import main
 from solo_geometry.geometry.orbits import orbit_comparison
-from solo_geometry.reproduce.invariance.evidence import Evidence, ProbeEvidence
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
+from solo_geometry.reproduce.invariance.evidence import (
+    Evidence,
+    OrbitSummary,
+    ProbeEvidence,
+    orbit_evidence,
+)
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.reproduce.paper_arrays import paper_evidence, read_npy_dict
 from tests.shared import PAPER_INVARIANCE

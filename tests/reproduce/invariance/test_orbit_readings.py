@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from solo_geometry.geometry.orbits import orbit_representations
 from solo_geometry.models.checkpoint import LoadedModel
+from solo_geometry.reproduce.invariance.evidence import OrbitSummary, orbit_evidence
 from solo_geometry.reproduce.invariance.measure import READINGS, feature_norm, orbit_readings
-from solo_geometry.reproduce.invariance.orbit_evidence import OrbitSummary, orbit_evidence
 
 D, P = 32, 64
 
