@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from solo_geometry.config import AlertConfig
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, epochs_text
 from solo_geometry.runtime.alert import CollapseAlert
 
 __all__ = ["AlertReplay", "alert_markdown", "replay", "replay_run"]
@@ -106,10 +106,6 @@ def replay_run(
     )
 
 
-def _epochs(values: Sequence[int | None]) -> str:
-    return ", ".join("-" if v is None else str(v) for v in values)
-
-
 def _count(replays: Sequence[AlertReplay], test: Callable[[AlertReplay], bool]) -> str:
     return f"{sum(1 for r in replays if test(r))}/{len(replays)}"
 
@@ -131,10 +127,10 @@ def alert_markdown(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> str:
         lines.append(
             f"| {data}, {backbone} | {head} | {norm} | {lr} "
             f"| {_count(group, lambda r: r.outcome == 'escaped')} "
-            f"| {_epochs([r.first_warning for r in group])} "
+            f"| {epochs_text([r.first_warning for r in group])} "
             f"| {_count(group, lambda r: r.states[-1] == 'complete')} "
-            f"| {_epochs([r.left for r in group])} "
-            f"| {_epochs([r.lead_steps for r in group])} | {', '.join(diagnoses)} |"
+            f"| {epochs_text([r.left for r in group])} "
+            f"| {epochs_text([r.lead_steps for r in group])} | {', '.join(diagnoses)} |"
         )
     judged = [r for r in replays if r.agrees is not None]
     agree = sum(1 for r in judged if r.agrees)

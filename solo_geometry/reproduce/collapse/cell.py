@@ -25,6 +25,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from solo_geometry.folder.atomic import write_text
 from solo_geometry.hosts.pretrain import pretrain
 from solo_geometry.models.backbones import STEMS
 from solo_geometry.reproduce.collapse.protocol import (
@@ -33,6 +34,7 @@ from solo_geometry.reproduce.collapse.protocol import (
     CELL_ACTIVATIONS,
     CELL_NORMS,
     QUICK,
+    cell_id,
 )
 from solo_geometry.reproduce.collapse.summary import cell_record
 
@@ -41,7 +43,6 @@ __all__ = [
     "RECIPE",
     "CellConfig",
     "cell_file",
-    "cell_id",
     "cell_overrides",
     "check_cell_overrides",
     "run_cell",
@@ -82,11 +83,6 @@ class CellConfig:
 
 
 ConfigStore.instance().store(name="reproduce_collapse", node=CellConfig)
-
-
-def cell_id(head: str, norm: str, lr: float, seed: int) -> str:
-    """The cell's folder name, e.g. ``swish-bn-lr0.05-s0``."""
-    return f"{head}-{norm}-lr{lr:g}-s{seed}"
 
 
 def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) -> list[str]:
@@ -217,10 +213,7 @@ def run_cell(cfg: DictConfig) -> str:
     result = cell_record(
         Path(run), cell_cfg, host=host, seconds=seconds, root=out, factor=float(cfg.factor)
     )
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result.to_json(finite=False), indent=1))
-    os.replace(tmp, record)
+    write_text(record, json.dumps(result.to_json(finite=False), indent=1))
     row = result.row
     return (
         f"{cell}: std(H) epoch 0 {row.baseline_std:.3g} -> last "

@@ -18,14 +18,14 @@ and seed start from the same weights, so their lambda_min(M) is one value whatev
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.reproduce.collapse.result import CellRecord, CollapseRow, read_summary
+from solo_geometry.reproduce.collapse.protocol import cell_id
+from solo_geometry.reproduce.collapse.result import CollapseRow, read_cell, read_summary
 from solo_geometry.reproduce.ranks import RankCorrelation, bootstrap_spearman
 from solo_geometry.reproduce.results import Verdict
 
@@ -87,17 +87,7 @@ def sweep_rows(path: str | Path) -> list[CollapseRow]:
             f"{str(path)!r} holds neither summary.json nor cells/*.json; expected a collapse "
             "sweep folder (solo-geometry reproduce collapse --out DIR)"
         )
-    rows = []
-    for f in files:
-        try:
-            rows.append(CellRecord.from_json(json.loads(f.read_text()), where=str(f)).row)
-        except ValueError as err:
-            raise ValueError(f"{str(f)!r}: not a cell record ({err})") from None
-    return rows
-
-
-def _name(row: CollapseRow) -> str:
-    return f"{row.head}-{row.norm}-lr{row.lr:g}-s{row.seed}"
+    return [read_cell(f).row for f in files]
 
 
 def prediction_pairs(
@@ -109,16 +99,17 @@ def prediction_pairs(
     used: list[str] = []
     left: list[str] = []
     for row in rows:
+        name = cell_id(row.head, row.norm, row.lr, row.seed)
         if row.outcome not in ("escaped", "not escaped"):
-            left.append(f"{_name(row)} ({row.outcome or 'no outcome'})")
+            left.append(f"{name} ({row.outcome or 'no outcome'})")
         elif row.m_lambda_min_start is None:
-            left.append(f"{_name(row)} (lambda_min(M) not converged)")
+            left.append(f"{name} (lambda_min(M) not converged)")
         elif row.outcome == "escaped" and row.escape_epoch is None:
-            left.append(f"{_name(row)} (escaped without an escape epoch)")
+            left.append(f"{name} (escaped without an escape epoch)")
         else:
             xs.append(row.m_lambda_min_start)
             ys.append(math.inf if row.outcome == "not escaped" else float(row.escape_epoch or 0))
-            used.append(_name(row))
+            used.append(name)
     return xs, ys, used, left
 
 

@@ -36,6 +36,7 @@ from solo_geometry.folder.atomic import write_text
 from solo_geometry.folder.records import GeometryRecord, read_records
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs
+from solo_geometry.reproduce.collapse.protocol import lr_name
 from solo_geometry.reproduce.collapse.result import (
     CellRecord,
     CollapseRow,
@@ -43,7 +44,7 @@ from solo_geometry.reproduce.collapse.result import (
     Stat,
     TableRow,
 )
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge
 from solo_geometry.reproduce.results import Verdict, write_result
 from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 

@@ -11,7 +11,6 @@ is skipped, so an interrupted sweep resumes. :func:`reproduce_collapse` then wri
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,12 +23,7 @@ from solo_geometry.hosts.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
-from solo_geometry.reproduce.collapse.cell import (
-    cell_file,
-    cell_id,
-    check_cell_overrides,
-    run_cell,
-)
+from solo_geometry.reproduce.collapse.cell import cell_file, check_cell_overrides, run_cell
 from solo_geometry.reproduce.collapse.files import load_runs, summary_runs
 from solo_geometry.reproduce.collapse.page import (
     FIGURES,
@@ -40,10 +34,11 @@ from solo_geometry.reproduce.collapse.page import (
 from solo_geometry.reproduce.collapse.protocol import (
     BASE_LR,
     Protocol,
+    cell_id,
     describe,
     protocol_of,
 )
-from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary
+from solo_geometry.reproduce.collapse.result import CollapseSummary, read_cell
 from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
 
 __all__ = [
@@ -240,9 +235,7 @@ def reproduce_collapse(
     for block in grid_overrides(protocol):
         _multirun([*block, *common])
     cells = sorted(cell_id(*c) for c in protocol.cells())
-    records = [
-        CellRecord.from_json(json.loads(cell_file(out, c).read_text()), where=c) for c in cells
-    ]
+    records = [read_cell(cell_file(out, c)) for c in cells]
     summary = summarise(records, quick=quick, protocol=describe(protocol), factor=factor)
     write_summary(out, summary)
     extra_figures = (
