@@ -3,9 +3,7 @@
 A cell is one run of the SimSiam digits recipe (``recipes/digits/simsiam.yaml``) with the
 paper's heads (experiments.py ``ProjectionHead``: Linear layers without bias, BatchNorm after
 both Linears with ``bn``, "linear" the identity activation), pseudo-collapse, the monitor every
-``every_n_steps`` steps and the update-size callback every step. :func:`run_cell` trains it
-unless its record ``<out>/cells/<cell>.json`` exists (written last, atomically), so an
-interrupted sweep resumes where it stopped. The sweep itself is :mod:`.collapse`.
+``every_n_steps`` steps and the update-size callback every step.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Does lambda_min(M) at the collapsed start predict the escape? A rank test over the cells.
 
-The paper's mechanism: a smooth head's interaction term M has negative curvature at the
-pseudo-collapsed start, and that is what lets training leave. Quantitatively, across a sweep's
-cells: the more negative ``m_lambda_min_start`` (the Lanczos lambda_min of M at step 0,
-``summary.json``'s rows), the sooner the escape. Per cell the escape time is its
-``escape_epoch`` (first epoch at 2x the epoch-0 std), +infinity for "not escaped" (ranked after
-every escape, ties among themselves); cells that are "undecidable" (2x above the ceiling) or
-whose lambda_min(M) did not converge (None) are left out.
-
-Spearman's rho of (lambda_min(M), escape time) with a percentile bootstrap interval
-(:func:`solo_geometry.reproduce.ranks.bootstrap_spearman`, fixed seed). The prediction says
-rho > 0. Verdict: **held** when the interval lies above 0, **not held** when it lies at or
-below 0, **undecidable** when it straddles 0, when fewer than :data:`MIN_CELLS` cells are left,
-or when either variable is constant over them (no escape at all, say). Cells of the same head
-and seed start from the same weights, so their lambda_min(M) is one value whatever the lr.
+Spearman's rho of ``m_lambda_min_start`` and the escape time (``escape_epoch``, +infinity for
+"not escaped"; undecidable or unconverged cells left out) with a seeded percentile bootstrap
+interval (:func:`solo_geometry.reproduce.ranks.bootstrap_spearman`). The prediction says
+rho > 0; held, not held or undecidable as docs/reproducing.md, "Does lambda_min(M) at the start
+predict the escape?", defines them.
 """
 
 from __future__ import annotations
@@ -93,7 +84,7 @@ def sweep_rows(path: str | Path) -> list[CollapseRow]:
 def prediction_pairs(
     rows: Sequence[CollapseRow],
 ) -> tuple[list[float], list[float], list[str], list[str]]:
-    """``(lambda_min(M), escape time, cells used, cells left out with why)`` (module docstring)."""
+    """``(lambda_min(M), escape time, cells used, cells left out with why)``."""
     xs: list[float] = []
     ys: list[float] = []
     used: list[str] = []
@@ -124,7 +115,7 @@ def _judge(r: RankCorrelation, xs: list[float], ys: list[float]) -> str:
 def escape_prediction(
     rows: Sequence[CollapseRow], *, resamples: int = RESAMPLES, seed: int = 0
 ) -> EscapePrediction:
-    """The rank test over the sweep's rows and its verdict (module docstring)."""
+    """The rank test over the sweep's rows and its verdict."""
     xs, ys, used, left = prediction_pairs(rows)
     r = bootstrap_spearman(xs, ys, resamples=resamples, seed=seed)
     verdict = _judge(r, xs, ys)

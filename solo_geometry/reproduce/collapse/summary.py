@@ -1,25 +1,9 @@
 """The collapse sweep's numbers: one row per run, the table over seeds, and the verdicts.
 
-Everything here is computed from a run folder's own files (``geometry.jsonl`` through
-:func:`solo_geometry.folder.records.read_records`, ``updates.jsonl`` through
-:func:`solo_geometry.runtime.updates.read_update_records`); nothing is asserted.
-
-Definitions (the paper's where it has one, docs/reproducing.md):
-
-* the paper's curve, ``std_curve``: the per-epoch mean of the per-step std of the L2-normalised
-  projector outputs over both views, from each training step's own forward
-  (``head/output_std`` of ``updates.jsonl``, :mod:`solo_geometry.runtime.updates`), epoch 0 first;
-  ``baseline_std`` its epoch-0 mean; escape, ``escape_epoch``, ``escape_step``, ``ceiling`` and
-  ``outcome`` ("escaped", "not escaped", "undecidable") as
-  :func:`solo_geometry.reproduce.collapse.verdicts.escape` defines them;
-* ``start_std`` and ``final_std``: the monitor's ``h/normalized_std`` at step 0 (before any step,
-  the collapsed start) and in the final record; the monitor's series after epoch e is the mean
-  of its records measured during it;
-* M at the start: ``m_lambda_min_start`` (Lanczos, None unless converged) against the record's
-  floor tau * max|lambda(H_eff)|; ``m_neg_count_start``: 0 when the converged lambda_min(M) is
-  at or above -floor (no eigenvalue below it), else the SLQ estimate round(neg_fraction x dim)
-  (at least 1), None when lambda_min(M) did not converge; ``m_neg_mass_start``: the SLQ
-  fraction of M's spectrum below -floor.
+Everything is computed from a run folder's own files (``geometry.jsonl``, ``updates.jsonl``);
+nothing is asserted. The curve ``std_curve`` is ``head/output_std`` of ``updates.jsonl`` per
+epoch, judged by :func:`~.verdicts.escape`; the monitor's series after epoch e is the mean of
+its records measured during it, epoch 0 its step-0 record (docs/reproducing.md, "Collapse").
 """
 
 from __future__ import annotations
@@ -106,7 +90,13 @@ def _epoch_series(
 
 
 def _m_start(start: GeometryRecord) -> dict[str, object]:
-    """M's negative part at the collapsed start (module docstring)."""
+    """M's negative part at the collapsed start, step 0.
+
+    ``m_lambda_min_start`` is Lanczos' (None unless converged), against the record's floor
+    tau * max|lambda(H_eff)|; ``m_neg_count_start`` is 0 when it is at or above -floor, else the
+    SLQ estimate round(neg_fraction x dim) (at least 1), None when it did not converge;
+    ``m_neg_mass_start`` is the SLQ fraction of M's spectrum below -floor.
+    """
     floor, dim = start.settings.floor, start.settings.dim
     lam, frac = start.value("m/lambda_min"), start.value("m/neg_fraction")
     frac_std = start.value("m/neg_fraction_std")
@@ -131,7 +121,7 @@ def _m_start(start: GeometryRecord) -> dict[str, object]:
 def _curve_fields(
     updates: Mapping[int, UpdateRecord], epochs: int, factor: float
 ) -> dict[str, object]:
-    """The row's curve, its escape and the steps behind it (module docstring).
+    """The row's curve, its escape and the steps behind it.
 
     Raises:
         ValueError: if an epoch has no ``head/output_std`` (the update monitor was off).

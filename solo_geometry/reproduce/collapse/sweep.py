@@ -1,12 +1,9 @@
 """The paper's collapse experiment as a Hydra multirun (``solo-geometry reproduce collapse``).
 
-Each cell of the grid (:mod:`.protocol`) is one run of the SimSiam digits recipe (:mod:`.cell`);
-the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, on Hydra's
-joblib launcher or the one an extra ``hydra/launcher=...`` override names
-(:mod:`solo_geometry.hosts.sweeps`). A cell whose record ``<out>/cells/<cell>.json`` exists
-is skipped, so an interrupted sweep resumes. :func:`reproduce_collapse` then writes
-``summary.json``, ``table.md``, the figures and ``index.html`` and prints each claim's verdict
-(docs/reproducing.md, "Collapse").
+Hydra's multirun of :func:`~.cell.run_cell` over each factorial block of the grid
+(:mod:`.protocol`), on the joblib launcher or the one an extra ``hydra/launcher=...`` override
+names (:mod:`solo_geometry.hosts.sweeps`); :func:`reproduce_collapse` then writes the summary,
+the page and each claim's verdict (docs/reproducing.md, "Collapse").
 """
 
 from __future__ import annotations
