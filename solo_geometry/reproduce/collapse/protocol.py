@@ -68,10 +68,7 @@ class Block:
     lr_factors: tuple[float, ...]
 
 
-# The authors' 14 configurations (experiments.py ``activations_to_test``): linear and GELU
-# without BN at the base lr; Swish and ReLU x BN on/off x 3 lrs. Linear + BN is not among them
-# (their ProjectionHead builds no BN for "linear").
-PAPER_GRID = (
+PAPER_GRID = (  # the authors' 14 configurations (module docstring)
     Block(("linear", "gelu"), ("none",), (1.0,)),
     Block(("swish", "relu"), CELL_NORMS, LR_FACTORS),
 )
@@ -112,11 +109,7 @@ class Protocol:
         ]
 
 
-# The CPU scale (docs/reproducing.md, "Collapse"; chosen by the pilots of
-# benchmarks/pilot_collapse.py): ResNet-20 (backbones.py) on the digits at their own 8 px,
-# batch 16, 34 epochs of 89 steps (the digits' 1,438 images // 16) = 3,026 steps per cell,
-# 0.058 CPU-s per step: the 42 cells in about 61 min of 2 idle cores. --quick stops at 26
-# epochs (2,314 steps) to fit its 5 minutes: 4 cells x 3,026 steps would take about 6.
+# The scales and --quick, and why these sizes: docs/reproducing.md, "Collapse" ("Scales").
 CPU = Protocol(
     epochs=34,
     steps_per_epoch=89,
@@ -127,10 +120,7 @@ CPU = Protocol(
     backbone="resnet20",
 )
 QUICK = dataclasses.replace(CPU, epochs=26, every_n_steps=26 * 89, seeds=(0,), grid=QUICK_GRID)
-# --scale paper: the authors' setup (GPU): ResNet-18 with their CIFAR stem (experiments.py: 3x3
-# stride 1 padding 1, no max-pool; solo-learn's pads by 2) on CIFAR-10, batch 512, 50 epochs of
-# 97 steps, 2048-wide heads (predictor hidden 512). Their stem is the lightly host's.
-PAPER = Protocol(
+PAPER = Protocol(  # the authors' setup, for a GPU
     epochs=50,
     steps_per_epoch=97,
     batch_size=512,

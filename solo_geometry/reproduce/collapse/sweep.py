@@ -20,7 +20,12 @@ from solo_geometry.hosts.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
-from solo_geometry.reproduce.collapse.cell import cell_file, check_cell_overrides, run_cell
+from solo_geometry.reproduce.collapse.cell import (
+    PROTOCOL_KEYS,
+    cell_file,
+    check_cell_overrides,
+    run_cell,
+)
 from solo_geometry.reproduce.collapse.files import load_runs, summary_runs
 from solo_geometry.reproduce.collapse.page import (
     FIGURES,
@@ -90,13 +95,11 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
     """``(data.dataset, data.train_path)`` of the cells; digits are written under ``out``.
 
     Raises:
-        ValueError: for an unknown data set, CIFAR without ``--data-root``, or a file there that
-            is not a CIFAR batch (:func:`solo_geometry.inputs.cifar.read_cifar`).
+        ValueError: CIFAR without ``--data-root``, or a file there that is not a CIFAR batch
+            (:func:`solo_geometry.inputs.cifar.read_cifar`).
         FileNotFoundError: when CIFAR's torchvision files are not under ``data_root`` (nothing
             is downloaded).
     """
-    if data not in DATA_CHOICES:
-        raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
     if data == "digits":
         root = make_digits(out / "data" / "digits")
         return "custom", str(root / "train")
@@ -158,23 +161,9 @@ def reproduce_collapse(
 ) -> CollapseSummary:
     """Run (or resume) the sweep, then summarise it, draw the page and print the verdicts.
 
-    Args:
-        out: the sweep folder (``runs/``, ``cells/``, ``summary.json``, ``index.html``).
-        quick: the four heads without BN at the base lr, one seed, at the CPU scale's sizes.
-        scale: ``cpu`` (:data:`CPU`) or ``paper`` (:data:`PAPER`, the authors' setup).
-        grid: ``paper`` (their 14 configurations) or ``full`` (heads x norms x lrs).
-        data: ``digits`` (embedded) or ``cifar10``/``cifar100`` (files on disk); None: the
-            scale's.
-        data_root: the folder holding torchvision's CIFAR files.
-        host: ``auto``, ``solo`` or ``lightly``.
-        jobs: cells run at once (None: the cores available // ``threads``).
-        threads: torch threads per cell.
-        factor: the escape factor (x the epoch-0 mean), > 1.
-        compare: the authors' results (``.npy`` with ``trust_pickle``, or their curves as JSON)
-            to draw beside ours (``fig1_compare.png``).
-        trust_pickle: allow loading ``compare`` when it is a pickle.
-        protocol: sizes, steps and grid (None: from ``quick``, ``scale`` and ``grid``).
-        extra: further Hydra overrides of the cell config (e.g. ``epochs=2``).
+    The arguments are the options of ``solo-geometry reproduce collapse`` (their help:
+    :mod:`solo_geometry.commands.reproduce`; ``extra`` its Hydra overrides of the cell config),
+    and ``protocol``: sizes, steps and grid in place of ``quick``, ``scale`` and ``grid``'s.
 
     Returns:
         The summary (also written to ``<out>/summary.json``).
@@ -210,16 +199,10 @@ def reproduce_collapse(
         f"dataset={dataset}",
         f"data={data}",
         f"host={host}",
-        f"epochs={protocol.epochs}",
-        f"steps_per_epoch={protocol.steps_per_epoch}",
-        f"batch_size={protocol.batch_size}",
-        f"every_n_steps={protocol.every_n_steps}",
+        *(f"{k}={getattr(protocol, k)}" for k in PROTOCOL_KEYS if hasattr(protocol, k)),
         f"proj_hidden_dim={hidden}",
         f"proj_output_dim={output}",
         f"pred_hidden_dim={pred}",
-        f"crop_size={protocol.crop_size}",
-        f"backbone={protocol.backbone}",
-        f"stem={protocol.stem}",
         f"factor={factor}",
         f"threads={threads}",
         *launch_overrides(jobs, threads, extra),
