@@ -63,13 +63,11 @@ def _group(records: Records, **match: str | float) -> dict[Group, list[CellRecor
 
 
 def _array(members: Records, key: str, normalise: bool) -> np.ndarray:
-    rows = []
-    for r in members:
-        values = np.array([np.nan if v is None else v for v in r.series[key]], dtype=float)
-        if normalise:
-            values = values / values[0] if values[0] else values * np.nan
-        rows.append(values)
-    return np.vstack(rows)  # (seeds, epochs + 1)
+    data = np.array([r.series[key] for r in members], dtype=float)  # (seeds, epochs + 1)
+    if normalise:  # over epoch 0; NaN where that is 0
+        start = data[:, :1]
+        data = np.divide(data, start, out=np.full_like(data, np.nan), where=start != 0)
+    return data
 
 
 def _line(members: Records, key: str, label: str, colour: str, style: str = "-") -> Line:

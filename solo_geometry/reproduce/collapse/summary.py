@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from scipy.stats import spearmanr
@@ -29,14 +29,13 @@ from solo_geometry.reproduce.collapse.result import (
     TableRow,
 )
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge
-from solo_geometry.reproduce.results import Verdict, write_result
+from solo_geometry.reproduce.results import write_result
 from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 
 __all__ = [
     "SERIES_KEYS",
     "cell_record",
     "print_claims",
-    "print_verdicts",
     "summarise",
     "write_summary",
 ]
@@ -135,12 +134,8 @@ def _curve_fields(
     per_epoch = updates[0].steps
     esc = escape(curve, rows=rows, dim=dim, steps_per_epoch=per_epoch, factor=factor)
     return {
-        "outcome": esc.outcome,
+        **asdict(esc),  # outcome, baseline_std, ceiling, escape_epoch, escape_step
         "escaped": esc.outcome == "escaped",
-        "escape_epoch": esc.escape_epoch,
-        "escape_step": esc.escape_step,
-        "baseline_std": esc.baseline_std,
-        "ceiling": esc.ceiling,
         "final_ratio": curve[-1] / curve[0] if curve[0] else None,
         "steps": sum(u.steps for u in updates.values()),
         "steps_per_epoch": per_epoch,
@@ -343,12 +338,7 @@ def print_claims(summary: CollapseSummary) -> None:
             f"{fmt['h/cond_paper']} ({rho['points'] or 0:.0f} points)"
         )
     print("\nThe paper's claims, from this run's numbers:")
-    print_verdicts(summary.claims)
+    for claim in summary.claims:
+        print(claim.text("  "))
     print("\nThe collapse alert replayed per epoch (geometry.alert's defaults):")
     print(alert_markdown(summary_runs(summary), summary.factor))
-
-
-def print_verdicts(verdicts: Sequence[Verdict]) -> None:
-    """Print each claim's verdict with its evidence, per backbone and data set."""
-    for c in verdicts:
-        print(c.text("  "))
