@@ -220,8 +220,11 @@ def run_cell(cfg: DictConfig) -> str:
     )
 
 
-def check_cell_overrides(extra: Sequence[str]) -> None:
+def check_cell_overrides(extra: Sequence[str]) -> dict[str, str]:
     """Check overrides of the cell config (``epochs=2``) before the sweep writes anything.
+
+    Returns:
+        Each cell option's value (its last), by key.
 
     Raises:
         ValueError: naming an override that is not ``key=value`` for a key of
@@ -234,7 +237,8 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
     if bad:
         raise ValueError(f"unknown cell option(s) {bad}; choose from {keys}")
     choices = {"head": sorted(CELL_ACTIVATIONS), "norm": list(CELL_NORMS), "stem": list(STEMS)}
-    for key, value in (o.lstrip("+").split("=", 1) for o in cell):
+    options = [o.lstrip("+").split("=", 1) for o in cell]
+    for key, value in options:
         wrong = [v for v in value.split(",") if key in choices and v.strip() not in choices[key]]
         if wrong:  # a sweep (head=a,b) is checked value by value
             raise ValueError(f"cell option {key}={wrong[0]!r} unknown; choose from {choices[key]}")
@@ -242,3 +246,4 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
         OmegaConf.merge(OmegaConf.structured(CellConfig), OmegaConf.from_dotlist(cell))
     except OmegaConfBaseException as err:
         raise ValueError(f"bad cell option in {cell}: {err.msg}") from err
+    return {key: value for key, value in options}

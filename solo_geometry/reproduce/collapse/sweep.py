@@ -182,13 +182,9 @@ def reproduce_collapse(
         raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
     if not factor > 1:
         raise ValueError(f"--factor must be > 1, got {factor}")
-    check_cell_overrides(extra)
-
-    def named(key: str, default: str) -> str:  # the cell option's last value, else protocol's
-        values = [o.split("=", 1)[1] for o in extra if o.lstrip("+").startswith(f"{key}=")]
-        return values[-1] if values else default
-
-    host = cell_host(host, named("backbone", protocol.backbone), named("stem", protocol.stem))
+    options = check_cell_overrides(extra)
+    backbone, stem = options.get("backbone", protocol.backbone), options.get("stem", protocol.stem)
+    host = cell_host(host, backbone, stem)
     theirs = None if compare is None else load_runs(compare, trust_pickle=trust_pickle)
     out = Path(out).resolve()
     dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
