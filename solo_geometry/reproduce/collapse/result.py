@@ -1,10 +1,8 @@
 """The collapse sweep's results as typed records: a cell's row and series, the table, the summary.
 
-Each record is a frozen dataclass whose fields are the JSON keys of its file, in the file's
-order (``cells/<cell>.json``: :class:`CellRecord`; ``summary.json``: :class:`CollapseSummary`),
-written and read through the one codec of :mod:`solo_geometry.reproduce.results`. The
-definitions of the numbers are :mod:`.summary`'s. Fields a file of an older layout may lack
-default to None (or empty), so such a file still reads.
+Frozen dataclasses whose fields are the JSON keys of their file in its order, through the one
+codec of :mod:`solo_geometry.reproduce.results` (``cells/<cell>.json``: :class:`CellRecord`;
+``summary.json``: :class:`CollapseSummary`); a field an older file lacks defaults to None.
 """
 
 from __future__ import annotations
