@@ -35,6 +35,7 @@ from solo_geometry.reproduce.collapse.protocol import (
     cell_id,
 )
 from solo_geometry.reproduce.collapse.summary import cell_record
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
 
 __all__ = [
     "PROTOCOL_KEYS",
@@ -74,7 +75,7 @@ class CellConfig:
     proj_output_dim: int = 512
     pred_hidden_dim: int = 128
     crop_size: int = 32
-    factor: float = 2.0  # escape: first epoch mean >= factor x the epoch-0 mean
+    factor: float = ESCAPE_FACTOR  # escape: first epoch mean >= factor x the epoch-0 mean
     threads: int = 1  # torch threads per cell
     alpha: float = ALPHA
     keep_checkpoints: bool = False

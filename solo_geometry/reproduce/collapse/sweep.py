@@ -42,6 +42,7 @@ from solo_geometry.reproduce.collapse.protocol import (
 )
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_cell
 from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
 
 __all__ = [
     "DATA_CHOICES",
@@ -153,7 +154,7 @@ def reproduce_collapse(
     host: str = "auto",
     jobs: int | None = None,
     threads: int = 1,
-    factor: float = 2.0,
+    factor: float = ESCAPE_FACTOR,
     compare: str | Path | None = None,
     trust_pickle: bool = False,
     protocol: Protocol | None = None,
