@@ -1,12 +1,6 @@
 """The paper's experiments and their verdicts (command: :mod:`solo_geometry.commands.reproduce`).
 
-* :mod:`.collapse`: SimSiam from pseudo-collapse, a Hydra multirun sweep;
-* :mod:`.invariance`: SimCLR with the paper's augmentations, probes, orbits, curvature, depth
-  and whitening;
-* :mod:`.hessian`: the authors' Hessian-tracker files re-read; :mod:`.paper_arrays`: their
-  released invariance arrays;
-* :mod:`.results`: the one verdict type and the result files' one writer and reader.
-
-Each experiment writes a summary computed from the runs' own records and a verdict per claim
-computed from this run's numbers.
+:mod:`.collapse` and :mod:`.invariance` run them; :mod:`.hessian` and :mod:`.paper_arrays`
+re-read the authors' released files; :mod:`.results` holds the one verdict type and the result
+files' one writer and reader (docs/reproducing.md).
 """

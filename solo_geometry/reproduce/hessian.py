@@ -1,29 +1,10 @@
 """``solo-geometry reproduce verdicts hessian FILE...``: the authors' Hessian tracker re-read.
 
 The files behind the paper's Figure 3 (``raw_data_<init>_<activation>.npz`` of
-hessian_tracker.py: per epoch ``min_eigenvalues``, ``variances``, ``condition_numbers``; what
-they hold and what their estimator resolves: docs/reproducing.md, "Figure 3"), read by the
-restricted reader of :mod:`solo_geometry.inputs.npfiles` (no pickle runs).
-
-Per file (:class:`TrackerSummary`; ``--json`` prints ``{"runs": {FILE: {...}}, "verdicts":
-[...]}``):
-
-* ``spearman_var_cond``: Spearman's rho of ``variances`` and ``condition_numbers`` under the
-  authors' protocol: ``plot_hessian_composite`` drops epoch 0 (``data[...][1:]``) and calls
-  ``scipy.stats.spearmanr`` on the rest (``spearman_epochs`` of them);
-* ``negative_epochs``, ``negative_epochs_below_1e-7``, ``negative_epochs_below_1e-6``: epochs
-  of the file (epoch 0 included) whose recorded lambda_min is below 0, -1e-7 and -1e-6;
-  ``zero_epochs``: epochs whose value is exactly 0.0: each step divides by ``||Hv|| + 1e-8``,
-  so where the spectrum's scale is far below 1e-8 the vector shrinks by about
-  ``||H|| / 1e-8`` a step and underflows to 0 in float32 within 20 steps, whatever the signs
-  (the package's ReLU cell reads 0.0 where dense float64 has lambda_min -1.1e-10);
-* ``min_eigenvalue`` and ``min_eigenvalue_epoch``: the smallest recorded value and its epoch;
-  ``first_min_eigenvalue``: epoch 0's (Figure 3 does not plot it);
-* ``var_ratio``: ``variances[-1] / variances[0]``;
-* ``resolution``: the estimator's round-off at the spectrum's scale,
-  ``ROUNDOFF_FACTOR * eps(float32) * lambda_max`` (``--lambda-max``, default
-  :data:`DEFAULT_LAMBDA_MAX`: the files do not record lambda_max), and
-  ``resolved_negative_epochs``: epochs below ``-resolution``.
+hessian_tracker.py), read by the restricted reader of :mod:`solo_geometry.inputs.npfiles` (no
+pickle runs), summarised per file (:class:`TrackerSummary`) and judged
+(:func:`hessian_verdict`). What the files hold, each number of ``--json`` and what the
+estimator resolves: docs/reproducing.md, "Figure 3: the authors' Hessian tracker, re-read".
 """
 
 from __future__ import annotations
@@ -68,7 +49,7 @@ _SMOOTH = ("swish", "gelu")
 
 
 def resolution(lambda_max: float) -> float:
-    """The float32 estimator's round-off at spectral scale ``lambda_max`` (module docstring)."""
+    """The float32 estimator's round-off at spectral scale ``lambda_max``."""
     return ROUNDOFF_FACTOR * _FLOAT32_EPS * lambda_max
 
 
@@ -107,7 +88,7 @@ def read_tracker(path: str | Path) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True)
 class TrackerSummary:
-    """One file's numbers (the module docstring defines each)."""
+    """One file's numbers (docs/reproducing.md, "Figure 3", defines each)."""
 
     init: str | None
     activation: str | None

@@ -1,10 +1,4 @@
-"""Spearman's rank correlation and its percentile bootstrap, for the reproductions' verdicts.
-
-:func:`spearman` is the Pearson correlation of the two samples' ranks, ties given their
-average rank (scipy.stats.spearmanr's definition; the tests compare the two);
-:func:`bootstrap_spearman` resamples the pairs with replacement under a fixed seed and returns
-the percentile interval.
-"""
+"""Spearman's rank correlation (as scipy.stats.spearmanr) and its percentile bootstrap."""
 
 from __future__ import annotations
 

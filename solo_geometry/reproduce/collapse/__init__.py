@@ -1,12 +1,8 @@
 """The collapse experiment: SimSiam from pseudo-collapse, heads x norms x learning rates x seeds.
 
-* :mod:`.sweep`: the Hydra multirun and its summary;
-* :mod:`.protocol`: the grid, its scales and the protocol of each cell;
-* :mod:`.cell`: one cell (a pretrain with the monitor and the update-size callback);
-* :mod:`.files`: the cells' records and the authors' released collapse files;
-* :mod:`.verdicts` and :mod:`.summary`: the claims judged on the runs' numbers;
-* :mod:`.mechanism`: whether lambda_min(M) at the start predicts the escape, over the cells;
-* :mod:`.page`: the figures and ``index.html``.
+:func:`reproduce_collapse` runs the sweep (:mod:`.sweep`) and writes its summary, page and
+verdicts; ``solo-geometry reproduce verdicts collapse`` judges saved results (docs/reproducing.md,
+"Collapse").
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The collapse alert replayed on a sweep's runs: its state per epoch against the run's outcome.
 
 The monitor's alert (:mod:`solo_geometry.runtime.alert`) at its defaults, fed one record per
-epoch with the run's curve (the per-epoch std the escape is judged on, :mod:`.verdicts`) on M
-rows of width d. The runs' files hold no per-epoch effective rank, so the rank is given as d and
-``dimensional`` is not exercised here. Beside the states:
-
-* the theory's diagnosis from M at the collapsed start: a negative count above 0 is a strict
-  saddle, 0 no negative curvature, and ``unknown`` where the file holds no M (the authors');
-* the lead time: optimiser steps from the first epoch whose state is not ``healthy`` to the
-  epoch the curve is lowest, positive when the warning came before the minimum (negative when
-  the run started collapsed and its std only rose after the warning);
-* agreement: a run "left" when it ends ``healthy`` after a ``complete`` state; the state agrees
-  with the outcome when a run that escaped left and one that did not escape did not
-  (undecidable runs are not counted).
-
-``solo-geometry reproduce verdicts collapse FILE --alert`` prints the table for any file
-:func:`~.files.load_runs` reads; ``reproduce collapse`` writes it to ``alert.md``.
+epoch with the run's curve on M rows of width d (rank given as d: ``dimensional`` is not
+exercised), beside the diagnosis from M at the start, the lead time to the curve's minimum and
+whether leaving ``complete`` agrees with the escape (docs/reproducing.md, "The collapse alert
+on the same curves"). ``reproduce verdicts collapse FILE --alert`` prints the table;
+``reproduce collapse`` writes it to ``alert.md``.
 """
 
 from __future__ import annotations
@@ -25,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from solo_geometry.config import AlertConfig
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, epochs_text
 from solo_geometry.runtime.alert import CollapseAlert
 
 __all__ = ["AlertReplay", "alert_markdown", "replay", "replay_run"]
@@ -57,7 +47,7 @@ def replay(
 
 @dataclass(frozen=True)
 class AlertReplay:
-    """One run's replayed alert (module docstring); epochs index the curve, 0 the start."""
+    """One run's replayed alert; epochs index the curve, 0 the start."""
 
     run: Run
     outcome: str  # the run's escape outcome at the factor
@@ -106,10 +96,6 @@ def replay_run(
     )
 
 
-def _epochs(values: Sequence[int | None]) -> str:
-    return ", ".join("-" if v is None else str(v) for v in values)
-
-
 def _count(replays: Sequence[AlertReplay], test: Callable[[AlertReplay], bool]) -> str:
     return f"{sum(1 for r in replays if test(r))}/{len(replays)}"
 
@@ -131,10 +117,10 @@ def alert_markdown(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> str:
         lines.append(
             f"| {data}, {backbone} | {head} | {norm} | {lr} "
             f"| {_count(group, lambda r: r.outcome == 'escaped')} "
-            f"| {_epochs([r.first_warning for r in group])} "
+            f"| {epochs_text([r.first_warning for r in group])} "
             f"| {_count(group, lambda r: r.states[-1] == 'complete')} "
-            f"| {_epochs([r.left for r in group])} "
-            f"| {_epochs([r.lead_steps for r in group])} | {', '.join(diagnoses)} |"
+            f"| {epochs_text([r.left for r in group])} "
+            f"| {epochs_text([r.lead_steps for r in group])} | {', '.join(diagnoses)} |"
         )
     judged = [r for r in replays if r.agrees is not None]
     agree = sum(1 for r in judged if r.agrees)

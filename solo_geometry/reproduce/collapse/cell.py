@@ -3,9 +3,7 @@
 A cell is one run of the SimSiam digits recipe (``recipes/digits/simsiam.yaml``) with the
 paper's heads (experiments.py ``ProjectionHead``: Linear layers without bias, BatchNorm after
 both Linears with ``bn``, "linear" the identity activation), pseudo-collapse, the monitor every
-``every_n_steps`` steps and the update-size callback every step. :func:`run_cell` trains it
-unless its record ``<out>/cells/<cell>.json`` exists (written last, atomically), so an
-interrupted sweep resumes where it stopped. The sweep itself is :mod:`.collapse`.
+``every_n_steps`` steps and the update-size callback every step.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from solo_geometry.folder.atomic import write_text
 from solo_geometry.hosts.pretrain import pretrain
 from solo_geometry.models.backbones import STEMS
 from solo_geometry.reproduce.collapse.protocol import (
@@ -33,15 +32,16 @@ from solo_geometry.reproduce.collapse.protocol import (
     CELL_ACTIVATIONS,
     CELL_NORMS,
     QUICK,
+    cell_id,
 )
 from solo_geometry.reproduce.collapse.summary import cell_record
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
 
 __all__ = [
     "PROTOCOL_KEYS",
     "RECIPE",
     "CellConfig",
     "cell_file",
-    "cell_id",
     "cell_overrides",
     "check_cell_overrides",
     "run_cell",
@@ -75,18 +75,13 @@ class CellConfig:
     proj_output_dim: int = 512
     pred_hidden_dim: int = 128
     crop_size: int = 32
-    factor: float = 2.0  # escape: first epoch mean >= factor x the epoch-0 mean
+    factor: float = ESCAPE_FACTOR  # escape: first epoch mean >= factor x the epoch-0 mean
     threads: int = 1  # torch threads per cell
     alpha: float = ALPHA
     keep_checkpoints: bool = False
 
 
 ConfigStore.instance().store(name="reproduce_collapse", node=CellConfig)
-
-
-def cell_id(head: str, norm: str, lr: float, seed: int) -> str:
-    """The cell's folder name, e.g. ``swish-bn-lr0.05-s0``."""
-    return f"{head}-{norm}-lr{lr:g}-s{seed}"
 
 
 def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) -> list[str]:
@@ -217,10 +212,7 @@ def run_cell(cfg: DictConfig) -> str:
     result = cell_record(
         Path(run), cell_cfg, host=host, seconds=seconds, root=out, factor=float(cfg.factor)
     )
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result.to_json(finite=False), indent=1))
-    os.replace(tmp, record)
+    write_text(record, json.dumps(result.to_json(finite=False), indent=1))
     row = result.row
     return (
         f"{cell}: std(H) epoch 0 {row.baseline_std:.3g} -> last "
@@ -229,8 +221,11 @@ def run_cell(cfg: DictConfig) -> str:
     )
 
 
-def check_cell_overrides(extra: Sequence[str]) -> None:
+def check_cell_overrides(extra: Sequence[str]) -> dict[str, str]:
     """Check overrides of the cell config (``epochs=2``) before the sweep writes anything.
+
+    Returns:
+        Each cell option's value (its last), by key.
 
     Raises:
         ValueError: naming an override that is not ``key=value`` for a key of
@@ -243,7 +238,8 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
     if bad:
         raise ValueError(f"unknown cell option(s) {bad}; choose from {keys}")
     choices = {"head": sorted(CELL_ACTIVATIONS), "norm": list(CELL_NORMS), "stem": list(STEMS)}
-    for key, value in (o.lstrip("+").split("=", 1) for o in cell):
+    options = [o.lstrip("+").split("=", 1) for o in cell]
+    for key, value in options:
         wrong = [v for v in value.split(",") if key in choices and v.strip() not in choices[key]]
         if wrong:  # a sweep (head=a,b) is checked value by value
             raise ValueError(f"cell option {key}={wrong[0]!r} unknown; choose from {choices[key]}")
@@ -251,3 +247,4 @@ def check_cell_overrides(extra: Sequence[str]) -> None:
         OmegaConf.merge(OmegaConf.structured(CellConfig), OmegaConf.from_dotlist(cell))
     except OmegaConfBaseException as err:
         raise ValueError(f"bad cell option in {cell}: {err.msg}") from err
+    return {key: value for key, value in options}

@@ -19,8 +19,9 @@ import numpy as np
 
 from solo_geometry.folder.safe_files import MAX_JSON_BYTES, read_bytes
 from solo_geometry.inputs.npfiles import load_arrays
+from solo_geometry.reproduce.collapse.protocol import cell_id, lr_name
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge, lr_name
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
@@ -99,7 +100,7 @@ def summary_runs(summary: CollapseSummary) -> list[Run]:
         rows, dim, per_epoch = row.output_rows, row.output_dim, row.steps_per_epoch
         if not row.std_curve or rows is None or dim is None or per_epoch is None:
             raise ValueError(
-                f"summary row {row.head}-{row.norm}-lr{row.lr}-s{row.seed} has no std_curve "
+                f"summary row {cell_id(row.head, row.norm, row.lr, row.seed)} has no std_curve "
                 "(or its sizes): rerun the sweep with this version"
             )
         runs.append(

@@ -1,31 +1,22 @@
 """Does lambda_min(M) at the collapsed start predict the escape? A rank test over the cells.
 
-The paper's mechanism: a smooth head's interaction term M has negative curvature at the
-pseudo-collapsed start, and that is what lets training leave. Quantitatively, across a sweep's
-cells: the more negative ``m_lambda_min_start`` (the Lanczos lambda_min of M at step 0,
-``summary.json``'s rows), the sooner the escape. Per cell the escape time is its
-``escape_epoch`` (first epoch at 2x the epoch-0 std), +infinity for "not escaped" (ranked after
-every escape, ties among themselves); cells that are "undecidable" (2x above the ceiling) or
-whose lambda_min(M) did not converge (None) are left out.
-
-Spearman's rho of (lambda_min(M), escape time) with a percentile bootstrap interval
-(:func:`solo_geometry.reproduce.ranks.bootstrap_spearman`, fixed seed). The prediction says
-rho > 0. Verdict: **held** when the interval lies above 0, **not held** when it lies at or
-below 0, **undecidable** when it straddles 0, when fewer than :data:`MIN_CELLS` cells are left,
-or when either variable is constant over them (no escape at all, say). Cells of the same head
-and seed start from the same weights, so their lambda_min(M) is one value whatever the lr.
+Spearman's rho of ``m_lambda_min_start`` and the escape time (``escape_epoch``, +infinity for
+"not escaped"; undecidable or unconverged cells left out) with a seeded percentile bootstrap
+interval (:func:`solo_geometry.reproduce.ranks.bootstrap_spearman`). The prediction says
+rho > 0; held, not held or undecidable as docs/reproducing.md, "Does lambda_min(M) at the start
+predict the escape?", defines them.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.reproduce.collapse.result import CellRecord, CollapseRow, read_summary
+from solo_geometry.reproduce.collapse.protocol import cell_id
+from solo_geometry.reproduce.collapse.result import CollapseRow, read_cell, read_summary
 from solo_geometry.reproduce.ranks import RankCorrelation, bootstrap_spearman
 from solo_geometry.reproduce.results import Verdict
 
@@ -87,38 +78,29 @@ def sweep_rows(path: str | Path) -> list[CollapseRow]:
             f"{str(path)!r} holds neither summary.json nor cells/*.json; expected a collapse "
             "sweep folder (solo-geometry reproduce collapse --out DIR)"
         )
-    rows = []
-    for f in files:
-        try:
-            rows.append(CellRecord.from_json(json.loads(f.read_text()), where=str(f)).row)
-        except ValueError as err:
-            raise ValueError(f"{str(f)!r}: not a cell record ({err})") from None
-    return rows
-
-
-def _name(row: CollapseRow) -> str:
-    return f"{row.head}-{row.norm}-lr{row.lr:g}-s{row.seed}"
+    return [read_cell(f).row for f in files]
 
 
 def prediction_pairs(
     rows: Sequence[CollapseRow],
 ) -> tuple[list[float], list[float], list[str], list[str]]:
-    """``(lambda_min(M), escape time, cells used, cells left out with why)`` (module docstring)."""
+    """``(lambda_min(M), escape time, cells used, cells left out with why)``."""
     xs: list[float] = []
     ys: list[float] = []
     used: list[str] = []
     left: list[str] = []
     for row in rows:
+        name = cell_id(row.head, row.norm, row.lr, row.seed)
         if row.outcome not in ("escaped", "not escaped"):
-            left.append(f"{_name(row)} ({row.outcome or 'no outcome'})")
+            left.append(f"{name} ({row.outcome or 'no outcome'})")
         elif row.m_lambda_min_start is None:
-            left.append(f"{_name(row)} (lambda_min(M) not converged)")
+            left.append(f"{name} (lambda_min(M) not converged)")
         elif row.outcome == "escaped" and row.escape_epoch is None:
-            left.append(f"{_name(row)} (escaped without an escape epoch)")
+            left.append(f"{name} (escaped without an escape epoch)")
         else:
             xs.append(row.m_lambda_min_start)
             ys.append(math.inf if row.outcome == "not escaped" else float(row.escape_epoch or 0))
-            used.append(_name(row))
+            used.append(name)
     return xs, ys, used, left
 
 
@@ -133,7 +115,7 @@ def _judge(r: RankCorrelation, xs: list[float], ys: list[float]) -> str:
 def escape_prediction(
     rows: Sequence[CollapseRow], *, resamples: int = RESAMPLES, seed: int = 0
 ) -> EscapePrediction:
-    """The rank test over the sweep's rows and its verdict (module docstring)."""
+    """The rank test over the sweep's rows and its verdict."""
     xs, ys, used, left = prediction_pairs(rows)
     r = bootstrap_spearman(xs, ys, resamples=resamples, seed=seed)
     verdict = _judge(r, xs, ys)

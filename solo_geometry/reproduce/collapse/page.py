@@ -1,15 +1,9 @@
-"""The collapse sweep's page: the paper's figure set as PNGs and ``index.html``.
+"""The collapse sweep's page: the paper's figure set (:data:`FIGURES`) and ``index.html``.
 
-The figures follow plot_results.py's: the paper's curve (the per-epoch mean of the per-step std
-of the normalised projector output, over its epoch-0 mean) per head over epochs with the seeds'
-min-max shaded (collapse instability), Swish's and ReLU's BatchNorm and learning-rate ablations
-(Swish robustness, the ReLU gap), the head's gradient norm, the covariance condition numbers
-(numerical-rank and the paper's clamped one), and the head's and the backbone's relative update
-sizes (timescale separation). For the monitor's series epoch 0 is the collapsed start (its
-step-0 record) and epoch e >= 1 the mean over epoch e's steps. With ``--compare FILE``,
-``fig1_compare.png`` draws these curves beside the authors' released ones
-(:func:`solo_geometry.reproduce.collapse.files.load_runs`), normalised the same way, against
-optimiser steps.
+The figures follow plot_results.py's, drawn by :func:`solo_geometry.analysis.pages.plot_panels`
+(the seeds' mean, their min-max shaded); epoch 0 is the collapsed start. With ``--compare
+FILE``, :data:`COMPARE` draws our curves beside the authors' (:func:`~.files.load_runs`), each
+over its epoch-0 mean, against optimiser steps.
 """
 
 from __future__ import annotations
@@ -69,13 +63,11 @@ def _group(records: Records, **match: str | float) -> dict[Group, list[CellRecor
 
 
 def _array(members: Records, key: str, normalise: bool) -> np.ndarray:
-    rows = []
-    for r in members:
-        values = np.array([np.nan if v is None else v for v in r.series[key]], dtype=float)
-        if normalise:
-            values = values / values[0] if values[0] else values * np.nan
-        rows.append(values)
-    return np.vstack(rows)  # (seeds, epochs + 1)
+    data = np.array([r.series[key] for r in members], dtype=float)  # (seeds, epochs + 1)
+    if normalise:  # over epoch 0; NaN where that is 0
+        start = data[:, :1]
+        data = np.divide(data, start, out=np.full_like(data, np.nan), where=start != 0)
+    return data
 
 
 def _line(members: Records, key: str, label: str, colour: str, style: str = "-") -> Line:

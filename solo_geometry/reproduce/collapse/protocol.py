@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "FULL_GRID",
     "GRIDS",
     "LR_FACTORS",
+    "LR_NAMES",
     "PAPER",
     "PAPER_GRID",
     "QUICK",
@@ -29,16 +31,32 @@ __all__ = [
     "SEEDS",
     "Block",
     "Protocol",
+    "cell_id",
     "describe",
+    "lr_name",
     "protocol_of",
 ]
 
 CELL_ACTIVATIONS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
 CELL_NORMS = ("bn", "none")
-LR_FACTORS = (0.1, 1.0, 10.0)  # the paper's small, base and large rates (0.005, 0.05, 0.5)
+LR_NAMES = {0.1: "small", 1.0: "base", 10.0: "large"}  # factor of BASE_LR -> the paper's name
+LR_FACTORS = tuple(LR_NAMES)  # the paper's rates 0.005, 0.05, 0.5
 SEEDS = (0, 1, 2)
 ALPHA = 0.1  # the paper's collapse_init_scale
 BASE_LR = 0.05  # the recipe's effective rate (0.2 x 64 / 256), the paper's lr_collapse
+
+
+def lr_name(lr: float, base_lr: float = BASE_LR) -> str:
+    """``small``/``base``/``large`` for 0.1x/1x/10x ``base_lr``, else the rate itself."""
+    for factor, name in LR_NAMES.items():
+        if math.isclose(lr, factor * base_lr, rel_tol=1e-6):
+            return name
+    return f"{lr:g}"
+
+
+def cell_id(head: str, norm: str, lr: float, seed: int) -> str:
+    """A cell's name (its folder's and its record's), e.g. ``swish-bn-lr0.05-s0``."""
+    return f"{head}-{norm}-lr{lr:g}-s{seed}"
 
 
 @dataclass(frozen=True)
@@ -50,10 +68,7 @@ class Block:
     lr_factors: tuple[float, ...]
 
 
-# The authors' 14 configurations (experiments.py ``activations_to_test``): linear and GELU
-# without BN at the base lr; Swish and ReLU x BN on/off x 3 lrs. Linear + BN is not among them
-# (their ProjectionHead builds no BN for "linear").
-PAPER_GRID = (
+PAPER_GRID = (  # the authors' 14 configurations (module docstring)
     Block(("linear", "gelu"), ("none",), (1.0,)),
     Block(("swish", "relu"), CELL_NORMS, LR_FACTORS),
 )
@@ -94,11 +109,7 @@ class Protocol:
         ]
 
 
-# The CPU scale (docs/reproducing.md, "Collapse"; chosen by the pilots of
-# benchmarks/pilot_collapse.py): ResNet-20 (backbones.py) on the digits at their own 8 px,
-# batch 16, 34 epochs of 89 steps (the digits' 1,438 images // 16) = 3,026 steps per cell,
-# 0.058 CPU-s per step: the 42 cells in about 61 min of 2 idle cores. --quick stops at 26
-# epochs (2,314 steps) to fit its 5 minutes: 4 cells x 3,026 steps would take about 6.
+# The scales and --quick, and why these sizes: docs/reproducing.md, "Collapse" ("Scales").
 CPU = Protocol(
     epochs=34,
     steps_per_epoch=89,
@@ -108,20 +119,8 @@ CPU = Protocol(
     crop_size=8,
     backbone="resnet20",
 )
-QUICK = Protocol(
-    epochs=26,
-    steps_per_epoch=89,
-    batch_size=16,
-    every_n_steps=26 * 89,
-    seeds=(0,),
-    grid=QUICK_GRID,
-    crop_size=8,
-    backbone="resnet20",
-)
-# --scale paper: the authors' setup (GPU): ResNet-18 with their CIFAR stem (experiments.py: 3x3
-# stride 1 padding 1, no max-pool; solo-learn's pads by 2) on CIFAR-10, batch 512, 50 epochs of
-# 97 steps, 2048-wide heads (predictor hidden 512). Their stem is the lightly host's.
-PAPER = Protocol(
+QUICK = dataclasses.replace(CPU, epochs=26, every_n_steps=26 * 89, seeds=(0,), grid=QUICK_GRID)
+PAPER = Protocol(  # the authors' setup, for a GPU
     epochs=50,
     steps_per_epoch=97,
     batch_size=512,

@@ -1,21 +1,28 @@
 """The collapse sweep's results as typed records: a cell's row and series, the table, the summary.
 
-Each record is a frozen dataclass whose fields are the JSON keys of its file, in the file's
-order (``cells/<cell>.json``: :class:`CellRecord`; ``summary.json``: :class:`CollapseSummary`),
-written and read through the one codec of :mod:`solo_geometry.reproduce.results`. The
-definitions of the numbers are :mod:`.summary`'s. Fields a file of an older layout may lack
-default to None (or empty), so such a file still reads.
+Frozen dataclasses whose fields are the JSON keys of their file in its order, through the one
+codec of :mod:`solo_geometry.reproduce.results` (``cells/<cell>.json``: :class:`CellRecord`;
+``summary.json``: :class:`CollapseSummary`); a field an older file lacks defaults to None.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
 
-__all__ = ["CellRecord", "CollapseRow", "CollapseSummary", "Stat", "TableRow", "read_summary"]
+__all__ = [
+    "CellRecord",
+    "CollapseRow",
+    "CollapseSummary",
+    "Stat",
+    "TableRow",
+    "read_cell",
+    "read_summary",
+]
 
 # A per-epoch series: index 0 the collapsed start, None where nothing was measured.
 Series = tuple[float | None, ...]
@@ -126,3 +133,15 @@ def read_summary(path: str | Path) -> CollapseSummary:
     """
     content = read_result(Path(path), "collapse").content
     return CollapseSummary.from_json(content, where=str(path))
+
+
+def read_cell(path: Path) -> CellRecord:
+    """A finished cell's record, ``cells/<cell>.json``.
+
+    Raises:
+        ValueError: naming the file, when it does not read as a cell record.
+    """
+    try:
+        return CellRecord.from_json(json.loads(path.read_text()), where=str(path))
+    except ValueError as err:
+        raise ValueError(f"{str(path)!r}: not a cell record ({err})") from None

@@ -1,25 +1,9 @@
 """The collapse sweep's numbers: one row per run, the table over seeds, and the verdicts.
 
-Everything here is computed from a run folder's own files (``geometry.jsonl`` through
-:func:`solo_geometry.folder.records.read_records`, ``updates.jsonl`` through
-:func:`solo_geometry.runtime.updates.read_update_records`); nothing is asserted.
-
-Definitions (the paper's where it has one, docs/reproducing.md):
-
-* the paper's curve, ``std_curve``: the per-epoch mean of the per-step std of the L2-normalised
-  projector outputs over both views, from each training step's own forward
-  (``head/output_std`` of ``updates.jsonl``, :mod:`solo_geometry.runtime.updates`), epoch 0 first;
-  ``baseline_std`` its epoch-0 mean; escape, ``escape_epoch``, ``escape_step``, ``ceiling`` and
-  ``outcome`` ("escaped", "not escaped", "undecidable") as
-  :func:`solo_geometry.reproduce.collapse.verdicts.escape` defines them;
-* ``start_std`` and ``final_std``: the monitor's ``h/normalized_std`` at step 0 (before any step,
-  the collapsed start) and in the final record; the monitor's series after epoch e is the mean
-  of its records measured during it;
-* M at the start: ``m_lambda_min_start`` (Lanczos, None unless converged) against the record's
-  floor tau * max|lambda(H_eff)|; ``m_neg_count_start``: 0 when the converged lambda_min(M) is
-  at or above -floor (no eigenvalue below it), else the SLQ estimate round(neg_fraction x dim)
-  (at least 1), None when lambda_min(M) did not converge; ``m_neg_mass_start``: the SLQ
-  fraction of M's spectrum below -floor.
+Everything is computed from a run folder's own files (``geometry.jsonl``, ``updates.jsonl``);
+nothing is asserted. The curve ``std_curve`` is ``head/output_std`` of ``updates.jsonl`` per
+epoch, judged by :func:`~.verdicts.escape`; the monitor's series after epoch e is the mean of
+its records measured during it, epoch 0 its step-0 record (docs/reproducing.md, "Collapse").
 """
 
 from __future__ import annotations
@@ -27,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from scipy.stats import spearmanr
@@ -36,6 +20,7 @@ from solo_geometry.folder.atomic import write_text
 from solo_geometry.folder.records import GeometryRecord, read_records
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs
+from solo_geometry.reproduce.collapse.protocol import lr_name
 from solo_geometry.reproduce.collapse.result import (
     CellRecord,
     CollapseRow,
@@ -43,15 +28,14 @@ from solo_geometry.reproduce.collapse.result import (
     Stat,
     TableRow,
 )
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge, lr_name
-from solo_geometry.reproduce.results import Verdict, write_result
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge
+from solo_geometry.reproduce.results import write_result
 from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 
 __all__ = [
     "SERIES_KEYS",
     "cell_record",
     "print_claims",
-    "print_verdicts",
     "summarise",
     "write_summary",
 ]
@@ -105,7 +89,13 @@ def _epoch_series(
 
 
 def _m_start(start: GeometryRecord) -> dict[str, object]:
-    """M's negative part at the collapsed start (module docstring)."""
+    """M's negative part at the collapsed start, step 0.
+
+    ``m_lambda_min_start`` is Lanczos' (None unless converged), against the record's floor
+    tau * max|lambda(H_eff)|; ``m_neg_count_start`` is 0 when it is at or above -floor, else the
+    SLQ estimate round(neg_fraction x dim) (at least 1), None when it did not converge;
+    ``m_neg_mass_start`` is the SLQ fraction of M's spectrum below -floor.
+    """
     floor, dim = start.settings.floor, start.settings.dim
     lam, frac = start.value("m/lambda_min"), start.value("m/neg_fraction")
     frac_std = start.value("m/neg_fraction_std")
@@ -130,7 +120,7 @@ def _m_start(start: GeometryRecord) -> dict[str, object]:
 def _curve_fields(
     updates: Mapping[int, UpdateRecord], epochs: int, factor: float
 ) -> dict[str, object]:
-    """The row's curve, its escape and the steps behind it (module docstring).
+    """The row's curve, its escape and the steps behind it.
 
     Raises:
         ValueError: if an epoch has no ``head/output_std`` (the update monitor was off).
@@ -144,12 +134,8 @@ def _curve_fields(
     per_epoch = updates[0].steps
     esc = escape(curve, rows=rows, dim=dim, steps_per_epoch=per_epoch, factor=factor)
     return {
-        "outcome": esc.outcome,
+        **asdict(esc),  # outcome, baseline_std, ceiling, escape_epoch, escape_step
         "escaped": esc.outcome == "escaped",
-        "escape_epoch": esc.escape_epoch,
-        "escape_step": esc.escape_step,
-        "baseline_std": esc.baseline_std,
-        "ceiling": esc.ceiling,
         "final_ratio": curve[-1] / curve[0] if curve[0] else None,
         "steps": sum(u.steps for u in updates.values()),
         "steps_per_epoch": per_epoch,
@@ -352,12 +338,7 @@ def print_claims(summary: CollapseSummary) -> None:
             f"{fmt['h/cond_paper']} ({rho['points'] or 0:.0f} points)"
         )
     print("\nThe paper's claims, from this run's numbers:")
-    print_verdicts(summary.claims)
+    for claim in summary.claims:
+        print(claim.text("  "))
     print("\nThe collapse alert replayed per epoch (geometry.alert's defaults):")
     print(alert_markdown(summary_runs(summary), summary.factor))
-
-
-def print_verdicts(verdicts: Sequence[Verdict]) -> None:
-    """Print each claim's verdict with its evidence, per backbone and data set."""
-    for c in verdicts:
-        print(c.text("  "))

@@ -1,17 +1,13 @@
 """The paper's collapse experiment as a Hydra multirun (``solo-geometry reproduce collapse``).
 
-Each cell of the grid (:mod:`.protocol`) is one run of the SimSiam digits recipe (:mod:`.cell`);
-the sweep is Hydra's multirun of :func:`run_cell` over ``head x norm x lr x seed``, on Hydra's
-joblib launcher or the one an extra ``hydra/launcher=...`` override names
-(:mod:`solo_geometry.hosts.sweeps`). A cell whose record ``<out>/cells/<cell>.json`` exists
-is skipped, so an interrupted sweep resumes. :func:`reproduce_collapse` then writes
-``summary.json``, ``table.md``, the figures and ``index.html`` and prints each claim's verdict
-(docs/reproducing.md, "Collapse").
+Hydra's multirun of :func:`~.cell.run_cell` over each factorial block of the grid
+(:mod:`.protocol`), on the joblib launcher or the one an extra ``hydra/launcher=...`` override
+names (:mod:`solo_geometry.hosts.sweeps`); :func:`reproduce_collapse` then writes the summary,
+the page and each claim's verdict (docs/reproducing.md, "Collapse").
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,8 +21,8 @@ from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
 from solo_geometry.reproduce.collapse.cell import (
+    PROTOCOL_KEYS,
     cell_file,
-    cell_id,
     check_cell_overrides,
     run_cell,
 )
@@ -40,11 +36,13 @@ from solo_geometry.reproduce.collapse.page import (
 from solo_geometry.reproduce.collapse.protocol import (
     BASE_LR,
     Protocol,
+    cell_id,
     describe,
     protocol_of,
 )
-from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary
+from solo_geometry.reproduce.collapse.result import CollapseSummary, read_cell
 from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
 
 __all__ = [
     "DATA_CHOICES",
@@ -98,13 +96,11 @@ def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
     """``(data.dataset, data.train_path)`` of the cells; digits are written under ``out``.
 
     Raises:
-        ValueError: for an unknown data set, CIFAR without ``--data-root``, or a file there that
-            is not a CIFAR batch (:func:`solo_geometry.inputs.cifar.read_cifar`).
+        ValueError: CIFAR without ``--data-root``, or a file there that is not a CIFAR batch
+            (:func:`solo_geometry.inputs.cifar.read_cifar`).
         FileNotFoundError: when CIFAR's torchvision files are not under ``data_root`` (nothing
             is downloaded).
     """
-    if data not in DATA_CHOICES:
-        raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
     if data == "digits":
         root = make_digits(out / "data" / "digits")
         return "custom", str(root / "train")
@@ -158,7 +154,7 @@ def reproduce_collapse(
     host: str = "auto",
     jobs: int | None = None,
     threads: int = 1,
-    factor: float = 2.0,
+    factor: float = ESCAPE_FACTOR,
     compare: str | Path | None = None,
     trust_pickle: bool = False,
     protocol: Protocol | None = None,
@@ -166,23 +162,9 @@ def reproduce_collapse(
 ) -> CollapseSummary:
     """Run (or resume) the sweep, then summarise it, draw the page and print the verdicts.
 
-    Args:
-        out: the sweep folder (``runs/``, ``cells/``, ``summary.json``, ``index.html``).
-        quick: the four heads without BN at the base lr, one seed, at the CPU scale's sizes.
-        scale: ``cpu`` (:data:`CPU`) or ``paper`` (:data:`PAPER`, the authors' setup).
-        grid: ``paper`` (their 14 configurations) or ``full`` (heads x norms x lrs).
-        data: ``digits`` (embedded) or ``cifar10``/``cifar100`` (files on disk); None: the
-            scale's.
-        data_root: the folder holding torchvision's CIFAR files.
-        host: ``auto``, ``solo`` or ``lightly``.
-        jobs: cells run at once (None: the cores available // ``threads``).
-        threads: torch threads per cell.
-        factor: the escape factor (x the epoch-0 mean), > 1.
-        compare: the authors' results (``.npy`` with ``trust_pickle``, or their curves as JSON)
-            to draw beside ours (``fig1_compare.png``).
-        trust_pickle: allow loading ``compare`` when it is a pickle.
-        protocol: sizes, steps and grid (None: from ``quick``, ``scale`` and ``grid``).
-        extra: further Hydra overrides of the cell config (e.g. ``epochs=2``).
+    The arguments are the options of ``solo-geometry reproduce collapse`` (their help:
+    :mod:`solo_geometry.commands.reproduce`; ``extra`` its Hydra overrides of the cell config),
+    and ``protocol``: sizes, steps and grid in place of ``quick``, ``scale`` and ``grid``'s.
 
     Returns:
         The summary (also written to ``<out>/summary.json``).
@@ -201,13 +183,9 @@ def reproduce_collapse(
         raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
     if not factor > 1:
         raise ValueError(f"--factor must be > 1, got {factor}")
-    check_cell_overrides(extra)
-
-    def named(key: str, default: str) -> str:  # the cell option's last value, else protocol's
-        values = [o.split("=", 1)[1] for o in extra if o.lstrip("+").startswith(f"{key}=")]
-        return values[-1] if values else default
-
-    host = cell_host(host, named("backbone", protocol.backbone), named("stem", protocol.stem))
+    options = check_cell_overrides(extra)
+    backbone, stem = options.get("backbone", protocol.backbone), options.get("stem", protocol.stem)
+    host = cell_host(host, backbone, stem)
     theirs = None if compare is None else load_runs(compare, trust_pickle=trust_pickle)
     out = Path(out).resolve()
     dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
@@ -218,16 +196,10 @@ def reproduce_collapse(
         f"dataset={dataset}",
         f"data={data}",
         f"host={host}",
-        f"epochs={protocol.epochs}",
-        f"steps_per_epoch={protocol.steps_per_epoch}",
-        f"batch_size={protocol.batch_size}",
-        f"every_n_steps={protocol.every_n_steps}",
+        *(f"{k}={getattr(protocol, k)}" for k in PROTOCOL_KEYS if hasattr(protocol, k)),
         f"proj_hidden_dim={hidden}",
         f"proj_output_dim={output}",
         f"pred_hidden_dim={pred}",
-        f"crop_size={protocol.crop_size}",
-        f"backbone={protocol.backbone}",
-        f"stem={protocol.stem}",
         f"factor={factor}",
         f"threads={threads}",
         *launch_overrides(jobs, threads, extra),
@@ -240,9 +212,7 @@ def reproduce_collapse(
     for block in grid_overrides(protocol):
         _multirun([*block, *common])
     cells = sorted(cell_id(*c) for c in protocol.cells())
-    records = [
-        CellRecord.from_json(json.loads(cell_file(out, c).read_text()), where=c) for c in cells
-    ]
+    records = [read_cell(cell_file(out, c)) for c in cells]
     summary = summarise(records, quick=quick, protocol=describe(protocol), factor=factor)
     write_summary(out, summary)
     extra_figures = (

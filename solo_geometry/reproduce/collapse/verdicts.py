@@ -1,64 +1,36 @@
 """The collapse claims as the paper states them, judged on any set of runs: ours or the authors'.
 
-A run is one seed of one configuration: its backbone and data set, head (``linear``, ``relu``,
-``gelu``, ``swish``), norm (``bn`` or ``none``), learning rate (``small``, ``base``, ``large``:
-0.1x, 1x, 10x the base rate 0.05) and its curve, the per-epoch mean of the per-step std of the
-L2-normalised projector outputs over both views (experiments.py: ``torch.std(F.normalize(
-cat(z1, z2)), dim=0).mean()``, every step, averaged per epoch), epoch 0 first.
-
-Escape, as the paper plots it (the curve over its epoch-0 mean): a run escaped at the first epoch
-e >= 1 whose mean reaches ``factor`` x the epoch-0 mean, at optimiser step (e + 1) x steps per
-epoch. The statistic is at most sqrt(M / ((M - 1) d)) for M rows of width d
-(:func:`solo_geometry.geometry.stats.std_ceiling`); where ``factor`` x the baseline is above
-that ceiling no curve can reach it, and the run is "undecidable", never "not escaped".
-
-The claims (:data:`CLAIMS`), each judged per backbone and data set, held / not held /
-undecidable with its evidence:
-
-* ``smooth_escape``: without BatchNorm at the base rate, the smooth heads (GELU, Swish) escape in
-  at least 2 of 3 seeds and earlier than the linear head (median escape epoch, never = infinity);
-  ReLU never escapes;
-* ``relu_needs_bn``: ReLU relies on BatchNorm and the step size: without BatchNorm its final
-  level (seed mean of the last epoch over epoch 0) falls as the rate grows; with BatchNorm every
-  epoch of every seed stays within :data:`BN_BAND` of epoch 0;
-* ``m_negative_at_start``: at the collapsed start M has eigenvalues below the floor for the smooth
-  heads and none for linear and ReLU heads without BatchNorm (BatchNorm couples the batch, so a
-  head with it is not linear in z and is left out).
-
-The runs come from files (our ``summary.json``, the authors' results) through
-:mod:`.files`, which also holds ``solo-geometry reproduce verdicts collapse FILE``.
-
-Calibration: on the authors' released CIFAR-10 ResNet-18 results (``tests/fixtures/
-collapse_authors.json``) the first two are "held" and the third "undecidable" (their file holds
-no M); ``tests/reproduce/collapse/test_collapse_verdicts.py`` checks this.
+A :class:`Run` is one seed of one configuration with its curve, the per-epoch mean of the
+per-step std of the L2-normalised projector outputs, epoch 0 first; :func:`escape` judges it
+against ``factor`` x epoch 0 and the ceiling :func:`~solo_geometry.geometry.stats.std_ceiling`,
+and :func:`judge` each claim of :data:`CLAIMS` per backbone and data set. Definitions, the
+calibration on the authors' released results and the default grid's verdicts:
+docs/reproducing.md, "Collapse" ("Escape, as the paper plots it", "Claims").
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from solo_geometry.geometry.stats import std_ceiling
-from solo_geometry.reproduce.collapse.protocol import BASE_LR
+from solo_geometry.reproduce.collapse.protocol import LR_NAMES
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
     "BN_BAND",
     "CLAIMS",
     "ESCAPE_FACTOR",
-    "LR_NAMES",
     "Escape",
     "Run",
+    "epochs_text",
     "escape",
     "judge",
-    "lr_name",
 ]
 
 ESCAPE_FACTOR = 2.0
-LR_NAMES = {0.1: "small", 1.0: "base", 10.0: "large"}  # factor of the base rate -> the paper's
 # With BatchNorm "std stays near its level": the authors' curves stay at 0.30 to 1.61 of epoch 0
 # (DESIGN section 8: 0.4 to 1.3 at the end); without it ReLU falls to 0.10 and 0.03.
 BN_BAND = (0.25, 2.0)
@@ -73,14 +45,6 @@ CLAIMS = {
     "m_negative_at_start": "at the collapsed start M has eigenvalues below the floor for smooth "
     "heads and none for linear and ReLU heads without BatchNorm",
 }
-
-
-def lr_name(lr: float, base_lr: float = BASE_LR) -> str:
-    """``small``/``base``/``large`` for 0.1x/1x/10x ``base_lr``, else the rate itself."""
-    for factor, name in LR_NAMES.items():
-        if math.isclose(lr, factor * base_lr, rel_tol=1e-6):
-            return name
-    return f"{lr:g}"
 
 
 @dataclass(frozen=True)
@@ -134,7 +98,6 @@ class Run:
     dim: int
     steps_per_epoch: int
     m_neg_count_start: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def escape(self, factor: float = ESCAPE_FACTOR) -> Escape:
         """This run's escape at ``factor``."""
@@ -159,12 +122,9 @@ def _verdict(cid: str, verdict: str, evidence: str) -> Verdict:
     return Verdict(cid, CLAIMS[cid], verdict, evidence)
 
 
-def _epochs(escapes: Sequence[Escape]) -> str:
-    return (
-        "["
-        + ", ".join("-" if e.escape_epoch is None else str(e.escape_epoch) for e in escapes)
-        + "]"
-    )
+def epochs_text(values: Sequence[int | None]) -> str:
+    """Epochs (or steps) as ``1, -, 3``: ``-`` where there is none."""
+    return ", ".join("-" if v is None else str(v) for v in values)
 
 
 def _median_epoch(escapes: Sequence[Escape]) -> float:
@@ -184,7 +144,8 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
         )
     esc = {h: [r.escape(factor) for r in cells[h]] for h in cells if cells[h]}
     parts = [
-        f"{h} {sum(e.outcome == 'escaped' for e in es)}/{len(es)} at epochs {_epochs(es)}"
+        f"{h} {sum(e.outcome == 'escaped' for e in es)}/{len(es)} at epochs "
+        f"[{epochs_text([e.escape_epoch for e in es])}]"
         for h, es in esc.items()
     ]
     evidence = f"escaped (>= {factor:g} x epoch 0), no BN, base lr: " + "; ".join(parts)
@@ -207,8 +168,7 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
 
 def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``relu_needs_bn`` on one backbone and data set's runs."""
-    order = ("small", "base", "large")
-    plain = {lr: _select(runs, "relu", "none", lr) for lr in order}
+    plain = {lr: _select(runs, "relu", "none", lr) for lr in LR_NAMES.values()}
     plain = {lr: rs for lr, rs in plain.items() if rs}
     bn = _select(runs, "relu", "bn")
     if len(plain) < 2 or not bn:
