@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
+from solo_geometry.reproduce.results import JsonRecord, Verdict, read_record
 
 __all__ = [
     "CellRecord",
@@ -125,14 +125,8 @@ class CollapseSummary(JsonRecord):
 
 
 def read_summary(path: str | Path) -> CollapseSummary:
-    """A ``summary.json`` (or the sweep folder holding it) as read by :func:`read_result`.
-
-    Raises:
-        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
-            message names the file.
-    """
-    content = read_result(Path(path), "collapse").content
-    return CollapseSummary.from_json(content, where=str(path))
+    """A ``summary.json`` (or the sweep folder holding it), typed (:func:`read_record`)."""
+    return read_record(CollapseSummary, path, "collapse")
 
 
 def read_cell(path: Path) -> CellRecord:
