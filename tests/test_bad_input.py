@@ -21,6 +21,7 @@ import os
 import pickle
 import shutil
 import sys
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1059,18 +1060,47 @@ def _array_files(w: Path) -> None:
     np.savez(w / "orbits-point-h.npz", **point)
 
 
+# The hashes of files already read, by path, inode, size, modification and change times: the
+# world's thousands of files are hashed once, not twice per case. A file written again has a new
+# change time (which no call can set back), unless written within the clock's granularity of the
+# stat that was hashed: only hashes of files unchanged for RACY_NS are kept (git's "racily clean").
+_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
+RACY_NS = 2_000_000_000
+
+
+def _digest(path: str, st: os.stat_result) -> str:
+    """The SHA-256 of the bytes ``path`` reads; ``st``: its ``stat`` (a link's: its target's)."""
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
+        _DIGESTS[key] = digest
+    return digest
+
+
 def _tree(root: Path) -> dict[str, tuple[int, int, str]]:
-    """Every path under ``root``: size, modification time, and a hash of files up to 1 MiB."""
+    """Every path under ``root``: size, modification time, and a hash of files up to 1 MiB.
+
+    As ``root.rglob("*")`` lists them (links to folders not entered), through ``os.scandir``.
+    """
     out = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        small = path.is_file() and st.st_size <= 1 << 20
-        digest = hashlib.sha256(path.read_bytes()).hexdigest() if small else ""
-        out[str(path.relative_to(root))] = (
-            st.st_size if path.is_file() else -1,
-            st.st_mtime_ns,
-            digest,
-        )
+    folders = [str(root)]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                is_file = entry.is_file()  # a link to a file counts, as for Path.is_file
+                digest = ""
+                if is_file and st.st_size <= 1 << 20:
+                    digest = _digest(entry.path, os.stat(entry.path) if entry.is_symlink() else st)
+                out[os.path.relpath(entry.path, root)] = (
+                    st.st_size if is_file else -1,
+                    st.st_mtime_ns,
+                    digest,
+                )
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
     return out
 
 
