@@ -123,10 +123,10 @@ class AlertConfig:
     # complete collapse: the normalised std below 1/20 of its ceiling; left above 1/10.
     complete_enter: float = 0.05
     complete_leave: float = 0.1
-    # dimensional collapse (the std holds): effective rank below 0.3 of its running maximum
-    # in the run; left above 0.45 (calibrated: docs/reproducing.md).
-    dimensional_enter: float = 0.3
-    dimensional_leave: float = 0.45
+    # dimensional collapse (the std holds): effective rank below 0.35 of its running maximum
+    # in the run; left above 0.525 (calibrated: docs/reproducing.md).
+    dimensional_enter: float = 0.35
+    dimensional_leave: float = 0.525
     # consecutive records that must agree before the state changes.
     patience: int = 2
     # Opt-in: ask Lightning to stop (trainer.should_stop) once `complete` has lasted

@@ -58,7 +58,7 @@ class TestStateMachine:
         cfg = AlertConfig()
         assert classify(0.07, 0.9, "healthy", cfg) == "healthy"  # above complete_enter 0.05
         assert classify(0.07, 0.9, "complete", cfg) == "complete"  # below complete_leave 0.1
-        # the rank's ratio is to its running maximum: enter below 0.3, leave above 0.45
+        # the rank's ratio is to its running maximum: enter below 0.35, leave above 0.525
         assert classify(0.5, 0.4, "healthy", cfg) == "healthy"
         assert classify(0.5, 0.4, "dimensional", cfg) == "dimensional"
         assert classify(0.5, 0.25, "healthy", cfg) == "dimensional"
@@ -220,7 +220,7 @@ class TestBatchSizeAndBackbone:
             states[rows] = run_metrics(alert, [_measured("h", X) for X in seq])
             batch_ratios[rows] = ratios(_measured("h", seq[0]), "h")[1]  # type: ignore[index]
         assert states[32] == states[512] == ["healthy"] * 4 + ["dimensional"] * 2
-        # the same healthy features read 0.43 and 0.25 of min(M, d): the default 0.3 on that
+        # the same healthy features read 0.43 and 0.25 of min(M, d): the default 0.35 on that
         # ratio (the former rule's kind) would call only the larger batch dimensional
         assert batch_ratios[32] > AlertConfig().dimensional_enter > batch_ratios[512]
 
