@@ -10,9 +10,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
-from solo.losses.vicreg import vicreg_loss_func
 from torch import Tensor, nn
+
+# solo-learn is optional (make check runs without it): the module skips, as the other solo tests
+vicreg_loss_func = pytest.importorskip(
+    "solo.losses.vicreg", reason="solo-learn 1.0.6 is not importable"
+).vicreg_loss_func
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
