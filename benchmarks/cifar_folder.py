@@ -32,7 +32,8 @@ def _blobs(mirror: Path, tree: str) -> list[tuple[str, str]]:
         text=True,
     ).stdout
     rows = [line.split(None, 3) for line in out.splitlines()]
-    return sorted((r[2], r[3]) for r in rows if r[1] == "blob" and r[3].endswith(".jpg"))
+    jpegs = [(r[2], r[3]) for r in rows if r[1] == "blob" and r[3].endswith(".jpg")]
+    return sorted(jpegs, key=lambda b: b[1])
 
 
 def cifar_folder(mirror: Path, out: Path, train: int = 500, val: int = 100) -> Path:
@@ -44,8 +45,7 @@ def cifar_folder(mirror: Path, out: Path, train: int = 500, val: int = 100) -> P
         for name in CLASSES:
             folder = out / split / name
             folder.mkdir(parents=True, exist_ok=True)
-            blobs = sorted(_blobs(mirror, f"{source}/{name}"), key=lambda b: b[1])[:count]
-            for blob, file in blobs:
+            for blob, file in _blobs(mirror, f"{source}/{name}")[:count]:
                 data = subprocess.run(
                     ["git", f"--git-dir={mirror}", "cat-file", "blob", blob],
                     check=True,

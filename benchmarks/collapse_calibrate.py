@@ -49,14 +49,9 @@ def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
     A run on another data set (``<config>@<data>``) goes to its configuration's half.
     """
     order = {c.name: i for i, c in enumerate(CONFIGS)}
-
-    def position(r: dict[str, Any]) -> int | None:
-        return order.get(r["config"]["name"].split("@")[0])
-
-    ok = [r for r in results if r["label"] != "failed" and position(r) is not None]
-    a = [r for r in ok if position(r) % 2 == 0]  # type: ignore[operator]
-    b = [r for r in ok if position(r) % 2 == 1]  # type: ignore[operator]
-    return a, b
+    placed = [(order.get(r["config"]["name"].split("@")[0]), r) for r in results]
+    ok = [(i, r) for i, r in placed if i is not None and r["label"] != "failed"]
+    return [r for i, r in ok if i % 2 == 0], [r for i, r in ok if i % 2 == 1]
 
 
 def _config(
