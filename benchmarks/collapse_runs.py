@@ -27,7 +27,7 @@ from benchmarks.collapse_configs import Config
 from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
 from solo_geometry.folder.records import read_records, renamed_metrics
 
-__all__ = ["collect", "read_result", "run_config"]
+__all__ = ["collect", "launch", "read_result", "run_config"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "solo_geometry" / "recipes" / "digits"
@@ -94,7 +94,12 @@ def _finished(root: Path) -> bool:
     return root.is_dir() and any((p / "probes.json").is_file() for p in root.iterdir())
 
 
-def _launch(argv: list[str], root: Path, log: Path) -> float:
+def launch(argv: list[str], root: Path, log: Path) -> float:
+    """Run ``argv`` in ``root`` (made if missing), output to ``log``; its wall seconds.
+
+    Raises:
+        RuntimeError: on a non-zero exit, naming the log.
+    """
     root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
@@ -205,7 +210,7 @@ def run_config(
         for part, epochs_of in (("train", epochs), ("init", 0)):
             if not _finished(where / part):  # a finished run folder is read again, not rerun
                 argv = _lightly(cfg, data, where / part, epochs_of, every, batches)
-                seconds += _launch(argv, where / part, where / f"{part}.log")
+                seconds += launch(argv, where / part, where / f"{part}.log")
         result = collect(cfg, _folder(where / "train"), _folder(where / "init"), seconds, epochs)
     except (RuntimeError, OSError, KeyError, ValueError) as err:
         return {"config": asdict(cfg), "label": "failed", "error": str(err), "records": []}

@@ -19,25 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.collapse_runs import RECIPES, ROOT
+from benchmarks.collapse_runs import RECIPES, launch
 from solo_geometry.inputs.digits import make_digits
 
 __all__ = ["main"]
-
-
-def _run(argv: list[str], log: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with log.open("w") as fh:
-        proc = subprocess.run(argv, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}; see {log}")
 
 
 def _accuracies(probes: Path) -> dict[str, float]:
@@ -65,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     train = where / "train"
     if not any(train.glob("*/checkpoints/last.ckpt")):
         train.mkdir(exist_ok=True)
-        _run(
+        launch(
             [
                 sys.executable, "-m", "solo_geometry.cli", "pretrain",
                 "--config", str(RECIPES / f"{a.recipe}.yaml"), "--host", "lightly",
@@ -78,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 "geometry.probes.targets=[class]", "geometry.probes.orbits.families=[]",
                 *a.overrides,
             ],
+            where,
             where / "train.log",
         )  # fmt: skip
     print(f"[{time.perf_counter() - t0:6.0f} s] trained {a.epochs} epochs", flush=True)
@@ -87,12 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         ckpt = run / "checkpoints" / f"epoch={epoch - 1}.ckpt"
         out = where / f"probe_{epoch}"
         if not (out / "probes.json").is_file():
-            _run(
+            launch(
                 [
                     sys.executable, "-m", "solo_geometry.cli", "probe", str(ckpt),
                     "--data", str(data), "--out", str(out), "--targets", "class",
                     "--no-orbits", "--quiet",
                 ],
+                where,
                 where / f"probe_{epoch}.log",
             )  # fmt: skip
         acc = _accuracies(out / "probes.json")
