@@ -120,6 +120,10 @@ class AlertConfig:
     # Also read Z beside H (the lower reading counts): a BatchNorm-ended head holds the std of
     # H up through a collapse that Z shows.
     read_z: bool = True
+    # Read the statistics of this many images of the validation folder (data.val_path, else
+    # geometry.probes.data), the same clean images at every record, instead of the augmented
+    # training batch (runtime/heldout.py); 0, or no folder: the training batch.
+    heldout: int = 256
     # complete collapse: the normalised std below 1/20 of its ceiling; left above 1/10.
     complete_enter: float = 0.05
     complete_leave: float = 0.1
@@ -147,6 +151,12 @@ class AlertConfig:
                 )
         _at_least(self.patience, "geometry.alert.patience")
         _at_least(self.stop_after, "geometry.alert.stop_after")
+        rows = self.heldout
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0 or rows == 1:
+            raise ValueError(
+                "geometry.alert.heldout: must be 0 (read the training batch) or an integer >= 2 "
+                f"(images of the validation folder), got {rows!r}"
+            )
 
 
 @dataclass

@@ -50,8 +50,9 @@ __all__ = [
 SCHEMA_VERSION = 5  # of geometry.jsonl's records
 READABLE_VERSIONS = (1, 2, 3, 4, 5)  # versions this reader knows (1 to 4 upgraded on reading)
 GEOMETRY_FILE = "geometry.jsonl"
-# A record's parts: statistics, spectra, tangents (rho), SLQ density (last 3 wait for budget).
-PARTS = ("stats", "hessian", "augment", "density")
+# A record's parts: statistics, spectra, tangents (rho), SLQ density (these 3 wait for budget),
+# the held-out batch's statistics (runtime/heldout.py).
+PARTS = ("stats", "hessian", "augment", "density", "heldout")
 STATUSES = ("ok", "skipped")
 Scalar = float | int | bool | None
 # A record's metrics: key (a pattern of geometry.metrics.METRICS filled in) -> value.

@@ -2,13 +2,14 @@
 
 Every number a ``geometry.jsonl`` record (and a zoo card's ``stats``) holds is an entry here: its
 key pattern (``{part}`` stands for each of its ``parts``), label, unit, range, the record part
-that takes it (``stats``, ``hessian``, ``augment``, or ``head`` for the always-taken weight
-norm), the function that computes it from that part's inputs and its reference (paper or closed
-form). The monitor (:mod:`solo_geometry.runtime.measure`), the zoo's measurements and the
-invariance reproduction assemble records through :func:`assemble` (:func:`record_stats` for the
-statistics); the report's panels and the
-alert read keys and labels from here; docs/run-folder.md's table is :func:`metrics_table`.
-Adding a metric is one entry here, its function, and its test (docs/design.md section 9).
+that takes it (``stats``, ``hessian``, ``augment``, ``heldout`` for the fixed held-out batch, or
+``head`` for the always-taken weight norm), the function that computes it from that part's
+inputs and its reference (paper or closed form). The monitor
+(:mod:`solo_geometry.runtime.measure`), the zoo's measurements and the invariance reproduction
+assemble records through :func:`assemble` (:func:`record_stats` for the statistics); the
+report's panels and the alert read keys and labels from here; docs/run-folder.md's table is
+:func:`metrics_table`. Adding a metric is one entry here, its function, and its test
+(docs/design.md section 9).
 
 The ``stats`` part's inputs are :class:`~.metric_inputs.StatsInputs` (Z and H, their
 representation statistics and alpha-ReQ fit computed once and shared by the entries that read
@@ -40,6 +41,7 @@ __all__ = [
     "Scalar",
     "RECORD_PARTS",
     "SPACES",
+    "HELDOUT",
     "Metric",
     "assemble",
     "metric",
@@ -50,7 +52,18 @@ __all__ = [
 ]
 
 Scalar = float | int | bool | None
-RECORD_PARTS = ("stats", "hessian", "augment", "head")  # which part of a record takes a metric
+RECORD_PARTS = ("stats", "hessian", "augment", "head", "heldout")  # which part takes a metric
+# The held-out batch's statistics (runtime/heldout.py), keys ``heldout/<z|h>/<name>``: what the
+# collapse alert and the benchmark's peers read on clean images of a fixed number of rows.
+HELDOUT = (
+    "normalized_std",
+    "rankme_l2",
+    "rankme",
+    "n_samples",
+    "dim",
+    "alpha_req",
+    "collapse_level",
+)
 SPACES = ("z", "h")  # the representations of the ``stats`` part: backbone Z, head output H
 
 
@@ -228,6 +241,12 @@ def _entries() -> list[Metric]:
         Metric(n, f"{{part}}/{n}", label, unit, rng, "stats", _of_space(read), ref, SPACES)
         for n, label, unit, rng, read, ref in _REPRESENTATION
     ]
+    out += [
+        Metric(f"heldout_{n}", f"heldout/{{part}}/{n}", f"{label} (held-out batch)", unit, rng,
+               "heldout", _of_space(read), f"{ref}; the fixed held-out batch", SPACES)
+        for n, label, unit, rng, read, ref in _REPRESENTATION
+        if n in HELDOUT
+    ]  # fmt: skip
     out += [
         Metric(n, key, label, unit, rng, "stats", _whole(read), ref)
         for n, key, label, unit, rng, read, ref in _PAIR

@@ -3,7 +3,9 @@
 A small state machine over the records' representation statistics (docs/design.md section 3)
 of H (``geometry.alert.features``) and, with ``geometry.alert.read_z`` (the default), of the
 backbone's Z too, the lower reading of the two counting (a BatchNorm-ended head holds the std
-of H near its ceiling through a collapse; Z does not hide it):
+of H near its ceiling through a collapse; Z does not hide it). It reads the fixed held-out batch
+(``heldout/...``, :mod:`.heldout`: clean images, the same rows at every record) where a record
+holds it, else the training batch (``geometry.alert.heldout=0`` or no validation folder):
 
 * ``complete``: the normalised std below ``complete_enter`` of its ceiling sqrt(M / ((M - 1) d))
   (the most it can be on M rows of width d, :func:`~solo_geometry.geometry.stats.std_ceiling`),
@@ -56,18 +58,25 @@ READS = (STD, RANK, ROWS, WIDTH) = tuple(
 RITZ_MIN, NEG_FRACTION = metric("ritz_min"), metric("neg_fraction")  # M's, for the diagnosis
 
 
-def ratios(metrics: Mapping[str, Any], features: str) -> tuple[float, float] | None:
+def ratios(
+    metrics: Mapping[str, Any], features: str, heldout: bool = False
+) -> tuple[float, float] | None:
     """The normalised std over its ceiling and RankMe of the L2-normalised rows over min(M, d).
 
     Args:
         metrics: a record's metrics (the keys of :data:`READS` for ``features``:
             ``<features>/normalized_std``, ``/rankme_l2``, ``/n_samples`` and ``/dim``).
         features: ``"h"`` or ``"z"``.
+        heldout: read the held-out batch's (``heldout/<features>/...``) instead.
 
     Returns:
         ``(std_ratio, rank_ratio)``, each in [0, 1]; None when the record lacks one of them.
     """
-    std, rank, m, d = (metrics.get(entry.key_for(features)) for entry in READS)
+    keys = (
+        metric(f"heldout_{entry.name}").key_for(features) if heldout else entry.key_for(features)
+        for entry in READS
+    )
+    std, rank, m, d = (metrics.get(key) for key in keys)
     if any(not isinstance(v, int | float) or isinstance(v, bool) for v in (std, rank, m, d)):
         return None
     assert std is not None and rank is not None and m is not None and d is not None
@@ -134,6 +143,7 @@ class CollapseAlert:
         self._last: tuple[float, float] | None = None
         self._top: dict[str, float] = {}  # running maximum of rank / min(M, d) per space
         self._of: tuple[str, str] | None = None  # the spaces that gave the last reading
+        self._source = "batch"  # what the last reading read: "heldout" or the training "batch"
         self._asked = False  # whether the opt-in stop was asked for
 
     def _spectra(self, step: int, metrics: Mapping[str, Any], floor: float | None) -> None:
@@ -181,13 +191,16 @@ class CollapseAlert:
         spaces = [self.cfg.features]
         if self.cfg.read_z and self.cfg.features != "z":
             spaces.append("z")
-        read = {s: r for s in spaces if (r := ratios(metrics, s)) is not None}
+        heldout = ratios(metrics, self.cfg.features, heldout=True) is not None
+        read = {s: r for s in spaces if (r := ratios(metrics, s, heldout)) is not None}
         if self.cfg.features not in read:
             return None
+        self._source = "heldout" if heldout else "batch"
         drops = {}
         for space, (_, rank) in read.items():
-            self._top[space] = max(self._top.get(space, 0.0), rank)
-            drops[space] = rank / self._top[space] if self._top[space] > 0 else 1.0
+            top = f"heldout/{space}" if heldout else space  # one running maximum per source
+            self._top[top] = max(self._top.get(top, 0.0), rank)
+            drops[space] = rank / self._top[top] if self._top[top] > 0 else 1.0
         std_of = min(read, key=lambda s: read[s][0])
         rank_of = min(drops, key=drops.__getitem__)
         self._of = (std_of, rank_of)
@@ -198,7 +211,8 @@ class CollapseAlert:
         self._candidate, self._count = None, 0
         record = self.as_record()
         rank_zero_warn(
-            f"GeometryMonitor: collapse alert {old} -> {state} at step {step} (normalised std of "
+            f"GeometryMonitor: collapse alert {old} -> {state} at step {step} (on the "
+            f"{'held-out' if self._source == 'heldout' else 'training'} batch: normalised std of "
             f"{record['std_of'].upper()} {record['std_ratio']:.3g} of its ceiling, "
             f"{RANK.label} of {record['rank_of'].upper()} {record['rank_ratio']:.3g} of its "
             "running maximum)" + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
@@ -216,6 +230,7 @@ class CollapseAlert:
             "rank_ratio": rank_ratio,
             "std_of": self._of[0] if self._of else self.cfg.features,
             "rank_of": self._of[1] if self._of else self.cfg.features,
+            "source": self._source,
             "pending": self._candidate,
             "diagnosis": diagnosis(self.curvature) if self.state != "healthy" else None,
             "curvature": self.curvature,
@@ -262,6 +277,7 @@ class CollapseAlert:
             "last": list(self._last) if self._last is not None else None,
             "top": dict(self._top),
             "of": list(self._of) if self._of is not None else None,
+            "source": self._source,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -275,3 +291,4 @@ class CollapseAlert:
         self._top = {str(k): float(v) for k, v in state.get("top", {}).items()}
         of = state.get("of")
         self._of = (str(of[0]), str(of[1])) if of else None
+        self._source = str(state.get("source", "batch"))

@@ -37,6 +37,7 @@ from solo_geometry.config import GeometryConfig, ProbesConfig
 from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD, MeanStd
 from solo_geometry.inputs.sizes import check_one_size, probe_folders
+from solo_geometry.runtime.heldout import HeldOutBatch
 from solo_geometry.runtime.monitor import GeometryMonitor
 from solo_geometry.runtime.precision import exact_matmul, float32_copy, holds_dtype
 from solo_geometry.runtime.sink import note_unwritten, one_line
@@ -262,7 +263,10 @@ def geometry_callbacks(
         The callbacks, in the order they must run.
     """
     out_cfg = cfg if cfg.out_dir or run_dir is None else _with_out_dir(cfg, run_dir)
-    callbacks: list[Callback] = [GeometryMonitor(out_cfg, meta=meta)]
+    monitor = GeometryMonitor(out_cfg, meta=meta)
+    rows = cfg.alert.heldout if cfg.alert.enabled else 0
+    monitor.heldout = HeldOutBatch(rows, val_dir or cfg.probes.data or None, normalisation)
+    callbacks: list[Callback] = [monitor]
     if cfg.measure.updates:
         callbacks.append(UpdateSizeMonitor(run_dir))
     if cfg.probes.enabled:

@@ -5,13 +5,12 @@ The monitor needs one thing from the LightningModule: ``geometry_view(batch)`` r
 ``every_n_steps`` optimiser steps (step 0 is before the first step) and once at the end of fit
 it measures the current batch (:func:`solo_geometry.runtime.measure.measure`, docs/design.md
 section 3): the extreme eigenvalues of H_eff, GN and M, the statistics and quality metrics of Z
-and H, rho along colour augmentations, and at the first and final records H_eff's density.
+and H, rho along colour augmentations, at the first and final records H_eff's density, and the
+fixed held-out batch's statistics the collapse alert reads (:mod:`.heldout`).
 
-Under the time budget (``geometry.budget``) only the costly parts wait: at every step due on the
-cadence the representation statistics are written (from the step's captured features); where
-the spectra and rho do not fit, that record holds the statistics alone and says why the rest was
-deferred (``deferred_parts``), and the spectra come at the first later step the budget holds
-them for, in a record of their own.
+Under the time budget (``geometry.budget``) only the costly parts wait: every step due on the
+cadence writes the statistics (from the step's captured features); where the spectra and rho do
+not fit, they are deferred (``deferred_parts``) to the first later step the budget holds them for.
 
 A module that also implements ``geometry_capture(enabled)`` (both hosts do) lets the monitor
 reuse the features its training step computes: at a measured step the monitor switches capture
@@ -43,6 +42,7 @@ from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
 from solo_geometry.runtime.finish import first_train_batch, lacks_final_record
+from solo_geometry.runtime.heldout import HeldOutBatch, with_heldout
 from solo_geometry.runtime.measure import RunContext, checked, measure, outputs
 from solo_geometry.runtime.precision import exact_matmul, full_precision
 from solo_geometry.runtime.schedule import MonitorState
@@ -100,6 +100,7 @@ class GeometryMonitor(Callback):
         )
         self.budget = TimeBudget(self.config)  # time spent, cost estimate, the budget's rule
         self.alert = CollapseAlert(self.config.alert)  # the collapse state across records
+        self.heldout: HeldOutBatch | None = None  # the alert's clean images (runtime/heldout.py)
 
     @property
     def run(self) -> RunFolder | None:  # noqa: D102 - the run folder, known after setup
@@ -203,11 +204,7 @@ class GeometryMonitor(Callback):
         )
 
     def _due(self, trainer: pl.Trainer, step: int) -> bool:
-        """Whether to measure before step ``step``: on the cadence, unless the budget defers it.
-
-        A due measurement is owed until it runs, at the first step the budget's rule holds it
-        for (:mod:`solo_geometry.runtime.budget`); the first always runs (it gives the cost).
-        """
+        """Whether to measure before step ``step`` (cadence; budget: :mod:`.budget`)."""
         if not self.state.due(step, self.last_step):  # a cadence step becomes owed
             return False
         if self.config.budget is None or not self.n_records:
@@ -340,15 +337,19 @@ class GeometryMonitor(Callback):
                 result = measure_across_ranks(
                     pl_module,
                     batch,
-                    lambda view: measure(
-                        view,
-                        self.config.measure,
-                        self.config.spectrum,
-                        seed=self.config.seed,
-                        density=density,
-                        history=history,
-                        stats_only=not full,
-                        run=run,
+                    with_heldout(
+                        lambda view: measure(
+                            view,
+                            self.config.measure,
+                            self.config.spectrum,
+                            seed=self.config.seed,
+                            density=density,
+                            history=history,
+                            stats_only=not full,
+                            run=run,
+                        ),
+                        self.heldout,
+                        pl_module,
                     ),
                     pl_module.device,
                 )
