@@ -1,10 +1,12 @@
 """The detectors of benchmarks/collapse_detection.py, replayed on a run's records, and their score.
 
-Each detector reads only what a record holds (the measured batch's statistics of Z and H) and
-says at which step it first fires (None: never). Thresholds and their provenance:
+Each detector reads only what a record holds (the measured batch's statistics of Z and H, and
+the fixed held-out batch's, ``heldout/...``) and says at which step it first fires (None:
+never). Thresholds and their provenance:
 
 * ``ours``: :class:`~solo_geometry.runtime.alert.CollapseAlert` at its defaults (first state
-  other than ``healthy``).
+  other than ``healthy``), reading the held-out batch where the records hold it;
+  ``ours, training batch``: the same on the training batch (``geometry.alert.heldout=0``).
 * ``ours before``: the alert before issue 52 (H only; rank below 0.05 of min(M, d)), replayed.
 * ``RankMe milestone``: stable-pretraining's ``EpochMilestones`` on its ``RankMe`` callback
   (direction ``max``: stop when RankMe <= the milestone at an epoch's end). Its docs give no
@@ -24,6 +26,10 @@ says at which step it first fires (None: never). Thresholds and their provenance
   alpha (faster eigenvalue decay) toward collapse: alpha(H) > 3, a spectrum decaying faster
   than k^-3.
 * ``rank gate``: what projects write themselves: effective rank of H below 2.
+
+Every peer but LiDAR (it needs two views of each image) is also replayed on the held-out
+batch's statistics (``... (held-out)``), so that ours is compared with the peers on the same
+inputs as well as on the ones their libraries read.
 """
 
 from __future__ import annotations
@@ -72,15 +78,21 @@ def threshold(key: str, below: float | None = None, above: float | None = None) 
     return fires
 
 
-def alert(cfg: AlertConfig | None = None) -> Callable[[Records], int | None]:
-    """The package's alert replayed on the records: the first state other than healthy."""
+def alert(cfg: AlertConfig | None = None, batch: bool = False) -> Callable[[Records], int | None]:
+    """The package's alert replayed on the records: the first state other than healthy.
+
+    ``batch``: the held-out statistics removed, so it reads the training batch
+    (``geometry.alert.heldout=0``).
+    """
 
     def fires(records: Records) -> int | None:
         a = CollapseAlert(cfg or AlertConfig())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for r in records:
-                if a.observe(int(r["step"]), r["metrics"], None)["state"] != "healthy":
+                m = r["metrics"]
+                m = {k: v for k, v in m.items() if not k.startswith(HELDOUT)} if batch else m
+                if a.observe(int(r["step"]), m, None)["state"] != "healthy":
                     return int(r["step"])
         return None
 
@@ -119,42 +131,72 @@ def previous(records: Records) -> int | None:
     return None
 
 
-def rankme_milestone(records: Records) -> int | None:
+def rankme_milestone(prefix: str = "") -> Callable[[Records], int | None]:
     """``EpochMilestones`` on RankMe(H) at d / 10, every epoch's last record."""
-    last: dict[int, dict[str, Any]] = {}
-    for r in records:
-        last[int(r["epoch"])] = r
-    for epoch in sorted(last):
-        m = last[epoch]["metrics"]
-        rank, d = _num(m, "h/rankme"), _num(m, "h/dim")
-        if rank is not None and d is not None and rank <= d / 10:
-            return int(last[epoch]["step"])
-    return None
+
+    def fires(records: Records) -> int | None:
+        last: dict[int, dict[str, Any]] = {}
+        for r in records:
+            last[int(r["epoch"])] = r
+        for epoch in sorted(last):
+            m = last[epoch]["metrics"]
+            rank, d = _num(m, f"{prefix}h/rankme"), _num(m, f"{prefix}h/dim")
+            if rank is not None and d is not None and rank <= d / 10:
+                return int(last[epoch]["step"])
+        return None
+
+    return fires
 
 
-def monai_score(records: Records) -> int | None:
+def monai_score(prefix: str = "") -> Callable[[Records], int | None]:
     """MONAI's ``effective_rank_score`` = 1 - erank / min(N, D) of H, at >= 0.5."""
-    for r in records:
-        m = r["metrics"]
-        rank, n, d = (_num(m, f"h/{k}") for k in ("rankme", "n_samples", "dim"))
-        if rank is not None and n and d and 1 - rank / min(n, d) >= 0.5:
-            return int(r["step"])
-    return None
+
+    def fires(records: Records) -> int | None:
+        for r in records:
+            m = r["metrics"]
+            rank, n, d = (_num(m, f"{prefix}h/{k}") for k in ("rankme", "n_samples", "dim"))
+            if rank is not None and n and d and 1 - rank / min(n, d) >= 0.5:
+                return int(r["step"])
+        return None
+
+    return fires
 
 
+def _peers(prefix: str, where: str) -> tuple[Detector, ...]:
+    """The peers reading ``prefix + "h/..."``: the training batch (``""``) or the held-out one."""
+    return (
+        Detector(
+            f"RankMe milestone{where}",
+            "stable-pretraining EpochMilestones, d/10",
+            rankme_milestone(prefix),
+        ),
+        Detector(
+            f"lightly collapse level{where}",
+            "lightly tutorial, >= 0.9",
+            threshold(f"{prefix}h/collapse_level", above=0.9),
+        ),
+        Detector(f"MONAI effective_rank_score{where}", "MONAI 1.6, >= 0.5", monai_score(prefix)),
+        Detector(
+            f"alpha-ReQ{where}",
+            "Agrawal et al. 2022, > 3",
+            threshold(f"{prefix}h/alpha_req", above=3.0),
+        ),
+        Detector(
+            f"rank gate{where}",
+            "users' gate, erank(H) < 2",
+            threshold(f"{prefix}h/rankme_l2", below=2.0),
+        ),
+    )
+
+
+HELDOUT = "heldout/"
 DETECTORS = (
-    Detector("ours", "runtime/alert.py defaults (calibrated half A)", alert()),
+    Detector("ours", "runtime/alert.py defaults: the held-out batch", alert()),
+    Detector("ours, training batch", "the same, geometry.alert.heldout=0", alert(batch=True)),
     Detector("ours before", "the alert before issue 52", previous),
-    Detector("RankMe milestone", "stable-pretraining EpochMilestones, d/10", rankme_milestone),
-    Detector(
-        "lightly collapse level",
-        "lightly tutorial, >= 0.9",
-        threshold("h/collapse_level", above=0.9),
-    ),
-    Detector("MONAI effective_rank_score", "MONAI 1.6, >= 0.5", monai_score),
+    *_peers("", ""),
     Detector("LiDAR", "Thilak et al. 2024, < 2", threshold("h/lidar", below=2.0)),
-    Detector("alpha-ReQ", "Agrawal et al. 2022, > 3", threshold("h/alpha_req", above=3.0)),
-    Detector("rank gate", "users' gate, erank(H) < 2", threshold("h/rankme_l2", below=2.0)),
+    *_peers(HELDOUT, " (held-out)"),
 )
 
 

@@ -113,7 +113,7 @@ class TestPeers:
         assert r is not None
         assert 1 - r / 32 == pytest.approx(theirs, abs=1e-5)
         rec = [_record(0, 0, **{"h/rankme": r, "h/n_samples": 64, "h/dim": 32})]
-        assert (monai_score(rec) is not None) == (theirs >= 0.5)
+        assert (monai_score()(rec) is not None) == (theirs >= 0.5)
 
     def test_rankme_milestone_reads_each_epochs_last_record(self) -> None:
         d = {"h/dim": 100}
@@ -122,7 +122,7 @@ class TestPeers:
             _record(5, 0, **{"h/rankme": 50.0}, **d),
             _record(10, 1, **{"h/rankme": 9.0}, **d),
         ]
-        assert rankme_milestone(recs) == 10
+        assert rankme_milestone()(recs) == 10
 
     def test_score_by_hand(self) -> None:
         def fires(records: list[dict[str, Any]]) -> int | None:
@@ -158,6 +158,28 @@ class TestPeers:
         # std under 0.05 of its ceiling twice (patience 2): warned at the second
         assert previous([rec(0, 0.9, 0.8), rec(5, 0.01, 0.8), rec(10, 0.01, 0.8)]) == 10
 
+    def test_ours_reads_the_heldout_batch_and_its_batch_twin_does_not(self) -> None:
+        from benchmarks.collapse_peers import alert
+
+        ceiling = math.sqrt(128 / (127 * 64))
+
+        def rec(step: int, batch: float, heldout: float) -> dict[str, Any]:
+            m = {}
+            for prefix, rank in (("", batch), ("heldout/", heldout)):
+                for space in ("h", "z"):
+                    m |= {
+                        f"{prefix}{space}/normalized_std": 0.9 * ceiling,
+                        f"{prefix}{space}/rankme_l2": rank * 64,
+                        f"{prefix}{space}/n_samples": 128,
+                        f"{prefix}{space}/dim": 64,
+                    }
+            return _record(step, 0, **m)
+
+        # the training batch's rank falls to a tenth, the held-out batch's holds
+        recs = [rec(0, 0.8, 0.6), *(rec(5 * i, 0.08, 0.55) for i in range(1, 4))]
+        assert alert()(recs) is None
+        assert alert(batch=True)(recs) == 10  # patience 2
+
     def test_every_detector_names_its_provenance(self) -> None:
         assert len({d.name for d in DETECTORS}) == len(DETECTORS)
         assert all(d.provenance for d in DETECTORS)
@@ -177,6 +199,11 @@ def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
     assert all(r["label"] in ("collapsed", "healthy", "ambiguous") for r in runs)
     assert all(r["records"] for r in runs)
     assert "| ours |" in table and "| rank gate |" in table
+    assert (
+        "| ours, training batch |" in table and "| MONAI effective_rank_score (held-out) |" in table
+    )
+    # the digits' validation folder gives every record the held-out batch the alert reads
+    assert all("heldout/h/rankme_l2" in rec["metrics"] for r in runs for rec in r["records"])
     assert (tmp_path / "detection.png").stat().st_size > 0
 
 

@@ -9,7 +9,8 @@ collapse benchmark's labels read instead: ``geometry.alert.heldout`` images of t
 validation folder (``data.val_path``, else ``geometry.probes.data``), spread evenly over its
 sorted file list so every class is in, read once without augmentation and normalised as the
 recipe normalises. At every record the module's backbone and head map them to Z and H in eval
-mode (BatchNorm reads its running statistics and updates nothing; float32, autocast off) and
+mode (BatchNorm reads its running statistics and updates nothing; autocast off; float32, or
+float64 under ``64-true``) and
 the record gains ``heldout/<z|h>/<name>`` for the names of
 :data:`~solo_geometry.geometry.metrics.HELDOUT`.
 
@@ -94,8 +95,8 @@ class HeldOutBatch:
         with torch.autocast(param.device.type, enabled=False):
             for chunk in x.split(CHUNK):
                 z = backbone(chunk.to(param.device, param.dtype)).flatten(1)
-                zs.append(z.float())
-                hs.append(head(z).float())
+                zs.append(z)
+                hs.append(head(z))
         Z, H = torch.cat(zs), torch.cat(hs)
         out = assemble("heldout", StatsInputs(Representation(Z), Representation(H)))
         return {k: float(v) if type(v) is int else v for k, v in out.items()}

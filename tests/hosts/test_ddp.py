@@ -123,6 +123,10 @@ def _check_faulty(records: list[GeometryRecord], log: str) -> None:
     """Step 0 measured; step 1 (exception on rank 1) and 2 (NaN on rank 1) skipped on all."""
     assert [(r.step, r.status) for r in records] == [(0, "ok"), (1, "skipped"), (2, "skipped")]
     assert records[0].settings.n_batch == 8  # the global batch: 2 ranks x 4
+    # the held-out batch (the validation folder) measured on rank zero, in eval mode (the
+    # backbone's BatchNorm reads its running statistics; SyncBatchNorm runs no collective then,
+    # but refuses CPU modules in training, so gloo cannot run it here)
+    assert records[0].holds("heldout") and records[0].alert["source"] == "heldout"  # type: ignore[index]
     assert "rank 1" in records[1].reason and FAULT in records[1].reason, records[1].reason
     assert "rank 1" in records[2].reason and "non-finite" in records[2].reason, records[2].reason
     assert [r.n_skipped for r in records] == [0, 1, 2]
