@@ -8,17 +8,23 @@ maximises warned-before-reference plus detected, minus three per false alarm and
 ambiguous run (unverified either way: the calibration leans quiet), ties to the larger median
 lead, then to H, then to the lower (more conservative) thresholds, then to the larger patience.
 The choice is then scored on B, untouched by it.
+
+:func:`calibrate_peers` gives every peer detector the same chance: its own threshold chosen on
+half A by the same objective from :data:`PEER_GRIDS` (which hold each peer's published or
+customary value), scored on half B, so that ours is compared with each peer at the peer's best
+threshold for these runs, not only at the value its library or paper suggests.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.collapse_configs import CONFIGS
-from benchmarks.collapse_peers import Score, alert, score
+from benchmarks.collapse_peers import HELDOUT, Score, alert, monai_score, rankme_milestone, score
+from benchmarks.collapse_peers import threshold as crossing
 from solo_geometry.config import AlertConfig
 
 __all__ = [
@@ -26,8 +32,11 @@ __all__ = [
     "DIMENSIONAL_GRID",
     "FEATURES_GRID",
     "PATIENCE_GRID",
+    "PEER_GRIDS",
     "Calibration",
+    "PeerCalibration",
     "calibrate",
+    "calibrate_peers",
     "halves",
 ]
 
@@ -101,3 +110,56 @@ def calibrate(results: Sequence[dict[str, Any]]) -> Calibration:
     return Calibration(
         cfg.dimensional_enter, cfg.complete_enter, cfg.patience, cfg.features, on_a, on_b
     )
+
+
+Fires = Callable[[Sequence[dict[str, Any]]], int | None]
+
+
+def _peer_grids(prefix: str, where: str) -> dict[str, tuple[tuple[float, ...], Callable]]:
+    """Per peer reading ``prefix + "h/..."``: its thresholds (the customary one among them)."""
+    return {
+        f"RankMe milestone{where}": ((2, 5, 10, 20, 50), lambda k: rankme_milestone(prefix, k)),
+        f"lightly collapse level{where}": (
+            (0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
+            lambda t: crossing(f"{prefix}h/collapse_level", above=t),
+        ),
+        f"MONAI effective_rank_score{where}": (
+            (0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
+            lambda t: monai_score(prefix, t),
+        ),
+        f"alpha-ReQ{where}": (
+            (1.5, 2.0, 3.0, 4.0, 6.0),
+            lambda t: crossing(f"{prefix}h/alpha_req", above=t),
+        ),
+        f"rank gate{where}": (
+            (2.0, 4.0, 8.0, 16.0),
+            lambda t: crossing(f"{prefix}h/rankme_l2", below=t),
+        ),
+    }
+
+
+# the peers of benchmarks/collapse_peers.py's DETECTORS, by name: (thresholds, threshold -> fires)
+PEER_GRIDS: dict[str, tuple[tuple[float, ...], Callable[[float], Fires]]] = {
+    **_peer_grids("", ""),
+    "LiDAR": ((2.0, 4.0, 8.0, 16.0), lambda t: crossing("h/lidar", below=t)),
+    **_peer_grids(HELDOUT, " (held-out)"),
+}
+
+
+@dataclass(frozen=True)
+class PeerCalibration:
+    """A peer's threshold chosen on half A, and its scores on both halves."""
+
+    threshold: float
+    on_a: Score
+    on_b: Score
+
+
+def calibrate_peers(results: Sequence[dict[str, Any]]) -> dict[str, PeerCalibration]:
+    """Each peer of :data:`PEER_GRIDS` calibrated on half A as ours is, scored on half B."""
+    a, b = halves(results)
+    out = {}
+    for name, (grid, make) in PEER_GRIDS.items():
+        chosen = max(grid, key=lambda t: _objective(score(a, make(t))))  # first of the best
+        out[name] = PeerCalibration(chosen, score(a, make(chosen)), score(b, make(chosen)))
+    return out

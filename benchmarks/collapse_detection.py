@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.collapse_calibrate import calibrate, halves
+from benchmarks.collapse_calibrate import calibrate, calibrate_peers, halves
 from benchmarks.collapse_configs import CONFIGS, QUICK
 from benchmarks.collapse_peers import DETECTORS, markdown, plot, score_all
 from benchmarks.collapse_runs import read_result, run_config
@@ -46,6 +46,14 @@ def _calibration(results: list[dict[str, Any]]) -> str:
         "(steps) | ambiguous fired |\n|---|---|---|---|---|---|\n"
         f"| half A (calibration, {len(a)} runs) | {cal.on_a.row()} |\n"
         f"| half B (test, {len(b)} runs) | {cal.on_b.row()} |\n"
+        "\nEach peer calibrated the same way (its threshold chosen on half A), scored on half B:"
+        "\n\n| detector | threshold (half A) | half B: detections (early) | false alarms | "
+        "misses | median lead (steps) | ambiguous fired |\n|---|---|---|---|---|---|---|\n"
+        f"| ours | dimensional_enter {cal.dimensional_enter} | {cal.on_b.row()} |\n"
+        + "".join(
+            f"| {name} | {p.threshold:g} | {p.on_b.row()} |\n"
+            for name, p in calibrate_peers(results).items()
+        )
     )
 
 

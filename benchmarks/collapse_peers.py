@@ -131,8 +131,8 @@ def previous(records: Records) -> int | None:
     return None
 
 
-def rankme_milestone(prefix: str = "") -> Callable[[Records], int | None]:
-    """``EpochMilestones`` on RankMe(H) at d / 10, every epoch's last record."""
+def rankme_milestone(prefix: str = "", fraction: float = 10) -> Callable[[Records], int | None]:
+    """``EpochMilestones`` on RankMe(H) at d / ``fraction``, every epoch's last record."""
 
     def fires(records: Records) -> int | None:
         last: dict[int, dict[str, Any]] = {}
@@ -141,21 +141,21 @@ def rankme_milestone(prefix: str = "") -> Callable[[Records], int | None]:
         for epoch in sorted(last):
             m = last[epoch]["metrics"]
             rank, d = _num(m, f"{prefix}h/rankme"), _num(m, f"{prefix}h/dim")
-            if rank is not None and d is not None and rank <= d / 10:
+            if rank is not None and d is not None and rank <= d / fraction:
                 return int(last[epoch]["step"])
         return None
 
     return fires
 
 
-def monai_score(prefix: str = "") -> Callable[[Records], int | None]:
-    """MONAI's ``effective_rank_score`` = 1 - erank / min(N, D) of H, at >= 0.5."""
+def monai_score(prefix: str = "", at: float = 0.5) -> Callable[[Records], int | None]:
+    """MONAI's ``effective_rank_score`` = 1 - erank / min(N, D) of H, at >= ``at``."""
 
     def fires(records: Records) -> int | None:
         for r in records:
             m = r["metrics"]
             rank, n, d = (_num(m, f"{prefix}h/{k}") for k in ("rankme", "n_samples", "dim"))
-            if rank is not None and n and d and 1 - rank / min(n, d) >= 0.5:
+            if rank is not None and n and d and 1 - rank / min(n, d) >= at:
                 return int(r["step"])
         return None
 

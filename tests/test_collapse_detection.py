@@ -253,3 +253,30 @@ class TestCalibrate:
         assert cal.patience == 2 and cal.features == "h"
         assert (cal.on_a.detections, cal.on_a.false_alarms) == (1, 0)
         assert (cal.on_b.detections, cal.on_b.early, cal.on_b.median_lead) == (1, 1, 5)
+
+    def test_each_peer_gets_its_own_threshold_on_half_a(self) -> None:
+        from benchmarks.collapse_calibrate import PEER_GRIDS, calibrate_peers
+
+        def run(name: str, lab: str, ranks: list[float]) -> dict[str, Any]:
+            m = [{"h/rankme": r, "h/n_samples": 128, "h/dim": 64} for r in ranks]
+            recs = [_record(5 * i, 0, **x) for i, x in enumerate(m)]
+            ref = 10 if lab == "collapsed" else None
+            return {
+                "config": {"name": name},
+                "label": lab,
+                "reference": {"step": ref},
+                "records": recs,
+            }
+
+        # MONAI's score 1 - rank / 64: healthy 0.53 (over its 0.5: a false alarm), collapsed 0.84
+        results = [
+            run("simsiam_no_predictor", "collapsed", [50, 30, 10, 10]),
+            run("byol_defaults", "healthy", [50, 30, 30, 30]),
+            run("byol_no_predictor", "collapsed", [50, 30, 8, 8]),  # half B
+            run("simsiam_defaults", "healthy", [50, 29, 29, 29]),  # half B: 0.55
+        ]
+        assert set(PEER_GRIDS) >= {"MONAI effective_rank_score", "RankMe milestone (held-out)"}
+        monai = calibrate_peers(results)["MONAI effective_rank_score"]
+        assert monai.threshold == 0.6  # the lowest that spares the healthy run of half A
+        assert (monai.on_a.detections, monai.on_a.false_alarms) == (1, 0)
+        assert (monai.on_b.detections, monai.on_b.false_alarms, monai.on_b.early) == (1, 0, 1)
