@@ -115,8 +115,9 @@ def with_heldout(
     def both(view: Any) -> Measurement:
         result = run(view)
         try:
-            result.metrics.update(checked(heldout.measure(module)))
-            result.parts.append("heldout")
+            metrics = checked(heldout.measure(module))
+            result.metrics.update(metrics)
+            result.parts.extend(["heldout"] if metrics else [])
         except Exception as err:  # noqa: BLE001 - one part failing keeps the others
             result.failed["heldout"] = f"{type(err).__name__}: {err}"
         return result

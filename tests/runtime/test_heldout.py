@@ -105,9 +105,17 @@ def test_measure_against_a_float64_forward(folder: Path, dtype: torch.dtype) -> 
     assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
 
 
-def test_no_folder_or_rows_is_no_part(folder: Path) -> None:
+def test_no_folder_or_rows_is_no_part(folder: Path, tmp_path: Path) -> None:
     assert HeldOutBatch(0, folder, MEAN_STD).folder is None
     assert HeldOutBatch(8, None, MEAN_STD).measure(Net()) == {}
+    (tmp_path / "a").mkdir()  # one image: no statistics, so no part
+    Image.fromarray(np.zeros((SIDE, SIDE, 3), np.uint8)).save(tmp_path / "a" / "0.png")
+    one = with_heldout(
+        lambda view: Measurement({}, None, None, ["stats"]),  # type: ignore[arg-type]
+        HeldOutBatch(8, tmp_path, MEAN_STD),
+        Net(),
+    )(None)
+    assert one.parts == ["stats"] and not one.failed
 
     def run(view: object) -> Measurement:
         return Measurement({}, None, None)  # type: ignore[arg-type]
