@@ -69,12 +69,13 @@ class HeldOutBatch:
             return None
         if self._images is None:
             where = f"geometry.alert.heldout's folder {str(self.folder)!r}"
-            check_one_size([self.folder], where)
-            folder = ImageFolder(str(self.folder))
+            folder_path, self.folder = self.folder, None  # a folder that fails is read once
+            check_one_size([folder_path], where)
+            folder = ImageFolder(str(folder_path))
             picked = [folder.samples[i][0] for i in spread(len(folder.samples), self.rows)]
             x = torch.stack([TF.to_tensor(folder.loader(p).convert("RGB")) for p in picked])
             mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in self.normalisation)
-            self._images = (x - mean) / std
+            self._images, self.folder = (x - mean) / std, folder_path
         return self._images
 
     @torch.no_grad()

@@ -133,6 +133,7 @@ def test_a_failure_is_its_own_part(tmp_path: Path, folder: Path) -> None:
     )(None)
     assert measured.parts == ["stats"] and measured.metrics == {"h/dim": 5.0}
     assert "heldout" in measured.failed
+    assert measured_again(net, tmp_path / "missing")  # read once: later records skip it
     ok = with_heldout(
         lambda view: Measurement({}, None, None, ["stats"]),  # type: ignore[arg-type]
         HeldOutBatch(8, folder, MEAN_STD),
@@ -143,6 +144,18 @@ def test_a_failure_is_its_own_part(tmp_path: Path, folder: Path) -> None:
         out = ok(None)
     assert out.parts == ["stats", "heldout"] and "heldout/h/rankme_l2" in out.metrics
     assert net.training  # the monitor's guard restores the mode the part set
+
+
+def measured_again(net: Net, missing: Path) -> bool:
+    """Whether a second record after a failed read leaves the held-out part out, unfailed."""
+    held = HeldOutBatch(8, missing, MEAN_STD)
+    run = with_heldout(
+        lambda view: Measurement({}, None, None, ["stats"]),  # type: ignore[arg-type]
+        held,
+        net,
+    )
+    first, second = run(None), run(None)
+    return "heldout" in first.failed and not second.failed and held.folder is None
 
 
 def _record(batch_rank: float, heldout_rank: float | None, d: int = 64) -> dict[str, float]:
