@@ -2,7 +2,7 @@
 
 The split is fixed by the configurations' order in :data:`benchmarks.collapse_configs.CONFIGS`:
 half A the even positions (0, 2, ...), half B the odd ones, so each half holds collapsing and
-healthy runs of each method. On A every (features, dimensional_enter, complete_enter,
+healthy runs of each method. On A every (source, features, dimensional_enter, complete_enter,
 patience) of the grid below is scored (:func:`benchmarks.collapse_peers.score`); the one chosen
 maximises warned-before-reference plus detected, minus three per false alarm and one per warned
 ambiguous run (unverified either way: the calibration leans quiet), ties to the larger median
@@ -32,6 +32,7 @@ __all__ = [
     "DIMENSIONAL_GRID",
     "FEATURES_GRID",
     "PATIENCE_GRID",
+    "SOURCE_GRID",
     "PEER_GRIDS",
     "Calibration",
     "PeerCalibration",
@@ -50,6 +51,9 @@ PATIENCE_GRID = (3, 2)
 # the space the states read: H (and Z beside it, the lower counts) or the backbone's Z alone;
 # H first, so ties keep the paper's statistic
 FEATURES_GRID = ("h", "z")
+# what the states read: the fixed held-out batch (geometry.alert.heldout, the default) or the
+# training batch (heldout=0); held-out first, so ties keep the default
+SOURCE_GRID = ("heldout", "batch")
 
 
 def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
@@ -89,6 +93,7 @@ class Calibration:
     complete_enter: float
     patience: int
     features: str
+    source: str
     on_a: Score
     on_b: Score
 
@@ -96,19 +101,28 @@ class Calibration:
 def calibrate(results: Sequence[dict[str, Any]]) -> Calibration:
     """Choose the thresholds on half A, score them on half B (module docstring)."""
     a, b = halves(results)
-    grid = itertools.product(FEATURES_GRID, DIMENSIONAL_GRID, COMPLETE_GRID, PATIENCE_GRID)
-    best: tuple[tuple[float, float], AlertConfig] | None = None
-    for feat, dim, comp, pat in grid:
+    grid = itertools.product(
+        SOURCE_GRID, FEATURES_GRID, DIMENSIONAL_GRID, COMPLETE_GRID, PATIENCE_GRID
+    )
+    best: tuple[tuple[float, float], AlertConfig, str] | None = None
+    for source, feat, dim, comp, pat in grid:
         cfg = _config(dim, comp, pat, feat)
-        obj = _objective(score(a, alert(cfg)))
-        # strictly better only: ties keep H, the lower thresholds, then the larger patience
+        obj = _objective(score(a, alert(cfg, batch=source == "batch")))
+        # strictly better only: ties keep the held-out batch, H, the lower thresholds, then the
+        # larger patience
         if best is None or obj > best[0]:
-            best = (obj, cfg)
+            best = (obj, cfg, source)
     assert best is not None
-    cfg = best[1]
-    on_a, on_b = score(a, alert(cfg)), score(b, alert(cfg))
+    _, cfg, source = best
+    chosen = alert(cfg, batch=source == "batch")
     return Calibration(
-        cfg.dimensional_enter, cfg.complete_enter, cfg.patience, cfg.features, on_a, on_b
+        cfg.dimensional_enter,
+        cfg.complete_enter,
+        cfg.patience,
+        cfg.features,
+        source,
+        score(a, chosen),
+        score(b, chosen),
     )
 
 

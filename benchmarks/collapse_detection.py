@@ -41,7 +41,7 @@ def _calibration(results: list[dict[str, Any]]) -> str:
     return (
         f"\nCalibrated on half A ({names}): dimensional_enter {cal.dimensional_enter}, "
         f"complete_enter {cal.complete_enter}, patience {cal.patience}, features "
-        f"{cal.features}.\n\n"
+        f"{cal.features}, reading the {cal.source} batch.\n\n"
         "| ours, calibrated | detections (early) | false alarms | misses | median lead "
         "(steps) | ambiguous fired |\n|---|---|---|---|---|---|\n"
         f"| half A (calibration, {len(a)} runs) | {cal.on_a.row()} |\n"
