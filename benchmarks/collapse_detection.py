@@ -31,6 +31,8 @@ from benchmarks.collapse_peers import DETECTORS, markdown, plot, score_all
 from benchmarks.collapse_runs import read_result, run_config
 from solo_geometry.inputs.digits import make_digits
 
+SOURCES = {"heldout": "held-out", "batch": "training"}  # the calibration's sources, in words
+
 
 def _calibration(results: list[dict[str, Any]]) -> str:
     a, b = halves(results)
@@ -41,7 +43,7 @@ def _calibration(results: list[dict[str, Any]]) -> str:
     return (
         f"\nCalibrated on half A ({names}): dimensional_enter {cal.dimensional_enter}, "
         f"complete_enter {cal.complete_enter}, patience {cal.patience}, features "
-        f"{cal.features}, reading the {cal.source} batch.\n\n"
+        f"{cal.features}, reading the {SOURCES[cal.source]} batch.\n\n"
         "| ours, calibrated | detections (early) | false alarms | misses | median lead "
         "(steps) | ambiguous fired |\n|---|---|---|---|---|---|\n"
         f"| half A (calibration, {len(a)} runs) | {cal.on_a.row()} |\n"
