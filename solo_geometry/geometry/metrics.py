@@ -331,6 +331,7 @@ def record_stats(
     views: tuple[Tensor | None, Tensor | None] = (None, None),
     metric: MetricSpectrum | None = None,
     features_dtype: torch.dtype | None = None,
+    part: str = "stats",
 ) -> dict[str, Scalar]:
     """The ``stats`` part of a record, the one assembly the monitor and the zoo share.
 
@@ -340,9 +341,10 @@ def record_stats(
         views: the batch's (V, N, d) and (V, N, p) for LiDAR; None: Z and H if 3-D.
         metric: a metric-linear head's spectrum (``metric/...``); None for other heads.
         features_dtype: the dtype the features were captured in; None: each tensor's own.
+        part: ``"stats"``, or ``"heldout"`` for the held-out batch's (``heldout/<z|h>/...``).
 
     Returns:
-        ``key -> value`` of every ``stats`` entry of :data:`METRICS`, numbers as floats (None
+        ``key -> value`` of every ``part`` entry of :data:`METRICS`, numbers as floats (None
         where undefined).
 
     Raises:
@@ -350,7 +352,7 @@ def record_stats(
     """
     z = Representation(Z, views[0], features_dtype)
     h = Representation(H, views[1], features_dtype)
-    out = assemble("stats", StatsInputs(z, h, metric))
+    out = assemble(part, StatsInputs(z, h, metric))
     return {k: float(v) if type(v) is int else v for k, v in out.items()}  # counts as floats
 
 

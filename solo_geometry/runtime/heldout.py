@@ -28,8 +28,7 @@ from torch import Tensor
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import functional as TF
 
-from solo_geometry.geometry.metric_inputs import Representation, StatsInputs
-from solo_geometry.geometry.metrics import Scalar, assemble
+from solo_geometry.geometry.metrics import Scalar, record_stats
 from solo_geometry.inputs.datasets import MeanStd, check_one_size
 from solo_geometry.runtime.measure import Measurement, checked
 from solo_geometry.runtime.precision import float32_copy, holds_dtype
@@ -98,9 +97,7 @@ class HeldOutBatch:
                 z = backbone(chunk.to(param.device, param.dtype)).flatten(1)
                 zs.append(z)
                 hs.append(head(z))
-        Z, H = torch.cat(zs), torch.cat(hs)
-        out = assemble("heldout", StatsInputs(Representation(Z), Representation(H)))
-        return {k: float(v) if type(v) is int else v for k, v in out.items()}
+        return record_stats(torch.cat(zs), torch.cat(hs), part="heldout")
 
 
 def with_heldout(
