@@ -51,9 +51,9 @@ PATIENCE_GRID = (3, 2)
 # the space the states read: H (and Z beside it, the lower counts) or the backbone's Z alone;
 # H first, so ties keep the paper's statistic
 FEATURES_GRID = ("h", "z")
-# what the states read: the fixed held-out batch (geometry.alert.heldout, the default) or the
-# training batch (heldout=0); held-out first, so ties keep the default
-SOURCE_GRID = ("heldout", "batch")
+# what the states read: the training batch (geometry.alert.heldout=0, the default) or the fixed
+# held-out batch (heldout=256); the training batch first, so ties keep the default
+SOURCE_GRID = ("batch", "heldout")
 
 
 def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
@@ -108,8 +108,8 @@ def calibrate(results: Sequence[dict[str, Any]]) -> Calibration:
     for source, feat, dim, comp, pat in grid:
         cfg = _config(dim, comp, pat, feat)
         obj = _objective(score(a, alert(cfg, batch=source == "batch")))
-        # strictly better only: ties keep the held-out batch, H, the lower thresholds, then the
-        # larger patience
+        # strictly better only: ties keep the training batch, H, the lower thresholds, then
+        # the larger patience
         if best is None or obj > best[0]:
             best = (obj, cfg, source)
     assert best is not None

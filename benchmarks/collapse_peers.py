@@ -5,8 +5,8 @@ the fixed held-out batch's, ``heldout/...``) and says at which step it first fir
 never). Thresholds and their provenance:
 
 * ``ours``: :class:`~solo_geometry.runtime.alert.CollapseAlert` at its defaults (first state
-  other than ``healthy``), reading the held-out batch where the records hold it;
-  ``ours, training batch``: the same on the training batch (``geometry.alert.heldout=0``).
+  other than ``healthy``), on the training batch (``geometry.alert.heldout=0``);
+  ``ours (held-out)``: the same reading the held-out batch (``heldout=256``).
 * ``ours before``: the alert before issue 52 (H only; rank below 0.05 of min(M, d)), replayed.
 * ``RankMe milestone``: stable-pretraining's ``EpochMilestones`` on its ``RankMe`` callback
   (direction ``max``: stop when RankMe <= the milestone at an epoch's end). Its docs give no
@@ -191,8 +191,8 @@ def _peers(prefix: str, where: str) -> tuple[Detector, ...]:
 
 HELDOUT = "heldout/"
 DETECTORS = (
-    Detector("ours", "runtime/alert.py defaults: the held-out batch", alert()),
-    Detector("ours, training batch", "the same, geometry.alert.heldout=0", alert(batch=True)),
+    Detector("ours", "runtime/alert.py defaults (the training batch)", alert(batch=True)),
+    Detector("ours (held-out)", "the same, geometry.alert.heldout=256", alert()),
     Detector("ours before", "the alert before issue 52", previous),
     *_peers("", ""),
     Detector("LiDAR", "Thilak et al. 2024, < 2", threshold("h/lidar", below=2.0)),

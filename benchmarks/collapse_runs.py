@@ -32,6 +32,7 @@ __all__ = ["collect", "launch", "read_result", "run_config"]
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "solo_geometry" / "recipes" / "digits"
 PROBES = [
+    "geometry.alert.heldout=256",  # records hold both batches' statistics: the replays pick
     "geometry.report=false",
     "geometry.measure.hessian=false",
     "geometry.measure.augment=false",

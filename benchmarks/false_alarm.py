@@ -86,6 +86,7 @@ def _args(
         *NEEDS.get(method, []),
         "+geometry=on",
         f"geometry.every_n_steps={a.every}",
+        "geometry.alert.heldout=256",  # the held-out batch recorded too (collapse_detection.py)
         *probes,
     ]
 

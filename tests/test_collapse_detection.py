@@ -251,7 +251,7 @@ class TestCalibrate:
         # 0.35 and 0.4 both catch 0.32 and spare 0.45; the lower is kept; patience 2 spares the dip
         assert cal.dimensional_enter == 0.35 and cal.complete_enter == 0.05
         assert cal.patience == 2 and cal.features == "h"
-        assert cal.source == "heldout"  # no held-out statistics here: a tie keeps the default
+        assert cal.source == "batch"  # no held-out statistics here: a tie keeps the default
         assert (cal.on_a.detections, cal.on_a.false_alarms) == (1, 0)
         assert (cal.on_b.detections, cal.on_b.early, cal.on_b.median_lead) == (1, 1, 5)
 

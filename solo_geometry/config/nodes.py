@@ -120,10 +120,12 @@ class AlertConfig:
     # Also read Z beside H (the lower reading counts): a BatchNorm-ended head holds the std of
     # H up through a collapse that Z shows.
     read_z: bool = True
-    # Read the statistics of this many images of the validation folder (data.val_path, else
-    # geometry.probes.data), the same clean images at every record, instead of the augmented
-    # training batch (runtime/heldout.py); 0, or no folder: the training batch.
-    heldout: int = 256
+    # Opt-in: read the statistics of this many images of the validation folder (data.val_path,
+    # else geometry.probes.data), the same clean images at every record, instead of the
+    # augmented training batch (runtime/heldout.py); 0 (the default, which the calibration on
+    # half of benchmarks/collapse_detection.py's runs chose over 256: docs/reproducing.md), or
+    # no folder: the training batch.
+    heldout: int = 0
     # complete collapse: the normalised std below 1/20 of its ceiling; left above 1/10.
     complete_enter: float = 0.05
     complete_leave: float = 0.1

@@ -153,6 +153,7 @@ class TestSoloDDP:
             *DDP,
             *FAULTY,
             *data,
+            "geometry.alert.heldout=16",  # opt-in: the held-out batch of the validation folder
         ]
         proc = _ddp("solo", args, run_dir, fault=True)
         assert proc.returncode == 0, tail(proc)

@@ -1,7 +1,6 @@
 """The collapse alert on real runs: SimSiam without its predictor (Chen and He 2021) warns, with
-the theory's diagnosis, through ``solo-geometry pretrain`` (reading the held-out batch of the
-validation folder) and through solo-learn's unmodified ``main_pretrain.py`` (no validation
-folder: the training batch); BYOL at its defaults does not.
+the theory's diagnosis, through ``solo-geometry pretrain`` and through solo-learn's unmodified
+``main_pretrain.py``, reading the training batch (the default); BYOL at its defaults does not.
 
 Each run is two epochs of the digits recipe (44 steps of batch 64), a record every 4 steps with
 the spectra of M on 16 samples (the diagnosis reads them), no probes. Asserted from what a user
@@ -77,7 +76,7 @@ def _check_warned(proc: subprocess.CompletedProcess, folder: Path, source: str) 
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     records = [r for r in read_records(folder) if r.alert]
-    # with a validation folder the alert reads the held-out batch, else the training batch
+    # the training batch by default; the held-out one with geometry.alert.heldout (test_ddp.py)
     assert {r.alert["source"] for r in records} == {source}  # type: ignore[index]
     assert all(r.holds("heldout") == (source == "heldout") for r in records)
     states = [r.alert["state"] for r in records]  # type: ignore[index]
@@ -98,7 +97,7 @@ class TestSimSiamWithoutPredictor:
         root.mkdir()
         proc = _lightly("simsiam", ["geometry.predictor.name=identity"], digits, root)
         folder = _run_folder(root)
-        _check_warned(proc, folder, "heldout")
+        _check_warned(proc, folder, "batch")
         with open(next((folder / "logs").rglob("metrics.csv"))) as f:
             logged = {float(r["geometry/alert"]) for r in csv.DictReader(f) if r["geometry/alert"]}
         assert logged & {float(STATES.index("dimensional")), float(STATES.index("complete"))}
@@ -138,5 +137,5 @@ def test_byol_at_its_defaults_does_not_warn(tmp_path: Path, digits: Path) -> Non
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     records = [r for r in read_records(_run_folder(root)) if r.alert]
     assert {r.alert["state"] for r in records} == {"healthy"}  # type: ignore[index]
-    assert {r.alert["source"] for r in records} == {"heldout"}  # type: ignore[index]
+    assert {r.alert["source"] for r in records} == {"batch"}  # type: ignore[index]
     assert not WARNING.search(proc.stdout + proc.stderr)
