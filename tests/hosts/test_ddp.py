@@ -119,14 +119,15 @@ def few_digits(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> Path:
     return digits_subset(digits, few, {"train": 12, "val": 6})
 
 
-def _check_faulty(records: list[GeometryRecord], log: str) -> None:
+def _check_faulty(records: list[GeometryRecord], log: str, source: str = "batch") -> None:
     """Step 0 measured; step 1 (exception on rank 1) and 2 (NaN on rank 1) skipped on all."""
     assert [(r.step, r.status) for r in records] == [(0, "ok"), (1, "skipped"), (2, "skipped")]
     assert records[0].settings.n_batch == 8  # the global batch: 2 ranks x 4
-    # the held-out batch (the validation folder) measured on rank zero, in eval mode (the
+    # with geometry.alert.heldout, the held-out batch measured on rank zero in eval mode (the
     # backbone's BatchNorm reads its running statistics; SyncBatchNorm runs no collective then,
     # but refuses CPU modules in training, so gloo cannot run it here)
-    assert records[0].holds("heldout") and records[0].alert["source"] == "heldout"  # type: ignore[index]
+    assert records[0].holds("heldout") == (source == "heldout")
+    assert records[0].alert["source"] == source  # type: ignore[index]
     assert "rank 1" in records[1].reason and FAULT in records[1].reason, records[1].reason
     assert "rank 1" in records[2].reason and "non-finite" in records[2].reason, records[2].reason
     assert [r.n_skipped for r in records] == [0, 1, 2]
@@ -159,7 +160,7 @@ class TestSoloDDP:
         assert proc.returncode == 0, tail(proc)
         log = proc.stdout + proc.stderr
         assert [p.parent for p in tmp_path.rglob("geometry.jsonl")] == [run_dir]
-        _check_faulty(read_records(run_dir), log)
+        _check_faulty(read_records(run_dir), log, source="heldout")
         assert log.count("probes written to") == 1 and (run_dir / "probes.json").is_file()
 
     @pytest.mark.parametrize(
