@@ -63,7 +63,9 @@ def test_cpu_smoke_row(tmp_path: Path) -> None:
     assert row["due"] == 2 and row["taken"] >= 1 and row["stats"] == 2  # step 0 and the final
     for key in ("step_ms", "off_step_ms", "overhead", "first", "final", "peak_mb"):
         assert math.isfinite(row[key]), (key, row)
-    assert row["step_ms"] > 0 and row["first"] > 0
+    # "first" is a difference of wall times (the first record's step against its neighbours):
+    # its sign is the machine's load, not the code's (a rehearsal beside another job read -0.12)
+    assert row["step_ms"] > 0
     assert "precision bf16-mixed" in proc.stderr
 
 
