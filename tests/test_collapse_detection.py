@@ -205,6 +205,11 @@ def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "detection.png").stat().st_size > 0
 
 
+def _result(name: str, lab: str, ref: int | None, recs: list) -> dict[str, Any]:
+    """A labelled run as ``run.json`` holds it, for the calibration's tests."""
+    return {"config": {"name": name}, "label": lab, "reference": {"step": ref}, "records": recs}
+
+
 class TestCalibrate:
     def test_chooses_on_half_a_and_scores_half_b(self) -> None:
         from benchmarks.collapse_calibrate import calibrate, halves
@@ -225,12 +230,7 @@ class TestCalibrate:
                 )
                 for i, r in enumerate(ranks)
             ]
-            return {
-                "config": {"name": name},
-                "label": lab,
-                "reference": {"step": ref},
-                "records": recs,
-            }
+            return _result(name, lab, ref, recs)
 
         results = [
             run("simsiam_no_predictor", "collapsed", [60, 19, 19, 19], 15),  # 0.32 of its max
@@ -260,12 +260,7 @@ class TestCalibrate:
             m = [{"h/rankme": r, "h/n_samples": 128, "h/dim": 64} for r in ranks]
             recs = [_record(5 * i, 0, **x) for i, x in enumerate(m)]
             ref = 10 if lab == "collapsed" else None
-            return {
-                "config": {"name": name},
-                "label": lab,
-                "reference": {"step": ref},
-                "records": recs,
-            }
+            return _result(name, lab, ref, recs)
 
         # MONAI's score 1 - rank / 64: healthy 0.53 (over its 0.5: a false alarm), collapsed 0.84
         results = [
