@@ -2,8 +2,10 @@
 
 The split is fixed by the configurations' order in :data:`benchmarks.collapse_configs.CONFIGS`:
 half A the even positions (0, 2, ...), half B the odd ones, so each half holds collapsing and
-healthy runs of each method. On A every (source, features, dimensional_enter, complete_enter,
-patience) of the grid below is scored (:func:`benchmarks.collapse_peers.score`); the one chosen
+healthy runs of each method. On A every (source, features, rank threshold, complete_enter,
+patience) of the grid below is scored (the rank threshold is ``dimensional_enter``, over the
+running maximum, on the training batch; ``heldout_enter``, over the reading at the start, on the
+held-out batch) (:func:`benchmarks.collapse_peers.score`); the one chosen
 maximises warned-before-reference plus detected, minus three per false alarm and one per warned
 ambiguous run (unverified either way: the calibration leans quiet), ties to the larger median
 lead, then to H, then to the lower (more conservative) thresholds, then to the larger patience.
@@ -30,6 +32,7 @@ from solo_geometry.config import AlertConfig
 __all__ = [
     "COMPLETE_GRID",
     "DIMENSIONAL_GRID",
+    "HELDOUT_GRID",
     "FEATURES_GRID",
     "PATIENCE_GRID",
     "SOURCE_GRID",
@@ -37,11 +40,14 @@ __all__ = [
     "Calibration",
     "PeerCalibration",
     "calibrate",
+    "calibrate_heldout",
     "calibrate_peers",
     "halves",
 ]
 
 DIMENSIONAL_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+# the held-out rank over its reading at the start: a healthy run ends near or above it
+HELDOUT_GRID = (0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.75, 0.8)
 # complete_enter stays at 0.05: the replay of the authors' released collapse curves (std only)
 # was calibrated with it (docs/reproducing.md, Collapse), and is kept
 COMPLETE_GRID = (0.05,)
@@ -68,15 +74,20 @@ def halves(results: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
 
 
 def _config(
-    dimensional: float, complete: float, patience: int = 2, features: str = "h"
+    rank: float, complete: float, patience: int = 2, features: str = "h", source: str = "batch"
 ) -> AlertConfig:
+    """The alert with these thresholds; ``rank`` is the chosen source's rank threshold."""
+    ranks = (
+        {"heldout_enter": rank, "heldout_leave": min(0.99, rank + 0.2)}
+        if source == "heldout"
+        else {"dimensional_enter": rank, "dimensional_leave": min(0.99, 1.5 * rank)}
+    )
     return AlertConfig(
         features=features,
-        dimensional_enter=dimensional,
-        dimensional_leave=min(0.99, 1.5 * dimensional),
         complete_enter=complete,
         complete_leave=min(0.99, 2 * complete),
         patience=patience,
+        **ranks,  # type: ignore[arg-type]
     )
 
 
@@ -87,9 +98,13 @@ def _objective(s: Score) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The chosen thresholds and their scores on both halves."""
+    """The chosen thresholds and their scores on both halves.
 
-    dimensional_enter: float
+    ``rank_enter`` is ``dimensional_enter`` on the training batch, ``heldout_enter`` on the
+    held-out one (:attr:`rank_option` names it).
+    """
+
+    rank_enter: float
     complete_enter: float
     patience: int
     features: str
@@ -97,30 +112,70 @@ class Calibration:
     on_a: Score
     on_b: Score
 
+    @property
+    def rank_option(self) -> str:
+        """The ``geometry.alert`` option :attr:`rank_enter` sets."""
+        return "heldout_enter" if self.source == "heldout" else "dimensional_enter"
+
 
 def calibrate(results: Sequence[dict[str, Any]]) -> Calibration:
     """Choose the thresholds on half A, score them on half B (module docstring)."""
     a, b = halves(results)
-    grid = itertools.product(
-        SOURCE_GRID, FEATURES_GRID, DIMENSIONAL_GRID, COMPLETE_GRID, PATIENCE_GRID
+    grid = (
+        (source, feat, rank, comp, pat)
+        for source in SOURCE_GRID
+        for feat, rank, comp, pat in itertools.product(
+            FEATURES_GRID,
+            HELDOUT_GRID if source == "heldout" else DIMENSIONAL_GRID,
+            COMPLETE_GRID,
+            PATIENCE_GRID,
+        )
     )
-    best: tuple[tuple[float, float], AlertConfig, str] | None = None
-    for source, feat, dim, comp, pat in grid:
-        cfg = _config(dim, comp, pat, feat)
+    best: tuple[tuple[float, float], AlertConfig, str, float] | None = None
+    for source, feat, rank, comp, pat in grid:
+        cfg = _config(rank, comp, pat, feat, source)
         obj = _objective(score(a, alert(cfg, batch=source == "batch")))
         # strictly better only: ties keep the training batch, H, the lower thresholds, then
         # the larger patience
         if best is None or obj > best[0]:
-            best = (obj, cfg, source)
+            best = (obj, cfg, source, rank)
     assert best is not None
-    _, cfg, source = best
+    _, cfg, source, rank = best
     chosen = alert(cfg, batch=source == "batch")
     return Calibration(
-        cfg.dimensional_enter,
+        rank,
         cfg.complete_enter,
         cfg.patience,
         cfg.features,
         source,
+        score(a, chosen),
+        score(b, chosen),
+    )
+
+
+def calibrate_heldout(results: Sequence[dict[str, Any]]) -> Calibration:
+    """``heldout_enter`` for the opt-in held-out batch, chosen on half A, scored on half B.
+
+    The other settings stay at their defaults (the held-out batch shares them with the
+    training batch); the same objective and ties (the lower threshold) as :func:`calibrate`.
+    """
+    a, b = halves(results)
+    d = AlertConfig()
+    best: tuple[tuple[float, float], float] | None = None
+    for rank in HELDOUT_GRID:
+        cfg = _config(rank, d.complete_enter, d.patience, d.features, "heldout")
+        obj = _objective(score(a, alert(cfg)))
+        if best is None or obj > best[0]:
+            best = (obj, rank)
+    assert best is not None
+    cfg = _config(best[1], d.complete_enter, d.patience, d.features, "heldout")
+    chosen = alert(cfg)
+    return Calibration(
+        best[1],
+        d.complete_enter,
+        d.patience,
+        d.features,
+        "heldout",
         score(a, chosen),
         score(b, chosen),
     )

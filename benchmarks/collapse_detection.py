@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.collapse_calibrate import calibrate, calibrate_peers, halves
+from benchmarks.collapse_calibrate import calibrate, calibrate_heldout, calibrate_peers, halves
 from benchmarks.collapse_configs import CONFIGS, QUICK
 from benchmarks.collapse_peers import DETECTORS, markdown, plot, score_all
 from benchmarks.collapse_runs import read_result, run_config
@@ -38,10 +38,10 @@ def _calibration(results: list[dict[str, Any]]) -> str:
     a, b = halves(results)
     if not a or not b:
         return ""
-    cal = calibrate(results)
+    cal, held = calibrate(results), calibrate_heldout(results)
     names = ", ".join(r["config"]["name"] for r in a)
     return (
-        f"\nCalibrated on half A ({names}): dimensional_enter {cal.dimensional_enter}, "
+        f"\nCalibrated on half A ({names}): {cal.rank_option} {cal.rank_enter}, "
         f"complete_enter {cal.complete_enter}, patience {cal.patience}, features "
         f"{cal.features}, reading the {SOURCES[cal.source]} batch.\n\n"
         "| ours, calibrated | detections (early) | false alarms | misses | median lead "
@@ -51,7 +51,8 @@ def _calibration(results: list[dict[str, Any]]) -> str:
         "\nEach peer calibrated the same way (its threshold chosen on half A), scored on half B:"
         "\n\n| detector | threshold (half A) | half B: detections (early) | false alarms | "
         "misses | median lead (steps) | ambiguous fired |\n|---|---|---|---|---|---|---|\n"
-        f"| ours | dimensional_enter {cal.dimensional_enter} | {cal.on_b.row()} |\n"
+        f"| ours | {cal.rank_option} {cal.rank_enter} | {cal.on_b.row()} |\n"
+        f"| ours (held-out) | heldout_enter {held.rank_enter} | {held.on_b.row()} |\n"
         + "".join(
             f"| {name} | {p.threshold:g} | {p.on_b.row()} |\n"
             for name, p in calibrate_peers(results).items()

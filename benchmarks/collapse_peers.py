@@ -82,11 +82,14 @@ def alert(cfg: AlertConfig | None = None, batch: bool = False) -> Callable[[Reco
     """The package's alert replayed on the records: the first state other than healthy.
 
     ``batch``: the held-out statistics removed, so it reads the training batch
-    (``geometry.alert.heldout=0``).
+    (``geometry.alert.heldout=0``). The held-out reading at the start is the one the run's
+    first record holds (``alert.start``).
     """
 
     def fires(records: Records) -> int | None:
         a = CollapseAlert(cfg or AlertConfig())
+        start = (records[0].get("alert") or {}).get("start") if records else None
+        a.load_state_dict({"start": start or {}})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for r in records:

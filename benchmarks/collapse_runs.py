@@ -26,13 +26,16 @@ import torch
 from benchmarks.collapse_configs import Config
 from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
 from solo_geometry.folder.records import read_records, renamed_metrics
+from solo_geometry.geometry.stats import representation_stats
+from solo_geometry.runtime.heldout import spread
 
-__all__ = ["collect", "launch", "read_result", "run_config"]
+__all__ = ["HELDOUT_ROWS", "collect", "launch", "read_result", "run_config", "start_of"]
 
 ROOT = Path(__file__).resolve().parents[1]
+HELDOUT_ROWS = 256  # the held-out batch the records hold (geometry.alert.heldout)
 RECIPES = ROOT / "solo_geometry" / "recipes" / "digits"
 PROBES = [
-    "geometry.alert.heldout=256",  # records hold both batches' statistics: the replays pick
+    f"geometry.alert.heldout={HELDOUT_ROWS}",  # both batches' statistics: the replays pick
     "geometry.report=false",
     "geometry.measure.hessian=false",
     "geometry.measure.augment=false",
@@ -115,9 +118,32 @@ def _probes_and_geometry(folder: Path) -> tuple[dict[str, float], float, dict[st
     table = json.loads((folder / "probes.json").read_text())
     rows = [r for r in table["rows"] if r["probe"] == "linear" and r["target"] == "class"]
     probe = {r["features"]: float(r["accuracy"]) for r in rows}
-    cache = torch.load(folder / "features.pt", weights_only=False)["sets"]["test/class"]
+    cache = _validation(folder)
     geometry = {s: geometry_of(cache[s].double()) for s in ("z", "h")}
     return probe, float(rows[0]["chance"]), geometry
+
+
+def _validation(folder: Path) -> dict[str, Any]:
+    """The run's feature cache of the validation set (``z``, ``h``: sorted files' order)."""
+    return torch.load(folder / "features.pt", weights_only=False)["sets"]["test/class"]
+
+
+def start_of(init: Path, rows: int = HELDOUT_ROWS) -> dict[str, float]:
+    """The alert's held-out reference at the start, from the random-initialisation run.
+
+    The network the trained run starts from is the init run's (same recipe, seed and head, no
+    step), so its validation features at the held-out batch's rows (``spread``) give what the
+    monitor reads before the first step (:meth:`CollapseAlert.begin`): RankMe of the
+    L2-normalised rows over min(M, d), per space. Runs recorded before the monitor took that
+    reading are replayed with it; tests/benchmarks check it against the live reading.
+    """
+    cache = _validation(init)
+    out = {}
+    for space in ("z", "h"):
+        x = cache[space]  # at the features' precision, as the monitor reads them
+        picked = x[spread(len(x), rows)]
+        out[space] = representation_stats(picked).rankme_l2 / min(picked.shape)
+    return out
 
 
 def _records(folder: Path) -> list[dict[str, Any]]:
@@ -169,6 +195,7 @@ def collect(
             "val_init": {s: asdict(g) for s, g in val0.items()},
         },
         "reference": {"key": key, "step": ref},
+        "start": start_of(init),
         "records": records,
         "seconds": seconds,
     }
@@ -181,8 +208,13 @@ def read_result(path: Path) -> dict[str, Any]:
     ``effective_rank``).
     """
     result = dict(json.loads(path.read_text()))
-    for record in result.get("records", []):
+    records = result.get("records", [])
+    for record in records:
         record["metrics"] = renamed_metrics(record.get("metrics", {}))
+    first = (records[0].get("alert") or {}) if records else {}
+    if records and not first.get("start") and result.get("start"):
+        # recorded before the monitor took the held-out reading at the start: the init run's
+        records[0]["alert"] = {**first, "start": result["start"]}
     return result
 
 

@@ -202,6 +202,13 @@ def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
     assert "| ours (held-out) |" in table and "| MONAI effective_rank_score (held-out) |" in table
     # the digits' validation folder gives every record the held-out batch the alert reads
     assert all("heldout/h/rankme_l2" in rec["metrics"] for r in runs for rec in r["records"])
+    # the held-out reading the monitor took before the first step is the init run's network on
+    # the same images: what older runs are replayed with (benchmarks/collapse_runs.start_of)
+    for r in runs:
+        live = r["records"][0]["alert"]["start"]
+        assert live.keys() == {"h", "z"}
+        for space in ("h", "z"):
+            assert math.isclose(live[space], r["start"][space], rel_tol=1e-6), (r, space)
     assert (tmp_path / "detection.png").stat().st_size > 0
 
 
@@ -247,11 +254,47 @@ class TestCalibrate:
         ]
         cal = calibrate(results)
         # 0.35 and 0.4 both catch 0.32 and spare 0.45; the lower is kept; patience 2 spares the dip
-        assert cal.dimensional_enter == 0.35 and cal.complete_enter == 0.05
+        assert cal.rank_enter == 0.35 and cal.complete_enter == 0.05
+        assert cal.rank_option == "dimensional_enter"
         assert cal.patience == 2 and cal.features == "h"
         assert cal.source == "batch"  # no held-out statistics here: a tie keeps the default
         assert (cal.on_a.detections, cal.on_a.false_alarms) == (1, 0)
         assert (cal.on_b.detections, cal.on_b.early, cal.on_b.median_lead) == (1, 1, 5)
+
+    def test_the_heldout_threshold_reads_the_start_on_half_a(self) -> None:
+        from benchmarks.collapse_calibrate import calibrate_heldout
+
+        ceiling = math.sqrt(256 / (255 * 64))
+
+        def run(name: str, lab: str, ranks: list[float], ref: int | None) -> dict[str, Any]:
+            recs = []
+            for i, r in enumerate(ranks):
+                m = {
+                    f"heldout/{p}/{k}": v
+                    for p in ("h", "z")
+                    for k, v in (
+                        ("normalized_std", 0.9 * ceiling),
+                        ("rankme_l2", r if p == "h" else 60.0),
+                        ("n_samples", 256),
+                        ("dim", 64),
+                    )
+                }
+                recs.append(_record(5 * i, 0, **m))
+            recs[0]["alert"] = {"start": {"h": 40 / 64, "z": 60 / 64}}  # before the first step
+            return _result(name, lab, ref, recs)
+
+        # both rise to 4x their start; the collapse falls to 0.4 of the start, the healthy run
+        # to 0.8 (0.2 of its peak: the running maximum would warn it)
+        results = [
+            run("simsiam_no_predictor", "collapsed", [160, 16, 16, 16], 15),
+            run("byol_defaults", "healthy", [160, 32, 32, 32], None),
+            run("byol_no_predictor", "collapsed", [160, 16, 16, 16], 15),  # half B
+        ]
+        cal = calibrate_heldout(results)
+        # 0.3 and 0.4 miss 0.4 (strictly below); 0.5 is the lowest that warns and spares 0.8
+        assert (cal.rank_enter, cal.rank_option, cal.source) == (0.5, "heldout_enter", "heldout")
+        assert (cal.on_a.detections, cal.on_a.false_alarms) == (1, 0)
+        assert (cal.on_b.detections, cal.on_b.early) == (1, 1)
 
     def test_each_peer_gets_its_own_threshold_on_half_a(self) -> None:
         from benchmarks.collapse_calibrate import PEER_GRIDS, calibrate_peers

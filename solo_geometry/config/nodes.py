@@ -133,6 +133,11 @@ class AlertConfig:
     # in the run; left above 0.525 (calibrated: docs/reproducing.md).
     dimensional_enter: float = 0.35
     dimensional_leave: float = 0.525
+    # on the held-out batch (heldout > 0): effective rank below 0.6 of its reading before the
+    # first optimiser step (the network as it started); left above 0.8 (calibrated likewise,
+    # the other settings at their defaults).
+    heldout_enter: float = 0.6
+    heldout_leave: float = 0.8
     # consecutive records that must agree before the state changes.
     patience: int = 2
     # Opt-in: ask Lightning to stop (trainer.should_stop) once `complete` has lasted
@@ -142,7 +147,7 @@ class AlertConfig:
 
     def __post_init__(self) -> None:
         _choice(self.features, ALERT_FEATURES, "geometry.alert.features")
-        for name in ("complete", "dimensional"):
+        for name in ("complete", "dimensional", "heldout"):
             enter, leave = getattr(self, f"{name}_enter"), getattr(self, f"{name}_leave")
             _fraction(enter, f"geometry.alert.{name}_enter")
             _fraction(leave, f"geometry.alert.{name}_leave")

@@ -11,10 +11,14 @@ holds it, else the training batch (``geometry.alert.heldout=0`` or no validation
   (the most it can be on M rows of width d, :func:`~solo_geometry.geometry.stats.std_ceiling`),
   left above ``complete_leave``;
 * ``dimensional``: the std holds but RankMe of the L2-normalised rows (``<p>/rankme_l2``) over
-  min(M, d) has fallen below
-  ``dimensional_enter`` of its running maximum over the run's records (the run's own history,
-  so the threshold does not move with the batch size: docs/reproducing.md, "The collapse
-  alert on runs that collapse"), left above ``dimensional_leave``;
+  min(M, d) has fallen below ``dimensional_enter`` of its running maximum over the run's
+  records (the run's own history, so the threshold does not move with the batch size:
+  docs/reproducing.md, "The collapse alert on runs that collapse"), left above
+  ``dimensional_leave``. On the held-out batch the reference is its reading before the first
+  optimiser step (:meth:`CollapseAlert.begin`, the network as it started, on the same images):
+  below ``heldout_enter`` of it, left above ``heldout_leave``. A healthy run's rank rises
+  above that start and falls back toward it as the head compresses; a collapse falls through
+  it (the benchmark's labels compare with the same network at random initialisation);
 * ``healthy`` otherwise.
 
 A state changes only after ``patience`` consecutive records point to the same new one, so one
@@ -85,14 +89,18 @@ def ratios(
     return float(std) / std_ceiling(int(m), int(d)), float(rank) / min(m, d)
 
 
-def classify(std_ratio: float, rank_ratio: float, current: str, cfg: AlertConfig) -> str:
+def classify(
+    std_ratio: float, rank_ratio: float, current: str, cfg: AlertConfig, start: bool = False
+) -> str:
     """The state these ratios point to, from ``current`` (enter and leave thresholds differ).
 
     Args:
         std_ratio: normalised std over its ceiling.
-        rank_ratio: RankMe of the L2-normalised rows over min(M, d), over its running maximum.
+        rank_ratio: RankMe of the L2-normalised rows over min(M, d), over its reference.
         current: the state now, one of :data:`STATES`.
         cfg: the thresholds.
+        start: the reference is the held-out reading at the start (``heldout_enter`` and
+            ``heldout_leave``), not the running maximum (``dimensional_*``).
 
     Returns:
         One of :data:`STATES`.
@@ -100,8 +108,12 @@ def classify(std_ratio: float, rank_ratio: float, current: str, cfg: AlertConfig
     complete = cfg.complete_leave if current == "complete" else cfg.complete_enter
     if std_ratio < complete:
         return "complete"
-    dimensional = cfg.dimensional_enter if current == "healthy" else cfg.dimensional_leave
-    return "dimensional" if rank_ratio < dimensional else "healthy"
+    enter, leave = (
+        (cfg.heldout_enter, cfg.heldout_leave)
+        if start
+        else (cfg.dimensional_enter, cfg.dimensional_leave)
+    )
+    return "dimensional" if rank_ratio < (enter if current == "healthy" else leave) else "healthy"
 
 
 def diagnosis(curvature: Mapping[str, Any] | None) -> str:
@@ -142,6 +154,7 @@ class CollapseAlert:
         self._complete = 0  # consecutive records in ``complete``
         self._last: tuple[float, float] | None = None
         self._top: dict[str, float] = {}  # running maximum of rank / min(M, d) per space
+        self._start: dict[str, float] = {}  # the held-out rank / min(M, d) before training
         self._of: tuple[str, str] | None = None  # the spaces that gave the last reading
         self._source = "batch"  # what the last reading read: "heldout" or the training "batch"
         self._asked = False  # whether the opt-in stop was asked for
@@ -171,7 +184,7 @@ class CollapseAlert:
         reading = self.reading(metrics)
         if reading is not None:
             self._last = reading
-            target = classify(*reading, self.state, self.cfg)
+            target = classify(*reading, self.state, self.cfg, self._reference == "start")
             if target == self.state:
                 self._candidate, self._count = None, 0
             else:
@@ -182,11 +195,37 @@ class CollapseAlert:
             self._complete = self._complete + 1 if self.state == "complete" else 0
         return self.as_record()
 
+    def begin(self, metrics: Mapping[str, Any] | None) -> None:
+        """Take the held-out reading before the first optimiser step, once per run.
+
+        Args:
+            metrics: ``heldout/<z|h>/...`` of the network as training starts (a resumed run
+                keeps the reading its state holds); None or empty: the held-out batch's rank
+                is read against its running maximum instead.
+        """
+        if self._start or not metrics:
+            return
+        for space in ("h", "z"):
+            read = ratios(metrics, space, heldout=True)
+            if read is not None and read[1] > 0:
+                self._start[space] = read[1]
+
+    @property
+    def started(self) -> bool:
+        """Whether the held-out reading at the start was taken (:meth:`begin`)."""
+        return bool(self._start)
+
+    @property
+    def _reference(self) -> str:
+        """What the last rank ratio was over: ``"start"`` or the running maximum ``"peak"``."""
+        return "start" if self._source == "heldout" and self.cfg.features in self._start else "peak"
+
     def reading(self, metrics: Mapping[str, Any]) -> tuple[float, float] | None:
         """``(std_ratio, rank_ratio)`` of a record: the lowest over the spaces read.
 
-        The rank's ratio is rank / min(M, d) over its running maximum in this run (updated
-        here). None when the record lacks the statistics of ``features``.
+        The rank's ratio is rank / min(M, d) over its reference: on the held-out batch its
+        reading at the start (:meth:`begin`) where taken, else its running maximum in this run
+        (updated here). None when the record lacks the statistics of ``features``.
         """
         spaces = [self.cfg.features]
         if self.cfg.read_z and self.cfg.features != "z":
@@ -197,10 +236,12 @@ class CollapseAlert:
             return None
         self._source = "heldout" if heldout else "batch"
         drops = {}
+        start = self._reference == "start"
         for space, (_, rank) in read.items():
             top = f"heldout/{space}" if heldout else space  # one running maximum per source
             self._top[top] = max(self._top.get(top, 0.0), rank)
-            drops[space] = rank / self._top[top] if self._top[top] > 0 else 1.0
+            ref = self._start.get(space, 0.0) if start else self._top[top]
+            drops[space] = rank / ref if ref > 0 else 1.0
         std_of = min(read, key=lambda s: read[s][0])
         rank_of = min(drops, key=drops.__getitem__)
         self._of = (std_of, rank_of)
@@ -210,12 +251,13 @@ class CollapseAlert:
         old, self.state, self.since = self.state, state, step
         self._candidate, self._count = None, 0
         record = self.as_record()
+        of = "reading before training" if record["reference"] == "start" else "running maximum"
         rank_zero_warn(
             f"GeometryMonitor: collapse alert {old} -> {state} at step {step} (on the "
             f"{'held-out' if self._source == 'heldout' else 'training'} batch: normalised std of "
             f"{record['std_of'].upper()} {record['std_ratio']:.3g} of its ceiling, "
-            f"{RANK.label} of {record['rank_of'].upper()} {record['rank_ratio']:.3g} of its "
-            "running maximum)" + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
+            f"{RANK.label} of {record['rank_of'].upper()} {record['rank_ratio']:.3g} of its {of})"
+            + (f"; {record['diagnosis']}" if record["diagnosis"] else "")
         )
 
     def as_record(self) -> dict[str, Any]:
@@ -231,6 +273,8 @@ class CollapseAlert:
             "std_of": self._of[0] if self._of else self.cfg.features,
             "rank_of": self._of[1] if self._of else self.cfg.features,
             "source": self._source,
+            "reference": self._reference,
+            "start": dict(self._start),
             "pending": self._candidate,
             "diagnosis": diagnosis(self.curvature) if self.state != "healthy" else None,
             "curvature": self.curvature,
@@ -276,6 +320,7 @@ class CollapseAlert:
             "complete": self._complete,
             "last": list(self._last) if self._last is not None else None,
             "top": dict(self._top),
+            "start": dict(self._start),
             "of": list(self._of) if self._of is not None else None,
             "source": self._source,
         }
@@ -289,6 +334,7 @@ class CollapseAlert:
         last = state.get("last")
         self._last = (float(last[0]), float(last[1])) if last is not None else None
         self._top = {str(k): float(v) for k, v in state.get("top", {}).items()}
+        self._start = {str(k): float(v) for k, v in state.get("start", {}).items()}
         of = state.get("of")
         self._of = (str(of[0]), str(of[1])) if of else None
         self._source = str(state.get("source", "batch"))

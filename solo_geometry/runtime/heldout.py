@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import functional as TF
@@ -33,8 +34,9 @@ from solo_geometry.inputs.datasets import MeanStd, check_one_size
 from solo_geometry.runtime.measure import Measurement, checked
 from solo_geometry.runtime.precision import float32_copy, holds_dtype
 from solo_geometry.runtime.view import backbone_and_head
+from solo_geometry.state import preserved_state
 
-__all__ = ["HeldOutBatch", "spread", "with_heldout"]
+__all__ = ["HeldOutBatch", "spread", "start_reading", "with_heldout"]
 
 CHUNK = 256  # images per forward pass
 
@@ -98,6 +100,26 @@ class HeldOutBatch:
                 zs.append(z)
                 hs.append(head(z))
         return record_stats(torch.cat(zs), torch.cat(hs), part="heldout")
+
+
+def start_reading(heldout: HeldOutBatch | None, module: Any) -> dict[str, Scalar] | None:
+    """The held-out statistics of ``module`` as it is now (the alert's reference at the start).
+
+    Every rank reads the same images with the same weights, so every rank gets the same
+    numbers. The module's modes are restored. None without a held-out batch, or when the
+    reading fails (warned; the alert then reads the held-out rank against its running maximum).
+    """
+    if heldout is None or heldout.folder is None:
+        return None
+    try:
+        with preserved_state(module):
+            return heldout.measure(module)
+    except Exception as err:  # noqa: BLE001 - the monitor never stops training
+        rank_zero_warn(
+            f"GeometryMonitor: the held-out reading before training failed ({type(err).__name__}: "
+            f"{err}); the alert reads the held-out rank against its running maximum"
+        )
+        return None
 
 
 def with_heldout(

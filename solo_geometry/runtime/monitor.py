@@ -42,7 +42,7 @@ from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.budget import TimeBudget
 from solo_geometry.runtime.distributed import collectives_off, measure_across_ranks
 from solo_geometry.runtime.finish import first_train_batch, lacks_final_record
-from solo_geometry.runtime.heldout import HeldOutBatch, with_heldout
+from solo_geometry.runtime.heldout import HeldOutBatch, start_reading, with_heldout
 from solo_geometry.runtime.measure import RunContext, checked, measure, outputs
 from solo_geometry.runtime.precision import exact_matmul, full_precision
 from solo_geometry.runtime.schedule import MonitorState
@@ -119,6 +119,8 @@ class GeometryMonitor(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.trained = True
         self.budget.start()
+        if self.config.alert.enabled and not self.alert.started:  # its held-out reference
+            self.alert.begin(start_reading(self.heldout, pl_module))
         if not trainer.is_global_zero or self._run is None:
             return
         try:

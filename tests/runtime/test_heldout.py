@@ -20,7 +20,7 @@ from torch import nn
 from solo_geometry.config import AlertConfig
 from solo_geometry.geometry.stats import representation_stats
 from solo_geometry.runtime.alert import CollapseAlert
-from solo_geometry.runtime.heldout import HeldOutBatch, spread, with_heldout
+from solo_geometry.runtime.heldout import HeldOutBatch, spread, start_reading, with_heldout
 from solo_geometry.runtime.measure import Measurement
 from solo_geometry.state import preserved_state
 
@@ -205,3 +205,53 @@ def test_the_alert_reads_the_heldout_batch_where_a_record_holds_it() -> None:
 def test_bad_rows_name_the_key(bad: object) -> None:
     with pytest.raises(ValueError, match=r"geometry\.alert\.heldout: .*got"):
         AlertConfig(heldout=bad)  # type: ignore[arg-type]
+
+
+def test_the_heldout_rank_is_read_against_its_reading_at_the_start() -> None:
+    """A healthy run's held-out rank rises above its start and falls back; a collapse falls
+    through it. Against the running maximum the first would warn (32 of 160), against the
+    start (32 of 40: above heldout_enter 0.6) it does not."""
+    alert = CollapseAlert(AlertConfig())
+    alert.begin(_record(50, 40))
+    assert alert.started
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        healthy = [alert.observe(i, _record(50, r), None) for i, r in enumerate([160, 80, 32, 32])]
+        assert [a["state"] for a in healthy] == ["healthy"] * 4
+        assert healthy[-1]["reference"] == "start" and healthy[-1]["rank_ratio"] == 0.8
+        falls = [alert.observe(4 + i, _record(50, 20), None) for i in range(2)]
+    assert [a["state"] for a in falls] == ["healthy", "dimensional"]  # 0.5 < heldout_enter 0.6
+    assert falls[-1]["rank_ratio"] == pytest.approx(0.5)
+    assert any("reading before training" in str(w.message) for w in caught)
+    # a resumed run keeps the start its state holds; a second begin does not replace it
+    resumed = CollapseAlert(AlertConfig())
+    resumed.load_state_dict(alert.state_dict())
+    resumed.begin(_record(50, 400))
+    kept = {"h": 40 / 64, "z": 40 / 64}
+    assert resumed.state_dict()["start"] == alert.state_dict()["start"] == kept
+    # no reading at the start (no folder, or it failed): the running maximum, as before
+    peak = CollapseAlert(AlertConfig())
+    peak.begin(None)
+    assert not peak.started
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [peak.observe(i, _record(50, r), None)["state"] for i, r in enumerate([160, 32, 32])]
+    assert got == ["healthy", "healthy", "dimensional"]
+
+
+def test_start_reading_restores_modes_and_survives_a_failure(folder: Path, tmp_path: Path) -> None:
+    net = Net().train()
+    got = start_reading(HeldOutBatch(8, folder, MEAN_STD), net)
+    assert got is not None and got["heldout/h/n_samples"] == 8 and net.training
+    assert start_reading(None, net) is None
+    assert start_reading(HeldOutBatch(0, folder, MEAN_STD), net) is None
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.png").write_bytes(b"not an image")
+    with pytest.warns(UserWarning, match="held-out reading before training failed"):
+        assert start_reading(HeldOutBatch(8, tmp_path, MEAN_STD), net) is None
+
+
+@pytest.mark.parametrize(("enter", "leave"), [(0.8, 0.7), (1.5, 1.6), (-0.1, 0.5)])
+def test_bad_heldout_thresholds_name_the_key(enter: float, leave: float) -> None:
+    with pytest.raises(ValueError, match=r"geometry\.alert\.heldout_(enter|leave)"):
+        AlertConfig(heldout_enter=enter, heldout_leave=leave)
