@@ -33,6 +33,9 @@ ACTIVATION_LAYERS: dict[str, str] = {
 NO_NORM = "none"
 NORM_LAYERS: dict[str, str | None] = {"bn": "BatchNorm1d", "ln": "LayerNorm", NO_NORM: None}
 ACTIVATION_CHOICES = tuple(ACTIVATION_LAYERS)
+# The activations whose second derivative vanishes almost everywhere: a head of them adds no
+# curvature (their layers are in linalg.operators.PIECEWISE_LINEAR; a test holds the two equal).
+FLAT_ACTIVATIONS = ("relu", "identity")
 NORM_CHOICES = tuple(NORM_LAYERS)
 PARAMETRIZATION_CHOICES = ("spectral", "factor")
 FAMILY_CHOICES = ("brightness", "contrast", "saturation", "hue", "rotation", "scale", "translation")

@@ -23,6 +23,7 @@ from solo_geometry.upstream.series import (
     copy_out,
     git,
     template,
+    value_lists,
     write_series,
 )
 from solo_geometry.upstream.verify import (
@@ -108,6 +109,7 @@ def _description(
         f"| {e.method} | {e.depth} | {e.norm} | {', '.join(e.attrs)} |" for e in edits
     )
     return Template(template("pull_request.md.tmpl")).substitute(
+        value_lists(),
         base=base[:12],
         base_subject=subject,
         n_patches=str(n),

@@ -20,7 +20,10 @@ from pathlib import Path
 from string import Template
 
 from solo_geometry.config.choices import (
+    ACTIVATION_CHOICES,
     ACTIVATION_LAYERS,
+    FLAT_ACTIVATIONS,
+    NORM_CHOICES,
     NORM_LAYERS,
     PARAMETRIZATION_CHOICES,
 )
@@ -42,8 +45,9 @@ BASE_RECIPE = "scripts/pretrain/cifar/simclr.yaml"
 DOCS_INDEX = "docs/source/index.rst"
 AUTHOR = ("solo-geometry developers", "solo-geometry@users.noreply.github.com")
 DATE = "2024-01-01T00:00:00+00:00"
-# Activations solo-learn's projectors also take: torch's own name for swish.
-UPSTREAM_ALIASES = {"silu": ACTIVATION_LAYERS["swish"]}
+# The names solo-learn's projectors spell differently: torch's own name for swish. Both are taken.
+UPSTREAM_NAMES = {"swish": "silu"}
+UPSTREAM_ALIASES = {up: ACTIVATION_LAYERS[name] for name, up in UPSTREAM_NAMES.items()}
 # New files: (template, destination, prepend solo-learn's license header)
 NEW_FILES = {
     "projectors.py.tmpl": ("solo/utils/projectors.py", True),
@@ -136,10 +140,44 @@ def projector_fields() -> dict[str, str]:
     }
 
 
+def value_lists(quote: str = "`") -> dict[str, str]:
+    """The templates' prose lists of choices, each value in ``quote`` (markdown, rst or none).
+
+    ``activations``: ``relu`` (the default) first, an upstream spelling beside the package's
+    (``silu`` (= ``swish``)); ``smooth`` and ``flat``: the activations with and without a
+    second derivative; ``norms`` and ``parametrizations``. Unquoted (``quote=""``, a commit
+    message's), an activation is named as solo-learn spells it alone.
+    """
+
+    def spelled(name: str) -> str:
+        up = UPSTREAM_NAMES.get(name)
+        if up and not quote:
+            return up
+        return f"{quote}{up}{quote} (= {quote}{name}{quote})" if up else f"{quote}{name}{quote}"
+
+    def listed(names: list[str] | tuple[str, ...], sep: str = ", ") -> str:
+        return sep.join(spelled(n) for n in names)
+
+    order = ["relu", *(a for a in ACTIVATION_CHOICES if a != "relu")]
+    return {
+        "activation_values": listed(order),
+        "smooth_values": listed([a for a in order if a not in FLAT_ACTIVATIONS]),
+        "flat_values": listed(FLAT_ACTIVATIONS, " and "),
+        "norm_values": listed(NORM_CHOICES),
+        "parametrization_values": listed(PARAMETRIZATION_CHOICES),
+    }
+
+
+def _plain(field: str) -> str:
+    """A prose list of :func:`value_lists` unquoted, slash-separated, for a commit message."""
+    return value_lists("")[field].replace(", ", "/")
+
+
 def rendered(name: str, **subs: str) -> str:
-    """One of the templates with its fields filled (``projectors.py.tmpl``'s own included)."""
+    """One of the templates with its fields filled (tables and choice lists included)."""
     fields = projector_fields() if name == "projectors.py.tmpl" else {}
-    return Template(template(name)).substitute({**fields, **subs})
+    quote = "``" if name.endswith((".rst.tmpl", ".py.tmpl")) else "`"
+    return Template(template(name)).substitute({**value_lists(quote), **fields, **subs})
 
 
 def _license_header(root: Path) -> str:
@@ -207,7 +245,7 @@ def build_commits(root: Path) -> tuple[list[Commit], list[MethodEdit]]:
         Commit(
             "Add solo.utils.projectors: projector builder with smooth MLP and metric-linear heads",
             "build_projector builds the Linear-[norm]-activation MLP every plain projector is\n"
-            "(any depth, norm none/bn/ln, activation relu/gelu/silu/softplus/tanh/elu/identity)\n"
+            f"(any depth, norm {_plain('norm_values')}, activation {_plain('activation_values')})\n"
             "or a linear head whose metric W^T W is parametrised (MetricLinearProjector).\n"
             "projector_kwargs reads the new optional method_kwargs keys proj_type, proj_depth,\n"
             "proj_norm, proj_activation and proj_parametrization with a method's defaults.",

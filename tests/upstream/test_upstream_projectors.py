@@ -18,9 +18,16 @@ import pytest
 import torch
 from torch import nn
 
-from solo_geometry.config.choices import ACTIVATION_CHOICES, NORM_CHOICES
+from solo_geometry.config.choices import (
+    ACTIVATION_CHOICES,
+    ACTIVATION_LAYERS,
+    FLAT_ACTIVATIONS,
+    NORM_CHOICES,
+    PARAMETRIZATION_CHOICES,
+)
+from solo_geometry.linalg.operators import PIECEWISE_LINEAR
 from solo_geometry.models.heads import MetricLinearHead, SmoothMLPHead
-from solo_geometry.upstream.series import rendered
+from solo_geometry.upstream.series import UPSTREAM_NAMES, rendered
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +62,27 @@ def _copy_(head: nn.Module, projector: nn.Module) -> None:
 
 
 def _template_activation(name: str) -> str:
-    return {"swish": "silu"}.get(name, name)
+    return UPSTREAM_NAMES.get(name, name)
+
+
+class TestChoiceLists:
+    """The templates' prose lists come from config.choices, the one list of heads' choices."""
+
+    def test_every_choice_is_listed(self) -> None:
+        docs = rendered("projectors.rst.tmpl", methods="simclr", recipe="r.yaml")
+        for value in (*ACTIVATION_CHOICES, *NORM_CHOICES, *PARAMETRIZATION_CHOICES):
+            assert f"``{value}``" in docs, value
+        assert "``silu`` (= ``swish``)" in docs
+        module = rendered("projectors.py.tmpl")  # its docstring: smooth, then flat activations
+        smooth, flat = module.split("do not.")[0].split("backbone features:")[1].split(".\n")
+        assert all(f"``{a}``" in flat for a in FLAT_ACTIVATIONS)
+        assert all(f"``{a}``" in smooth for a in ACTIVATION_CHOICES if a not in FLAT_ACTIVATIONS)
+
+    def test_flat_activations_are_the_piecewise_linear_layers(self) -> None:
+        flat = {
+            a for a in ACTIVATION_CHOICES if getattr(nn, ACTIVATION_LAYERS[a]) in PIECEWISE_LINEAR
+        }
+        assert flat == set(FLAT_ACTIVATIONS)
 
 
 class TestMLPProjector:
