@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.functional import jacobian
 
+from solo_geometry.config.choices import FAMILY_CHOICES
 from solo_geometry.geometry.augment import (
     COLOUR_FAMILIES,
     FAMILIES,
@@ -18,6 +19,13 @@ from solo_geometry.geometry.augment import (
     metric_singularity,
     undo_normalisation,
 )
+
+
+def test_families_are_the_configs_choices() -> None:
+    # the config validates family names against FAMILY_CHOICES (torch-free); FAMILIES, keyed by
+    # them, must hold the same names in the same order, split into colour and geometric ones
+    assert tuple(FAMILIES) == FAMILY_CHOICES
+    assert COLOUR_FAMILIES + GEOMETRIC_FAMILIES == FAMILY_CHOICES
 
 
 def images(n: int = 3, size: int = 12) -> Tensor:
