@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # Where the ``geometry`` config group (on.yaml, off.yaml) lives: package data of this package.
-GEOMETRY_SEARCHPATH = "pkg://solo_geometry.conf"
+GEOMETRY_SEARCHPATH = "pkg://solo_geometry.config.groups"
 
 # The defaults entries solo-learn recipes carry for Hydra's own logging; harmless under compose,
 # listed here only so error messages can tell them apart from recipe content.
@@ -109,7 +109,7 @@ def load_recipe(config: str | Path, overrides: Sequence[str] = ()) -> DictConfig
 
     The recipe's folder is the config directory (so its ``defaults`` list resolves as under
     solo-learn's ``main_pretrain.py --config-path ... --config-name ...``), and
-    ``pkg://solo_geometry.conf`` is on the search path so ``+geometry=on`` composes. Hydra's
+    ``pkg://solo_geometry.config.groups`` is on the search path so ``+geometry=on`` composes. Hydra's
     own ``hydra:`` node is not returned. The result is not in struct mode, as solo-learn
     turns struct mode off before filling in its defaults.
 

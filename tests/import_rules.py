@@ -35,7 +35,6 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "geometry": ("linalg",),
     "folder": (),  # one run folder: records, lock, resume: every floor above reads and writes runs
     "recipe": ("config",),
-    "conf": ("config",),
     "inputs": ("geometry", "state", "folder"),
     "models": ("config", "inputs", "folder"),
     "analysis": ("models", "extras"),
@@ -59,7 +58,6 @@ SOLO_FREE = (
     "geometry",
     "folder",
     "recipe",
-    "conf",
     "inputs",
     "models",
     "analysis",

@@ -163,9 +163,9 @@ CASES = {
         {
             f"{name}.py": ""
             for name in (
-                "conf",
-                "extras",
                 "state",
+                "extras",
+                "linalg",
                 "recipe",
                 "cli",
                 "config",
@@ -175,7 +175,7 @@ CASES = {
             )
         },
         "crowded-root",
-        ["9 root modules > 8: solo_geometry.cli, solo_geometry.conf,"],
+        ["9 root modules > 8: solo_geometry.cli, solo_geometry.config,"],
     ),
 }
 

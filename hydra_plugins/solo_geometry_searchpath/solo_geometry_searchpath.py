@@ -16,7 +16,7 @@ import warnings
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-SEARCHPATH = "pkg://solo_geometry.conf"
+SEARCHPATH = "pkg://solo_geometry.config.groups"
 
 
 def register_schemas() -> None:
@@ -42,7 +42,7 @@ def patch_solo_methods() -> None:
 
 
 class SoloGeometrySearchPathPlugin(SearchPathPlugin):
-    """Append ``pkg://solo_geometry.conf`` (the ``geometry`` group) to the search path."""
+    """Append ``pkg://solo_geometry.config.groups`` (the ``geometry`` group) to the search path."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         """Add the group's package to Hydra's config search path.
