@@ -109,8 +109,8 @@ def load_recipe(config: str | Path, overrides: Sequence[str] = ()) -> DictConfig
 
     The recipe's folder is the config directory (so its ``defaults`` list resolves as under
     solo-learn's ``main_pretrain.py --config-path ... --config-name ...``), and
-    ``pkg://solo_geometry.config.groups`` is on the search path so ``+geometry=on`` composes. Hydra's
-    own ``hydra:`` node is not returned. The result is not in struct mode, as solo-learn
+    ``pkg://solo_geometry.config.groups`` is on the search path so ``+geometry=on`` composes.
+    Hydra's own ``hydra:`` node is not returned. The result is not in struct mode, as solo-learn
     turns struct mode off before filling in its defaults.
 
     Args:
