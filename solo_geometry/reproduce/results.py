@@ -34,10 +34,8 @@ __all__ = [
     "RESULT_VERSION",
     "VERDICTS",
     "JsonRecord",
-    "ResultFile",
     "Verdict",
     "from_plain",
-    "read_record",
     "read_result",
     "to_plain",
     "write_result",
@@ -111,20 +109,6 @@ class Verdict(Mapping[str, str]):
         return len(self.as_json())
 
 
-@dataclass(frozen=True)
-class ResultFile:
-    """A result file as read: its content without the stamp, ``claims`` as :class:`Verdict`."""
-
-    kind: str  # a key of KINDS
-    version: int  # 0: written before versions were stamped
-    content: Mapping[str, object]
-
-    @property
-    def claims(self) -> tuple[Verdict, ...]:
-        """The verdicts the file holds (empty when it holds none)."""
-        return tuple(self.content.get("claims") or ())  # type: ignore[arg-type]
-
-
 def to_plain(value: object, *, finite: bool = True) -> object:
     """Dataclasses and verdicts to objects, tuples to lists, recursively.
 
@@ -186,7 +170,10 @@ def _decode(tp: object, value: object, where: str) -> object:
         if array.dtype.kind in "biuf" and (array.size or not value):
             return array
     if tp is Verdict:
-        return value if isinstance(value, Verdict) else Verdict.from_json(value)
+        try:
+            return value if isinstance(value, Verdict) else Verdict.from_json(value)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_plain(tp, value, where)
     if tp in (float, int, str, bool) and fits(value, tp):
@@ -251,13 +238,15 @@ def write_result(
     return write_text(path, json.dumps(stamped, indent=1, allow_nan=False))
 
 
-def read_result(path: Path, kind: str) -> ResultFile:
-    """Read a result file of ``kind`` (a folder is read as its ``KINDS[kind]`` file).
+def read_result(cls: type[_T], path: str | Path, kind: str) -> _T:
+    """A result file of ``kind`` (a folder is read as its ``KINDS[kind]`` file) as ``cls``.
+
+    A file without the stamp (written before it) reads as version 0.
 
     Raises:
         ValueError: an unknown kind, a file that is not JSON, not an object, of another kind,
-            of a later version than this package writes, or with a malformed verdict; each
-            message names the file.
+            of a later version than this package writes, or with content of the wrong types
+            (:func:`from_plain`); each message names the file.
     """
     name = _check_kind(kind)
     path = Path(path)
@@ -276,20 +265,4 @@ def read_result(path: Path, kind: str) -> ResultFile:
             f"{str(path)!r} has layout version {version!r}; this package reads "
             f"versions 0 to {RESULT_VERSION}"
         )
-    try:
-        claims = tuple(Verdict.from_json(c) for c in data.get("claims") or ())
-    except ValueError as err:
-        raise ValueError(f"{str(path)!r}: {err}") from err
-    if "claims" in data:
-        data["claims"] = claims
-    return ResultFile(kind, version, data)
-
-
-def read_record(cls: type[_T], path: str | Path, kind: str) -> _T:
-    """The content of a result file of ``kind`` (or its folder) as the dataclass ``cls``.
-
-    Raises:
-        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
-            message names the file.
-    """
-    return from_plain(cls, read_result(Path(path), kind).content, str(path))
+    return from_plain(cls, data, str(path))
