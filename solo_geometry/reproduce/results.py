@@ -83,21 +83,13 @@ class Verdict(Mapping[str, str]):
         return f"{head}\n{indent}    {self.evidence}"
 
     @classmethod
-    def from_json(cls, obj: object) -> Verdict:
-        """A verdict from its plain object.
+    def from_json(cls, obj: object, where: str = "verdict") -> Verdict:
+        """A verdict from its plain object (:func:`from_plain`).
 
         Raises:
             ValueError: not an object, a missing or non-string key, or an unknown verdict.
         """
-        if not isinstance(obj, Mapping):
-            raise ValueError(
-                f"a verdict must be an object with {', '.join(_VERDICT_KEYS)}, "
-                f"got {type(obj).__name__}"
-            )
-        missing = [k for k in _VERDICT_KEYS if not isinstance(obj.get(k), str)]
-        if missing:
-            raise ValueError(f"verdict {obj.get('id')!r} lacks string {', '.join(missing)}")
-        return cls(**{k: obj[k] for k in _VERDICT_KEYS + _GROUP_KEYS if k in obj})
+        return from_plain(cls, obj, where)
 
     def __getitem__(self, key: str) -> str:
         return self.as_json()[key]  # KeyError for a key it does not hold
@@ -169,13 +161,8 @@ def _decode(tp: object, value: object, where: str) -> object:
             array = np.asarray(())
         if array.dtype.kind in "biuf" and (array.size or not value):
             return array
-    if tp is Verdict:
-        try:
-            return value if isinstance(value, Verdict) else Verdict.from_json(value)
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return from_plain(tp, value, where)
+        return value if isinstance(value, tp) else from_plain(tp, value, where)
     if tp in (float, int, str, bool) and fits(value, tp):
         return value
     name = getattr(tp, "__name__", str(tp))
@@ -199,7 +186,10 @@ def from_plain(cls: type[_T], obj: object, where: str = "") -> _T:
             values[f.name] = _decode(hints[f.name], obj[f.name], f"{where}.{f.name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"{where} lacks {f.name!r}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as err:  # the record's own check (a verdict's word)
+        raise ValueError(f"{where}: {err}") from None
 
 
 class JsonRecord:

@@ -95,7 +95,7 @@ class TestFiles:
             ('{"kind": "collapse", "version": 1}', "'collapse' result"),
             ("[1, 2]", "JSON object"),
             ('{"rows": [', "as JSON"),
-            ('{"claims": [{"id": "x"}]}', "lacks string"),
+            ('{"claims": [{"id": "x"}]}', "lacks 'claim'"),
         ],
     )
     def test_refused_with_the_file_named(self, tmp_path: Path, text: str, needle: str) -> None:
