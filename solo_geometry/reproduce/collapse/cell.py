@@ -84,7 +84,7 @@ class CellConfig:
 ConfigStore.instance().store(name="reproduce_collapse", node=CellConfig)
 
 
-def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) -> list[str]:
+def cell_overrides(cfg: CellConfig | DictConfig) -> list[str]:
     """The recipe overrides of one cell: the paper's heads, pseudo-collapse, measurements.
 
     Raises:
@@ -127,7 +127,7 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
         f"augmentations.0.crop_size={cfg.crop_size}",
         f"data.dataset={cfg.dataset}",
         f"data.train_path={cfg.train_path}",
-        f"data.val_path={data_val}" if data_val else "data.val_path=null",
+        "data.val_path=null",
         "++enable_progress_bar=false",
         "++enable_model_summary=false",
         "++log_every_n_steps=1",
