@@ -44,6 +44,7 @@ __all__ = [
     "cell_file",
     "cell_overrides",
     "check_cell_overrides",
+    "finished",
     "run_cell",
 ]
 
@@ -158,14 +159,12 @@ def cell_file(out: Path, cell: str) -> Path:
     return out / "cells" / f"{cell}.json"
 
 
-def _finished(record: Path, cfg: DictConfig) -> dict[str, object] | None:
-    """The stored record (plain) of a cell trained with this sweep's protocol, else None."""
+def finished(record: Path, cfg: DictConfig) -> bool:
+    """Whether the cell record ``record`` exists, trained with this sweep's protocol."""
     if not record.is_file():
-        return None
-    stored = json.loads(record.read_text())
-    cell, default = stored.get("cell", {}), CellConfig()  # a key a record lacks: its default
-    same = all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)
-    return stored if same else None
+        return False
+    cell, default = json.loads(record.read_text()).get("cell", {}), CellConfig()
+    return all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)  # lacked: default
 
 
 @contextlib.contextmanager
@@ -192,7 +191,7 @@ def run_cell(cfg: DictConfig) -> str:
     out = Path(cfg.out)
     cell = cell_id(cfg.head, cfg.norm, float(cfg.lr), int(cfg.seed))
     record = cell_file(out, cell)
-    if _finished(record, cfg) is not None:
+    if finished(record, cfg):
         return f"{cell}: finished earlier, skipped"
     torch.set_num_threads(int(cfg.threads))
     os.environ["OMP_NUM_THREADS"] = str(cfg.threads)  # the solo host's subprocess
