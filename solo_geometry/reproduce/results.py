@@ -51,11 +51,28 @@ _VERDICT_KEYS = ("id", "claim", "verdict", "evidence")
 _GROUP_KEYS = ("dataset", "backbone")
 
 
+class JsonRecord:
+    """A frozen dataclass of a result file, written and read through :func:`to_plain`."""
+
+    def to_json(self, *, finite: bool = True) -> dict[str, object]:
+        """The plain object (non-finite floats None unless ``finite`` is False)."""
+        plain = to_plain(self, finite=finite)
+        assert isinstance(plain, dict)  # a dataclass is always an object
+        return plain
+
+    @classmethod
+    def from_json(cls, obj: object, where: str = "") -> Self:
+        """The record from its plain object (:func:`from_plain`)."""
+        return from_plain(cls, obj, where)
+
+
 @dataclass(frozen=True, eq=False)
-class Verdict(Mapping[str, str]):
+class Verdict(JsonRecord, Mapping[str, str]):
     """One claim's verdict (one of :data:`VERDICTS`) with its evidence, as a read-only mapping.
 
-    A collapse verdict also names the data set and backbone of the runs judged.
+    A collapse verdict also names the data set and backbone of the runs judged. Read by
+    ``Verdict.from_json`` (:func:`from_plain`: a missing or non-string key, or an unknown
+    verdict, is a ValueError).
     """
 
     id: str  # the claim's identifier, e.g. ``smooth_escape``
@@ -81,15 +98,6 @@ class Verdict(Mapping[str, str]):
         group = "" if self.dataset is None else f" ({self.dataset}, {self.backbone})"
         head = f"{indent}[{self.verdict}] {self.id}{group}: {self.claim}"
         return f"{head}\n{indent}    {self.evidence}"
-
-    @classmethod
-    def from_json(cls, obj: object, where: str = "verdict") -> Verdict:
-        """A verdict from its plain object (:func:`from_plain`).
-
-        Raises:
-            ValueError: not an object, a missing or non-string key, or an unknown verdict.
-        """
-        return from_plain(cls, obj, where)
 
     def __getitem__(self, key: str) -> str:
         return self.as_json()[key]  # KeyError for a key it does not hold
@@ -190,21 +198,6 @@ def from_plain(cls: type[_T], obj: object, where: str = "") -> _T:
         return cls(**values)
     except ValueError as err:  # the record's own check (a verdict's word)
         raise ValueError(f"{where}: {err}") from None
-
-
-class JsonRecord:
-    """A frozen dataclass of a result file, written and read through :func:`to_plain`."""
-
-    def to_json(self, *, finite: bool = True) -> dict[str, object]:
-        """The plain object (non-finite floats None unless ``finite`` is False)."""
-        plain = to_plain(self, finite=finite)
-        assert isinstance(plain, dict)  # a dataclass is always an object
-        return plain
-
-    @classmethod
-    def from_json(cls, obj: object, where: str = "") -> Self:
-        """The record from its plain object (:func:`from_plain`)."""
-        return from_plain(cls, obj, where)
 
 
 def _check_kind(kind: str) -> str:
