@@ -29,6 +29,7 @@ from solo_geometry.folder.records import GeometryRecord  # noqa: E402
 from solo_geometry.linalg.slq import SpectralDensity  # noqa: E402
 
 __all__ = [
+    "pca_2d",
     "plot_bars",
     "plot_density",
     "plot_lines",
@@ -304,10 +305,14 @@ def _embed(x: np.ndarray, seed: int) -> tuple[np.ndarray, str]:
                 n_jobs=1,
             )
             return np.asarray(reducer.fit_transform(x)), "UMAP"
+    return pca_2d(x), f"PCA ({why})"
+
+
+def pca_2d(x: np.ndarray) -> np.ndarray:
+    """Rows x (n, d) on their first two principal axes (n, 2); a zero column when d is 1."""
     centred = x - x.mean(0, keepdims=True)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
-    out = centred @ vt[:2].T if vt.shape[0] >= 2 else np.c_[centred @ vt.T, np.zeros(len(x))]
-    return out, f"PCA ({why})"
+    return centred @ vt[:2].T if vt.shape[0] >= 2 else np.c_[centred @ vt.T, np.zeros(len(x))]
 
 
 def plot_umap(

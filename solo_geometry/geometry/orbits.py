@@ -65,6 +65,7 @@ __all__ = [
     "orbit_images",
     "orbit_metrics",
     "orbit_representations",
+    "orbit_spreads",
     "paper_orbit_selection",
 ]
 
@@ -149,7 +150,7 @@ def _validate(X: Tensor, orbit_ids: Tensor, labels: Tensor, name: str = "X") -> 
         )
 
 
-def _per_orbit(X: Tensor, orbit_ids: Tensor) -> tuple[Tensor, Tensor]:
+def orbit_spreads(X: Tensor, orbit_ids: Tensor) -> tuple[Tensor, Tensor]:
     """Spread (O,) and D_intra (O,) (NaN for one-row orbits), orbits in sorted id order."""
     spreads, intras = [], []
     for orbit in torch.unique(orbit_ids):  # sorted, as np.unique
@@ -176,7 +177,7 @@ def orbit_metrics(X: Tensor, orbit_ids: Tensor, labels: Tensor) -> OrbitMetrics:
     _validate(X, orbit_ids, labels)
     X = normalise_rows(X).cpu()  # (M, d)
     orbit_ids, labels = orbit_ids.cpu(), labels.cpu()
-    spread, d_intra = _per_orbit(X, orbit_ids)
+    spread, d_intra = orbit_spreads(X, orbit_ids)
     d_intra = d_intra[~d_intra.isnan()]  # orbits with >= 2 rows, as the paper's code
     centroids = torch.stack([X[labels == c].mean(dim=0) for c in torch.unique(labels)])  # (C, d)
     inter_mean, inter_std = mean_std(F.pdist(centroids))  # over C (C - 1) / 2 pairs
@@ -213,8 +214,8 @@ def orbit_comparison(Z: Tensor, H: Tensor, orbit_ids: Tensor, labels: Tensor) ->
     """
     _validate(Z, orbit_ids, labels, "Z")
     _validate(H, orbit_ids, labels, "H")
-    spread_z = _per_orbit(normalise_rows(Z).cpu(), orbit_ids.cpu())[0]  # (O,)
-    spread_h = _per_orbit(normalise_rows(H).cpu(), orbit_ids.cpu())[0]  # (O,)
+    spread_z = orbit_spreads(normalise_rows(Z).cpu(), orbit_ids.cpu())[0]  # (O,)
+    spread_h = orbit_spreads(normalise_rows(H).cpu(), orbit_ids.cpu())[0]  # (O,)
     return OrbitComparison(
         z=orbit_metrics(Z, orbit_ids, labels),
         h=orbit_metrics(H, orbit_ids, labels),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solo_geometry.analysis.orbit_files import ORBIT_KEYS, load_orbit_arrays
 from solo_geometry.inputs.npfiles import load_arrays
 from solo_geometry.reproduce.invariance.evidence import Evidence, OrbitSummary, ProbeEvidence
 
@@ -63,9 +64,9 @@ def _array(d: Mapping[str, object], key: str, path: Path) -> np.ndarray:
     return np.asarray(d[key])
 
 
-def _orbits(d: Mapping[str, object], path: Path) -> OrbitSummary:
-    keys = ("orbits_z", "orbits_h", "orbit_ids", "orbit_labels")
-    return OrbitSummary.from_arrays(*(_array(d, k, path) for k in keys))
+def _orbits(path: Path) -> OrbitSummary:
+    arrays = load_orbit_arrays(path)  # checked as ``solo-geometry orbits FILE`` checks them
+    return OrbitSummary.from_arrays(*(arrays[k] for k in ORBIT_KEYS))
 
 
 def _probes(d: Mapping[str, object], f: Path) -> ProbeEvidence:
@@ -89,16 +90,14 @@ def paper_evidence(paths: list[str | Path]) -> Evidence:
         ev.files.append(str(f))
         depth = _DEPTH.search(f.name)
         if depth is not None:
-            npz = load_arrays(f)  # the restricted reader: sizes checked before allocating
-            ev.depth.setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(npz, f)]
-            continue
-        d = read_npy_dict(f)
-        if f.name == "guillotine_results.npy":
-            ev.probes["paper"] = _probes(d, f)
-        elif f.name == "curvature_results.npy":
-            ev.curvature = [float(r) for r in _array(d, "ratios_per_seed", f).ravel()]
+            ev.depth.setdefault("unit_z", {})[int(depth.group(1))] = [_orbits(f)]
         elif f.name == "orbit_visualization.npy":
-            ev.orbits["unit_z"] = [_orbits(d, f)]
+            ev.orbits["unit_z"] = [_orbits(f)]
+        elif f.name == "guillotine_results.npy":
+            ev.probes["paper"] = _probes(read_npy_dict(f), f)
+        elif f.name == "curvature_results.npy":
+            ratios = _array(read_npy_dict(f), "ratios_per_seed", f)
+            ev.curvature = [float(r) for r in ratios.ravel()]
         else:
             raise ValueError(f"{str(f)!r} is not one of {[*KNOWN_FILES, _DEPTH.pattern]}")
     return ev

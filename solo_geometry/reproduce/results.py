@@ -34,10 +34,8 @@ __all__ = [
     "RESULT_VERSION",
     "VERDICTS",
     "JsonRecord",
-    "ResultFile",
     "Verdict",
     "from_plain",
-    "read_record",
     "read_result",
     "to_plain",
     "write_result",
@@ -53,11 +51,28 @@ _VERDICT_KEYS = ("id", "claim", "verdict", "evidence")
 _GROUP_KEYS = ("dataset", "backbone")
 
 
+class JsonRecord:
+    """A frozen dataclass of a result file, written and read through :func:`to_plain`."""
+
+    def to_json(self, *, finite: bool = True) -> dict[str, object]:
+        """The plain object (non-finite floats None unless ``finite`` is False)."""
+        plain = to_plain(self, finite=finite)
+        assert isinstance(plain, dict)  # a dataclass is always an object
+        return plain
+
+    @classmethod
+    def from_json(cls, obj: object, where: str = "") -> Self:
+        """The record from its plain object (:func:`from_plain`)."""
+        return from_plain(cls, obj, where)
+
+
 @dataclass(frozen=True, eq=False)
-class Verdict(Mapping[str, str]):
+class Verdict(JsonRecord, Mapping[str, str]):
     """One claim's verdict (one of :data:`VERDICTS`) with its evidence, as a read-only mapping.
 
-    A collapse verdict also names the data set and backbone of the runs judged.
+    A collapse verdict also names the data set and backbone of the runs judged. Read by
+    ``Verdict.from_json`` (:func:`from_plain`: a missing or non-string key, or an unknown
+    verdict, is a ValueError).
     """
 
     id: str  # the claim's identifier, e.g. ``smooth_escape``
@@ -84,23 +99,6 @@ class Verdict(Mapping[str, str]):
         head = f"{indent}[{self.verdict}] {self.id}{group}: {self.claim}"
         return f"{head}\n{indent}    {self.evidence}"
 
-    @classmethod
-    def from_json(cls, obj: object) -> Verdict:
-        """A verdict from its plain object.
-
-        Raises:
-            ValueError: not an object, a missing or non-string key, or an unknown verdict.
-        """
-        if not isinstance(obj, Mapping):
-            raise ValueError(
-                f"a verdict must be an object with {', '.join(_VERDICT_KEYS)}, "
-                f"got {type(obj).__name__}"
-            )
-        missing = [k for k in _VERDICT_KEYS if not isinstance(obj.get(k), str)]
-        if missing:
-            raise ValueError(f"verdict {obj.get('id')!r} lacks string {', '.join(missing)}")
-        return cls(**{k: obj[k] for k in _VERDICT_KEYS + _GROUP_KEYS if k in obj})
-
     def __getitem__(self, key: str) -> str:
         return self.as_json()[key]  # KeyError for a key it does not hold
 
@@ -109,20 +107,6 @@ class Verdict(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self.as_json())
-
-
-@dataclass(frozen=True)
-class ResultFile:
-    """A result file as read: its content without the stamp, ``claims`` as :class:`Verdict`."""
-
-    kind: str  # a key of KINDS
-    version: int  # 0: written before versions were stamped
-    content: Mapping[str, object]
-
-    @property
-    def claims(self) -> tuple[Verdict, ...]:
-        """The verdicts the file holds (empty when it holds none)."""
-        return tuple(self.content.get("claims") or ())  # type: ignore[arg-type]
 
 
 def to_plain(value: object, *, finite: bool = True) -> object:
@@ -185,10 +169,8 @@ def _decode(tp: object, value: object, where: str) -> object:
             array = np.asarray(())
         if array.dtype.kind in "biuf" and (array.size or not value):
             return array
-    if tp is Verdict:
-        return value if isinstance(value, Verdict) else Verdict.from_json(value)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return from_plain(tp, value, where)
+        return value if isinstance(value, tp) else from_plain(tp, value, where)
     if tp in (float, int, str, bool) and fits(value, tp):
         return value
     name = getattr(tp, "__name__", str(tp))
@@ -212,22 +194,10 @@ def from_plain(cls: type[_T], obj: object, where: str = "") -> _T:
             values[f.name] = _decode(hints[f.name], obj[f.name], f"{where}.{f.name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"{where} lacks {f.name!r}")
-    return cls(**values)
-
-
-class JsonRecord:
-    """A frozen dataclass of a result file, written and read through :func:`to_plain`."""
-
-    def to_json(self, *, finite: bool = True) -> dict[str, object]:
-        """The plain object (non-finite floats None unless ``finite`` is False)."""
-        plain = to_plain(self, finite=finite)
-        assert isinstance(plain, dict)  # a dataclass is always an object
-        return plain
-
-    @classmethod
-    def from_json(cls, obj: object, where: str = "") -> Self:
-        """The record from its plain object (:func:`from_plain`)."""
-        return from_plain(cls, obj, where)
+    try:
+        return cls(**values)
+    except ValueError as err:  # the record's own check (a verdict's word)
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _check_kind(kind: str) -> str:
@@ -251,13 +221,15 @@ def write_result(
     return write_text(path, json.dumps(stamped, indent=1, allow_nan=False))
 
 
-def read_result(path: Path, kind: str) -> ResultFile:
-    """Read a result file of ``kind`` (a folder is read as its ``KINDS[kind]`` file).
+def read_result(cls: type[_T], path: str | Path, kind: str) -> _T:
+    """A result file of ``kind`` (a folder is read as its ``KINDS[kind]`` file) as ``cls``.
+
+    A file without the stamp (written before it) reads as version 0.
 
     Raises:
         ValueError: an unknown kind, a file that is not JSON, not an object, of another kind,
-            of a later version than this package writes, or with a malformed verdict; each
-            message names the file.
+            of a later version than this package writes, or with content of the wrong types
+            (:func:`from_plain`); each message names the file.
     """
     name = _check_kind(kind)
     path = Path(path)
@@ -276,20 +248,4 @@ def read_result(path: Path, kind: str) -> ResultFile:
             f"{str(path)!r} has layout version {version!r}; this package reads "
             f"versions 0 to {RESULT_VERSION}"
         )
-    try:
-        claims = tuple(Verdict.from_json(c) for c in data.get("claims") or ())
-    except ValueError as err:
-        raise ValueError(f"{str(path)!r}: {err}") from err
-    if "claims" in data:
-        data["claims"] = claims
-    return ResultFile(kind, version, data)
-
-
-def read_record(cls: type[_T], path: str | Path, kind: str) -> _T:
-    """The content of a result file of ``kind`` (or its folder) as the dataclass ``cls``.
-
-    Raises:
-        ValueError: what :func:`read_result` refuses, or content of the wrong types; the
-            message names the file.
-    """
-    return from_plain(cls, read_result(Path(path), kind).content, str(path))
+    return from_plain(cls, data, str(path))

@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from solo_geometry.cli import main
 from solo_geometry.reproduce.collapse.files import load_runs
+from solo_geometry.reproduce.invariance.result import InvarianceResult, read_invariance
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.reproduce.results import (
     RESULT_VERSION,
+    JsonRecord,
     Verdict,
     read_result,
     write_result,
 )
 
 _PLAIN = {"id": "curvature", "claim": "c", "verdict": "held", "evidence": "e"}
+
+
+@dataclass(frozen=True)
+class _Content(JsonRecord):
+    x: float
+    t: tuple[float, ...]
+    claims: tuple[Verdict, ...]
 
 
 class TestVerdict:
@@ -67,16 +77,16 @@ class TestFiles:
         assert (raw["kind"], raw["version"]) == ("invariance", RESULT_VERSION)
         assert raw["x"] is None and raw["t"] == [1.0, None]
         assert [p.name for p in tmp_path.iterdir()] == ["invariance.json"]  # no temporary left
-        back = read_result(tmp_path, "invariance")
-        assert back.version == RESULT_VERSION and back.claims == tuple(claims)
-        assert "kind" not in back.content and back.content["x"] is None
+        back = read_result(_Content, tmp_path, "invariance")
+        assert back.claims == tuple(claims) and math.isnan(back.x)
+        assert back.t[0] == 1.0 and math.isnan(back.t[1])
 
     def test_a_file_before_the_stamp_reads_as_version_0(self, tmp_path: Path) -> None:
         old = {"guillotine": {"n_test": 4}, "depth": [], "claims": [_PLAIN]}
         (tmp_path / "invariance.json").write_text(json.dumps(old))
-        back = read_result(tmp_path / "invariance.json", "invariance")
-        assert back.version == 0 and back.claims == (Verdict.from_json(_PLAIN),)
-        assert run_evidence(dict(back.content)) == run_evidence(old)
+        back = read_invariance(tmp_path / "invariance.json")
+        assert back.claims == (Verdict.from_json(_PLAIN),)
+        assert run_evidence(back) == run_evidence(old)
 
     @pytest.mark.parametrize(
         ("text", "needle"),
@@ -85,14 +95,14 @@ class TestFiles:
             ('{"kind": "collapse", "version": 1}', "'collapse' result"),
             ("[1, 2]", "JSON object"),
             ('{"rows": [', "as JSON"),
-            ('{"claims": [{"id": "x"}]}', "lacks string"),
+            ('{"claims": [{"id": "x"}]}', "lacks 'claim'"),
         ],
     )
     def test_refused_with_the_file_named(self, tmp_path: Path, text: str, needle: str) -> None:
         path = tmp_path / "invariance.json"
         path.write_text(text)
         with pytest.raises(ValueError, match=needle) as err:
-            read_result(path, "invariance")
+            read_result(InvarianceResult, path, "invariance")
         assert "invariance.json" in str(err.value)
 
     def test_unknown_kind(self, tmp_path: Path) -> None:

@@ -21,21 +21,18 @@ from solo_geometry.runtime.alert import CollapseAlert
 __all__ = ["AlertReplay", "alert_markdown", "replay", "replay_run"]
 
 
-def replay(
-    curve: Sequence[float], rows: int, dim: int, cfg: AlertConfig | None = None
-) -> list[str]:
+def replay(curve: Sequence[float], rows: int, dim: int) -> list[str]:
     """The alert's state after each epoch of a per-epoch std curve (rank unknown: given as d).
 
     Args:
         curve: the per-epoch std, epoch 0 first.
         rows: M, the rows the std is taken over.
         dim: d, their width.
-        cfg: the alert's thresholds (default: ``geometry.alert``'s defaults).
 
     Returns:
         One state of :data:`~solo_geometry.runtime.alert.STATES` per epoch.
     """
-    alert = CollapseAlert(cfg or AlertConfig())
+    alert = CollapseAlert(AlertConfig())  # geometry.alert's defaults
     metrics = {"h/rankme_l2": float(dim), "h/n_samples": rows, "h/dim": dim}
     with warnings.catch_warnings():  # the monitor's rank-zero warning, once per change
         warnings.simplefilter("ignore")
@@ -72,11 +69,9 @@ def _diagnosis(count: int | None) -> str:
     return "strict saddle" if count > 0 else "no negative curvature"
 
 
-def replay_run(
-    run: Run, factor: float = ESCAPE_FACTOR, cfg: AlertConfig | None = None
-) -> AlertReplay:
+def replay_run(run: Run, factor: float = ESCAPE_FACTOR) -> AlertReplay:
     """The alert replayed on one run, with its outcome, lead time and diagnosis."""
-    states = tuple(replay(run.curve, run.rows, run.dim, cfg))
+    states = tuple(replay(run.curve, run.rows, run.dim))
     first = next((e for e, s in enumerate(states) if s != "healthy"), None)
     left = None
     if "complete" in states and states[-1] == "healthy":

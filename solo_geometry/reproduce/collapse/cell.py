@@ -44,6 +44,7 @@ __all__ = [
     "cell_file",
     "cell_overrides",
     "check_cell_overrides",
+    "finished",
     "run_cell",
 ]
 
@@ -84,7 +85,7 @@ class CellConfig:
 ConfigStore.instance().store(name="reproduce_collapse", node=CellConfig)
 
 
-def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) -> list[str]:
+def cell_overrides(cfg: CellConfig | DictConfig) -> list[str]:
     """The recipe overrides of one cell: the paper's heads, pseudo-collapse, measurements.
 
     Raises:
@@ -127,7 +128,7 @@ def cell_overrides(cfg: CellConfig | DictConfig, data_val: str | None = None) ->
         f"augmentations.0.crop_size={cfg.crop_size}",
         f"data.dataset={cfg.dataset}",
         f"data.train_path={cfg.train_path}",
-        f"data.val_path={data_val}" if data_val else "data.val_path=null",
+        "data.val_path=null",
         "++enable_progress_bar=false",
         "++enable_model_summary=false",
         "++log_every_n_steps=1",
@@ -158,14 +159,12 @@ def cell_file(out: Path, cell: str) -> Path:
     return out / "cells" / f"{cell}.json"
 
 
-def _finished(record: Path, cfg: DictConfig) -> dict[str, object] | None:
-    """The stored record (plain) of a cell trained with this sweep's protocol, else None."""
+def finished(record: Path, cfg: DictConfig) -> bool:
+    """Whether the cell record ``record`` exists, trained with this sweep's protocol."""
     if not record.is_file():
-        return None
-    stored = json.loads(record.read_text())
-    cell, default = stored.get("cell", {}), CellConfig()  # a key a record lacks: its default
-    same = all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)
-    return stored if same else None
+        return False
+    cell, default = json.loads(record.read_text()).get("cell", {}), CellConfig()
+    return all(cell.get(k, getattr(default, k)) == cfg[k] for k in PROTOCOL_KEYS)  # lacked: default
 
 
 @contextlib.contextmanager
@@ -192,7 +191,7 @@ def run_cell(cfg: DictConfig) -> str:
     out = Path(cfg.out)
     cell = cell_id(cfg.head, cfg.norm, float(cfg.lr), int(cfg.seed))
     record = cell_file(out, cell)
-    if _finished(record, cfg) is not None:
+    if finished(record, cfg):
         return f"{cell}: finished earlier, skipped"
     torch.set_num_threads(int(cfg.threads))
     os.environ["OMP_NUM_THREADS"] = str(cfg.threads)  # the solo host's subprocess

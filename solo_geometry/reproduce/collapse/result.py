@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_record
+from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
 
 __all__ = [
     "CellRecord",
@@ -125,8 +125,8 @@ class CollapseSummary(JsonRecord):
 
 
 def read_summary(path: str | Path) -> CollapseSummary:
-    """A ``summary.json`` (or the sweep folder holding it), typed (:func:`read_record`)."""
-    return read_record(CollapseSummary, path, "collapse")
+    """A ``summary.json`` (or the sweep folder holding it), typed (:func:`read_result`)."""
+    return read_result(CollapseSummary, path, "collapse")
 
 
 def read_cell(path: Path) -> CellRecord:

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from scipy.stats import spearmanr
-
 from solo_geometry.folder.atomic import write_text
 from solo_geometry.folder.records import GeometryRecord, read_records
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
@@ -29,6 +27,7 @@ from solo_geometry.reproduce.collapse.result import (
     TableRow,
 )
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge
+from solo_geometry.reproduce.ranks import spearman
 from solo_geometry.reproduce.results import write_result
 from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 
@@ -267,8 +266,8 @@ def _spearman(records: Sequence[CellRecord]) -> dict[str, dict[str, float | None
                 for s, c in zip(r.series["h/normalized_std"], r.series[cond], strict=True)
                 if s is not None and c is not None
             ]
-            rho = spearmanr(*zip(*pairs, strict=True)).statistic if len(pairs) > 2 else None
-            result[cond] = None if rho is None or math.isnan(rho) else float(rho)
+            rho = spearman(*zip(*pairs, strict=True)) if len(pairs) > 2 else math.nan
+            result[cond] = None if math.isnan(rho) else rho
         result["points"] = float(len(pairs))
         out[head] = result
     return out

@@ -175,8 +175,7 @@ def reproduce_collapse(
         FileNotFoundError: CIFAR files missing.
     """
     resolve_host(host)  # an unknown host or solo without solo-learn fails here
-    if threads < 1 or (jobs is not None and jobs < 1):
-        raise ValueError(f"--jobs and --threads must be >= 1, got jobs={jobs}, threads={threads}")
+    launch = launch_overrides(jobs, threads, extra)  # bad jobs or threads fail here
     protocol = protocol or protocol_of(quick, scale, grid)
     data = data or protocol.data
     if data not in DATA_CHOICES:
@@ -202,7 +201,7 @@ def reproduce_collapse(
         f"pred_hidden_dim={pred}",
         f"factor={factor}",
         f"threads={threads}",
-        *launch_overrides(jobs, threads, extra),
+        *launch,
         f"hydra.sweep.dir={out / 'hydra'}",
         "hydra.sweep.subdir=${hydra.job.num}",
         "hydra/job_logging=disabled",

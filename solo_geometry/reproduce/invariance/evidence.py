@@ -20,8 +20,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
-from solo_geometry.geometry.orbits import PAPER_EPS
+from solo_geometry.geometry.orbits import PAPER_EPS, orbit_spreads
 from solo_geometry.reproduce.results import JsonRecord
 
 __all__ = [
@@ -51,15 +52,9 @@ def _span(means: np.ndarray) -> np.ndarray:
 def _space(X: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per orbit (sorted ids): mean point (O, d), spread (O,), D_intra (O,) of unit rows."""
     X = X / np.linalg.norm(X, axis=1, keepdims=True)
-    means, spreads, intras = [], [], []
-    for orbit in np.unique(ids):
-        rows = X[ids == orbit]  # (K, d)
-        means.append(rows.mean(axis=0))
-        spreads.append(np.mean(np.sum((rows - rows.mean(axis=0)) ** 2, axis=1)))
-        diff = rows[:, None, :] - rows[None, :, :]  # (K, K, d)
-        dist = np.sqrt(np.sum(diff**2, axis=-1))[np.triu_indices(len(rows), 1)]
-        intras.append(dist.mean() if dist.size else math.nan)
-    return np.stack(means), np.array(spreads), np.array(intras)
+    spreads, intras = orbit_spreads(torch.as_tensor(X), torch.as_tensor(ids))
+    means = np.stack([X[ids == orbit].mean(axis=0) for orbit in np.unique(ids)])
+    return means, spreads.numpy(), intras.numpy()
 
 
 @dataclass(frozen=True)

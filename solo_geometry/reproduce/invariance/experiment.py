@@ -120,12 +120,11 @@ def _overrides(data: _Data, s: InvarianceSettings, epochs: int, extra: list[str]
     ]
 
 
-def geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[str]:
+def geometry_on(head: list[str], every: int) -> list[str]:
     """Geometry on for a swapped head: statistics only, no budget, no end-of-fit probes.
 
     No run report either: the reproduction draws its own page.
     """
-    off = ["geometry.measure.hessian=false", "geometry.measure.augment=false"] if stats_only else []
     return [
         "+geometry=on",
         *head,
@@ -134,7 +133,8 @@ def geometry_on(head: list[str], every: int, stats_only: bool = True) -> list[st
         "geometry.probes.enabled=false",
         "geometry.report=false",
         "geometry.stats.queue=4",
-        *off,
+        "geometry.measure.hessian=false",
+        "geometry.measure.augment=false",
     ]
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from solo_geometry.analysis.evaluation import evaluate
 from solo_geometry.config import MlpProbeConfig, OrbitsConfig, ProbesConfig
@@ -31,6 +30,7 @@ from solo_geometry.geometry.orbits import (
     mean_std,
     orbit_comparison,
     orbit_images,
+    orbit_representations,
 )
 from solo_geometry.geometry.stats import metric_spectrum, representation_stats, whitening_score
 from solo_geometry.inputs.datasets import load_image_folder
@@ -57,7 +57,6 @@ __all__ = [
     "READINGS",
     "curvature_seeds",
     "feature_norm",
-    "orbit_readings",
     "orbit_seeds",
     "probe_rows",
     "spectra_of",
@@ -119,17 +118,12 @@ def probe_rows(
     return out, PaperProbes.from_json(table.paper, where="probes.json's paper")
 
 
-def _features(model: LoadedModel, images: Tensor) -> Tensor:
-    """Raw backbone features (B, d) of images (B, 3, H, W) in [0, 1], normalised as trained."""
-    x = images if model.mean_std is None else apply_normalisation(images, model.mean_std)
-    return model.backbone(x).flatten(1)
-
-
 @torch.no_grad()
 def feature_norm(model: LoadedModel, images: Tensor, batch_size: int = 256) -> float:
     """Mean L2 norm of raw backbone features (eval mode) of ``images`` (N, 3, H, W) in [0, 1]."""
+    x = images if model.mean_std is None else apply_normalisation(images, model.mean_std)
     with deterministic_mode(model.backbone, batch_stats=False):
-        norms = [_features(model, chunk).norm(dim=1) for chunk in images.split(batch_size)]
+        norms = [model.backbone(chunk).flatten(1).norm(dim=1) for chunk in x.split(batch_size)]
     return float(torch.cat(norms).double().mean())
 
 
@@ -138,28 +132,6 @@ def training_images(splits: Splits, limit: int = 256) -> Tensor:
     x, _, _ = load_image_folder(splits.train)
     pick = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:limit]
     return x[pick]
-
-
-@torch.no_grad()
-def orbit_readings(
-    model: LoadedModel, images: Tensor, batch_size: int = 256
-) -> dict[str, tuple[Tensor, Tensor]]:
-    """Z and H (unit rows) of orbit images under each reading, from one backbone pass.
-
-    The same numbers as ``orbit_representations(..., protocol=READINGS[reading])``; the
-    backbone, the costly part, runs once for both readings.
-    """
-    zs: list[Tensor] = []
-    hs: dict[str, list[Tensor]] = {name: [] for name in READINGS}
-    with deterministic_mode(nn.ModuleList([model.backbone, model.head]), batch_stats=False):
-        for chunk in images.split(batch_size):
-            z = _features(model, chunk)
-            zn = F.normalize(z, dim=1)
-            zs.append(zn)
-            hs["unit_z"].append(F.normalize(model.head(zn), dim=1))
-            hs["raw_z"].append(F.normalize(model.head(z), dim=1))
-    Z = torch.cat(zs)
-    return {name: (Z, torch.cat(h)) for name, h in hs.items()}
 
 
 def _over(values: Sequence[float | None], dtype: torch.dtype = torch.float64) -> Pair:
@@ -213,7 +185,10 @@ def orbit_seeds(
     draws: dict[str, list[tuple[OrbitImages, Tensor, Tensor]]] = {name: [] for name in READINGS}
     for seed in range(seeds):
         orb = orbit_images(splits.test_x, splits.test_y, protocol="paper", seed=seed)
-        for name, (Z, H) in orbit_readings(model, orb.images).items():
+        for name, protocol in READINGS.items():
+            Z, H = orbit_representations(
+                model.backbone, model.head, orb.images, protocol=protocol, normalise=model.mean_std
+            )
             draws[name].append((orb, Z, H))
     out = {}
     for name in READINGS:

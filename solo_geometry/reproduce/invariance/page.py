@@ -26,6 +26,7 @@ from solo_geometry.analysis.pages import (
     table,
     write_page,
 )
+from solo_geometry.analysis.plots import pca_2d
 from solo_geometry.reproduce.invariance.claims import PUBLISHED, PUBLISHED_DEPTH
 from solo_geometry.reproduce.invariance.result import (
     Curvature,
@@ -196,8 +197,7 @@ def _fig_orbits(out: Path, orbits: OrbitReading) -> Path:
     for ax, key, title in zip(
         axes, ("orbits_z", "orbits_h"), ("backbone Z", "head H"), strict=True
     ):
-        X = data[key] - data[key].mean(axis=0)
-        xy = X @ np.linalg.svd(X, full_matrices=False)[2][:2].T  # (M, 2) first two PCs
+        xy = pca_2d(data[key])  # (M, 2)
         classes = sorted(set(data["orbit_labels"].tolist()))
         for oid in np.unique(data["orbit_ids"]):
             m = data["orbit_ids"] == oid

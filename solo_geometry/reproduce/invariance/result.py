@@ -13,7 +13,7 @@ from pathlib import Path
 
 from solo_geometry.geometry.stats import WhiteningScore
 from solo_geometry.reproduce.invariance.evidence import OrbitSummary, ProbeEvidence
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_record
+from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
 
 __all__ = [
     "Curvature",
@@ -214,5 +214,5 @@ class InvarianceResult(JsonRecord):
 
 
 def read_invariance(path: str | Path) -> InvarianceResult:
-    """An ``invariance.json`` (or the folder holding it), typed (:func:`read_record`)."""
-    return read_record(InvarianceResult, path, "invariance")
+    """An ``invariance.json`` (or the folder holding it), typed (:func:`read_result`)."""
+    return read_result(InvarianceResult, path, "invariance")

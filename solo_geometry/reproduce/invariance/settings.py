@@ -1,7 +1,8 @@
 """Sizes of ``reproduce invariance``: :class:`InvarianceSettings` and its two forms.
 
 ``FULL`` is the CPU scale (``benchmarks/bench_invariance.py --full``: under 45 minutes on 2
-cores), ``QUICK`` the CI form (under 4 minutes).
+shared cores; docs/reproducing.md gives the arithmetic), ``QUICK`` the CI form (under 4
+minutes: a handful of steps per run, everything else at its smallest meaningful size).
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ class InvarianceSettings:
     digits_size: int = 32
 
 
-# The CPU scale: under 45 minutes on 2 shared cores (docs/reproducing.md gives the arithmetic).
 FULL = InvarianceSettings(
     batch_size=64,
     width=512,
@@ -66,7 +66,6 @@ FULL = InvarianceSettings(
     probe_images=(10000, 2000),
     num_workers=2,
 )
-# CI: a handful of steps per run, everything else at its smallest meaningful size.
 QUICK = InvarianceSettings(
     batch_size=16,
     width=64,

@@ -357,14 +357,14 @@ class TestPaperScale:
         # cells recorded before `stem` existed were built with the recipe's stem ("auto")
         from omegaconf import OmegaConf
 
-        from solo_geometry.reproduce.collapse.cell import PROTOCOL_KEYS, CellConfig, _finished
+        from solo_geometry.reproduce.collapse.cell import PROTOCOL_KEYS, CellConfig, finished
 
         cfg = OmegaConf.structured(CellConfig())
         stored = {"cell": {k: cfg[k] for k in PROTOCOL_KEYS if k != "stem"}}
         (tmp_path / "c.json").write_text(json.dumps(stored))
-        assert _finished(tmp_path / "c.json", cfg) is not None
+        assert finished(tmp_path / "c.json", cfg)
         cfg.stem = "cifar_paper"
-        assert _finished(tmp_path / "c.json", cfg) is None  # another stem: trained again
+        assert not finished(tmp_path / "c.json", cfg)  # another stem: trained again
 
     def test_grids(self) -> None:
         from solo_geometry.reproduce.collapse.protocol import protocol_of

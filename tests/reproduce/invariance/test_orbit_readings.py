@@ -11,7 +11,6 @@ grows: the compression measures r, not the head.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from torch import Tensor, nn
 from solo_geometry.geometry.orbits import orbit_representations
 from solo_geometry.models.checkpoint import LoadedModel
 from solo_geometry.reproduce.invariance.evidence import OrbitSummary, orbit_evidence
-from solo_geometry.reproduce.invariance.measure import READINGS, feature_norm, orbit_readings
+from solo_geometry.reproduce.invariance.measure import READINGS, feature_norm
 
 D, P = 32, 64
 
@@ -108,28 +107,3 @@ class TestUnitZArtefact:
         train, _, _, _ = data()
         model = LoadedModel(Scaled(3.0), paper_head(), Path("x"), Path("x"), None, [])  # type: ignore[arg-type]
         assert feature_norm(model, train.float()) == pytest.approx(3.0, rel=1e-6)
-
-
-class TestOneBackbonePass:
-    """``orbit_readings``: both readings from one backbone pass, as orbit_representations."""
-
-    @pytest.mark.parametrize("normalise", [None, ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3))])
-    def test_equals_orbit_representations(self, normalise: Any) -> None:
-        torch.manual_seed(0)
-        bn2, bn1 = nn.BatchNorm2d(8), nn.BatchNorm1d(16)
-        for bn in (bn2, bn1):  # running statistics off the identity
-            assert bn.running_mean is not None and bn.running_var is not None
-            bn.running_mean.uniform_(0.0, 2.0)
-            bn.running_var.uniform_(0.5, 2.0)
-        backbone = nn.Sequential(nn.Conv2d(3, 8, 3), bn2, nn.ReLU(), nn.Flatten())
-        head = nn.Sequential(nn.Linear(8 * 6 * 6, 16, bias=False), bn1)
-        images = torch.rand(300, 3, 8, 8)  # two chunks of 256
-        model = LoadedModel(backbone, head, Path("x"), Path("x"), normalise, [])
-        got = orbit_readings(model, images)
-        assert set(got) == set(READINGS)
-        for name, protocol in READINGS.items():
-            Z, H = orbit_representations(
-                backbone, head, images, protocol=protocol, normalise=normalise
-            )
-            assert torch.equal(got[name][0], Z) and torch.equal(got[name][1], H), name
-        assert not torch.allclose(got["unit_z"][1], got["raw_z"][1])  # two different readings
