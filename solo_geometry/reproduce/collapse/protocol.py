@@ -13,6 +13,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from solo_geometry.config.choices import NORM_LAYERS
+
 __all__ = [
     "ALPHA",
     "BASE_LR",
@@ -37,8 +39,11 @@ __all__ = [
     "protocol_of",
 ]
 
+# The paper's heads (its names) -> the package's activations (config.choices' names; a test
+# holds them among ACTIVATION_CHOICES).
 CELL_ACTIVATIONS = {"linear": "identity", "relu": "relu", "gelu": "gelu", "swish": "swish"}
-CELL_NORMS = ("bn", "none")
+# The paper's norms, BatchNorm or none, as config.choices names them.
+CELL_NORMS = tuple(name for name, layer in NORM_LAYERS.items() if layer in ("BatchNorm1d", None))
 LR_NAMES = {0.1: "small", 1.0: "base", 10.0: "large"}  # factor of BASE_LR -> the paper's name
 LR_FACTORS = tuple(LR_NAMES)  # the paper's rates 0.005, 0.05, 0.5
 SEEDS = (0, 1, 2)

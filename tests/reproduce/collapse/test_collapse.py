@@ -19,9 +19,10 @@ from joblib.externals.loky import get_reusable_executor
 
 from solo_geometry.analysis.pages import write_page
 from solo_geometry.cli import main as cli_main
+from solo_geometry.config.choices import ACTIVATION_CHOICES, NORM_LAYERS
 from solo_geometry.reproduce.collapse import reproduce_collapse
 from solo_geometry.reproduce.collapse.page import FIGURES, page_body
-from solo_geometry.reproduce.collapse.protocol import Block, Protocol
+from solo_geometry.reproduce.collapse.protocol import CELL_ACTIVATIONS, CELL_NORMS, Block, Protocol
 from solo_geometry.reproduce.collapse.result import read_summary
 from solo_geometry.reproduce.collapse.summary import cell_record
 from tests.shared import COLLAPSE_AUTHORS, write_fake_cifar
@@ -99,6 +100,13 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     with redirect_stdout(buf):
         summary = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY)
     return out, summary, buf.getvalue()
+
+
+def test_the_cells_choices_are_the_configs() -> None:
+    # the paper's heads are package activations and its norms BatchNorm and none, by the names
+    # config.choices gives them (the cells build their heads through the package's head)
+    assert set(CELL_ACTIVATIONS.values()) <= set(ACTIVATION_CHOICES)
+    assert {NORM_LAYERS[n] for n in CELL_NORMS} == {"BatchNorm1d", None}
 
 
 class TestSweep:
