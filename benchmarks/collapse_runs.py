@@ -1,11 +1,13 @@
 """Running one benchmark configuration and collecting what the labels and detectors read.
 
-Each configuration runs twice through ``solo-geometry pretrain`` (lightly host) or solo-learn's
-``main_pretrain.py``: trained for ``epochs``, and the same recipe, seed and head at random
-initialisation (one epoch of no batch, ``+limit_train_batches=0``). Both end with the package's
-linear probes of Z and H (class target: trained on the training folder, scored on the validation
-folder; orbits and report off) and the feature cache of the validation set, from which
-:mod:`benchmarks.collapse_labels` reads the geometry. The trained run's records (every
+Each configuration runs twice through ``solo-geometry pretrain`` (lightly host): trained for
+``epochs``, and the same recipe, seed and head at random initialisation (one epoch of no batch,
+``+limit_train_batches=0``), one after the other in one process (:func:`launch_parts`: the
+imports are paid once; each run seeds itself, and tests/test_collapse_detection.py checks the
+init run's reading against the trained run's before its first step). Both end with the
+package's linear probes of Z and H (class target: trained on the training folder, scored on the
+validation folder; orbits and report off) and the feature cache of the validation set, from
+which :mod:`benchmarks.collapse_labels` reads the geometry. The trained run's records (every
 ``every`` steps, spectra off: no state reads them) are what the detectors replay. One
 ``run.json`` per configuration.
 """
@@ -29,7 +31,15 @@ from solo_geometry.folder.records import read_records, renamed_metrics
 from solo_geometry.geometry.stats import representation_stats
 from solo_geometry.runtime.heldout import spread
 
-__all__ = ["HELDOUT_ROWS", "collect", "launch", "read_result", "run_config", "start_of"]
+__all__ = [
+    "HELDOUT_ROWS",
+    "collect",
+    "launch",
+    "launch_parts",
+    "read_result",
+    "run_config",
+    "start_of",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT_ROWS = 256  # the held-out batch the records hold (geometry.alert.heldout)
@@ -111,6 +121,45 @@ def launch(argv: list[str], root: Path, log: Path) -> float:
         proc = subprocess.run(argv, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode}; see {log}")
+    return time.perf_counter() - t0
+
+
+# Runs ``solo-geometry pretrain`` once for each argument list of argv[1] (JSON), in order, each
+# with its output in its own log; exits with the first non-zero status.
+_PARTS = """
+import json, os, sys
+from solo_geometry.cli import main
+for args, log in json.loads(sys.argv[1]):
+    with open(log, "w") as fh:
+        sys.stdout.flush(); sys.stderr.flush()
+        os.dup2(fh.fileno(), 1); os.dup2(fh.fileno(), 2)
+        status = main(args)
+        sys.stdout.flush(); sys.stderr.flush()
+    if status:
+        sys.exit(status)
+"""
+
+
+def launch_parts(parts: list[tuple[list[str], Path]], cwd: Path, log: Path) -> float:
+    """Run ``solo-geometry pretrain`` with each ``(args, log)`` of ``parts`` in one process.
+
+    The same runs as :func:`launch` of each (``args`` without the interpreter and
+    ``-m solo_geometry.cli``), one after the other, each output to its log; the process's own
+    output (an exception before a run, say) to ``log``. Its wall seconds.
+
+    Raises:
+        RuntimeError: on a non-zero exit, naming the logs.
+    """
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    todo = json.dumps([[args, str(part_log)] for args, part_log in parts])
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        argv = [sys.executable, "-c", _PARTS, todo]
+        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        logs = ", ".join(str(p) for _, p in parts)
+        raise RuntimeError(f"exit {proc.returncode}; see {logs} and {log}")
     return time.perf_counter() - t0
 
 
@@ -239,11 +288,13 @@ def run_config(
     if done.is_file():
         return read_result(done)
     try:
-        seconds = 0.0
+        parts = []
         for part, epochs_of in (("train", epochs), ("init", 0)):
             if not _finished(where / part):  # a finished run folder is read again, not rerun
+                (where / part).mkdir(parents=True, exist_ok=True)
                 argv = _lightly(cfg, data, where / part, epochs_of, every, batches)
-                seconds += launch(argv, where / part, where / f"{part}.log")
+                parts.append((argv[3:], where / f"{part}.log"))  # past python -m solo_geometry.cli
+        seconds = launch_parts(parts, where, where / "runs.log") if parts else 0.0
         result = collect(cfg, _folder(where / "train"), _folder(where / "init"), seconds, epochs)
     except (RuntimeError, OSError, KeyError, ValueError) as err:
         return {"config": asdict(cfg), "label": "failed", "error": str(err), "records": []}

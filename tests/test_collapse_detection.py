@@ -22,6 +22,7 @@ from benchmarks.collapse_labels import (
 )
 from benchmarks.collapse_peers import DETECTORS, monai_score, previous, rankme_milestone, score
 from solo_geometry.geometry.quality import rankme
+from tests.shared import digits_subset
 
 
 def _ev(probe: tuple[float, float], init: tuple[float, float], h: Geometry) -> Evidence:
@@ -186,15 +187,22 @@ class TestPeers:
 
 
 @pytest.mark.slow
-def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
-    """Two collapsing and two healthy digits runs, one epoch each, labelled and scored."""
+def test_quick_benchmark_end_to_end(tmp_path: Path, digits: Path) -> None:
+    """Two collapsing and two healthy digits runs, one epoch each, labelled and scored.
+
+    On a digits folder of 40 training and 30 validation images a class (``--data``): the 6
+    batches of 64 still fit one epoch, and the 300 validation images still hold more than the
+    held-out batch's 256 rows (``spread`` picks among them), while the probes of each of the 8
+    runs read 700 images through both networks (trained, random init), not 1,797.
+    """
     from benchmarks.collapse_detection import main
 
-    rc = main(
-        ["--quick", "--epochs", "1", "--batches", "6", "--every", "2", "--out", str(tmp_path)]
-    )
-    table = (tmp_path / "table.md").read_text()
-    runs = [json.loads(p.read_text()) for p in tmp_path.glob("*/run.json")]
+    data = digits_subset(digits, tmp_path / "few", {"train": 40, "val": 30})
+    args = ["--quick", "--epochs", "1", "--batches", "6", "--every", "2", "--data", str(data)]
+    out = tmp_path / "out"
+    rc = main([*args, "--out", str(out)])
+    table = (out / "table.md").read_text()
+    runs = [json.loads(p.read_text()) for p in out.glob("*/run.json")]
     assert rc == 0 and len(runs) == 4
     assert all(r["label"] in ("collapsed", "healthy", "ambiguous") for r in runs)
     assert all(r["records"] for r in runs)
@@ -202,6 +210,8 @@ def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
     assert "| ours (held-out) |" in table and "| MONAI effective_rank_score (held-out) |" in table
     # the digits' validation folder gives every record the held-out batch the alert reads
     assert all("heldout/h/rankme_l2" in rec["metrics"] for r in runs for rec in r["records"])
+    # 256 of the 300 validation images: the batch is a selection (spread), as on the full digits
+    assert {rec["metrics"]["heldout/h/n_samples"] for r in runs for rec in r["records"]} == {256}
     # the held-out reading the monitor took before the first step is the init run's network on
     # the same images: what older runs are replayed with (benchmarks/collapse_runs.start_of)
     for r in runs:
@@ -209,7 +219,7 @@ def test_quick_benchmark_end_to_end(tmp_path: Path) -> None:
         assert live.keys() == {"h", "z"}
         for space in ("h", "z"):
             assert math.isclose(live[space], r["start"][space], rel_tol=1e-6), (r, space)
-    assert (tmp_path / "detection.png").stat().st_size > 0
+    assert (out / "detection.png").stat().st_size > 0
 
 
 def _result(name: str, lab: str, ref: int | None, recs: list) -> dict[str, Any]:

@@ -420,6 +420,7 @@ print(json.dumps({"how": how, "hits": sum(s.cache_hits.values()),
 
 
 class TestUmapCache:
+    @pytest.mark.slow  # two processes, the first compiling UMAP: 35 s in make test
     def test_second_process_loads_the_compiled_umap_and_draws_the_same(
         self, tmp_path: Path
     ) -> None:

@@ -25,6 +25,7 @@ from lightly_support import write_recipe  # noqa: E402
 
 from solo_geometry.folder.records import read_records  # noqa: E402
 from solo_geometry.folder.run_folder import RunFolder  # noqa: E402
+from solo_geometry.hosts.pretrain import pretrain  # noqa: E402
 from tests.shared import digits_subset  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,23 +80,12 @@ def test_resume_after_the_last_checkpoint_finishes_the_run(
     checkpoint = {"enabled": True, "dir": "trained_models", "frequency": 1}
     recipe = write_recipe(tmp_path / "recipes", "simclr", few, checkpoint=checkpoint)
     runs = tmp_path / "runs"
-    _finish(
-        [
-            sys.executable,
-            "-c",
-            CLI,
-            "pretrain",
-            "--config",
-            str(recipe),
-            "--host",
-            host,
-            "--runs-root",
-            str(runs),
-            *CHEAP,
-        ],
-        tmp_path / "first.log",
-    )
+    # the finished run the kill is staged in, made in this process (the solo host's own child
+    # process runs it there); the resume below runs as a user runs it, in a new process
+    used, made = pretrain(recipe, CHEAP, host=host, runs_root=runs)
+    assert used == host
     (path,) = runs.iterdir()
+    assert path == made
     run = RunFolder(path)
     whole = read_records(run.geometry)
     assert whole[-1].final and run.probes.is_file() and (run.report / "index.html").is_file()

@@ -194,28 +194,29 @@ class TestQuickDemo:
         ]
         assert subprocess.run(install, capture_output=True, timeout=600).returncode == 0
         env = {**os.environ, QUICK_ENV: "1", "PYTHONPATH": str(site)}
-        where = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import solo_geometry.hosts.demo as d; print(d.__file__, d.RECIPE)",
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=120,
+        # one process: where the package and its recipe were imported from, then the demo as
+        # `python -m solo_geometry.cli demo` runs it (runpy, what -m calls); not a second
+        # process that pays the imports for the first line only
+        demo = ["solo_geometry.cli", "demo", "--out", str(tmp_path / "d")]
+        code = (
+            "import runpy, sys\n"
+            "import solo_geometry.hosts.demo as d\n"
+            "print('imported from', d.__file__, d.RECIPE, flush=True)\n"
+            f"sys.argv = {demo!r}\n"
+            "runpy.run_module('solo_geometry.cli', run_name='__main__', alter_sys=True)\n"
         )
-        module, recipe = where.stdout.split()
-        assert module.startswith(str(site)) and recipe.startswith(str(site)), where.stdout
         proc = subprocess.run(
-            [sys.executable, "-m", "solo_geometry.cli", "demo", "--out", str(tmp_path / "d")],
+            [sys.executable, "-c", code],
             capture_output=True,
             text=True,
             env=env,
             cwd=tmp_path,
             timeout=900,
         )
+        where = proc.stdout.splitlines()[0].split() if proc.stdout else []
+        assert where[:2] == ["imported", "from"], proc.stdout[:3000] + proc.stderr[-3000:]
+        module, recipe = where[2:]
+        assert module.startswith(str(site)) and recipe.startswith(str(site)), where
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "quick form" in proc.stdout
         assert "host used:" in proc.stdout and "run folder:" in proc.stdout

@@ -26,6 +26,7 @@ from solo_helpers import (
 )
 
 from solo_geometry.folder.records import GeometryRecord, read_records
+from tests.shared import build_once
 
 pytest.importorskip("solo", reason=SOLO_REASON)
 pytestmark = pytest.mark.solo  # counted in the terminal summary (conftest.py)
@@ -92,6 +93,37 @@ def _data(digits_dir: Path) -> list[str]:
     return [f"data.train_path={digits_dir / 'train'}"]
 
 
+# One step of BYOL with its head swapped, checkpointed: the plain run of the head-swap test and
+# the checkpoint that vanilla solo-learn loads in TestCheckpoint (one run, not two alike).
+SWAP = ["geometry.head.name=smooth_mlp", "geometry.head.activation=gelu"]
+
+
+def _swapped(digits: Path, folder: Path, extra: list[str]) -> list[str]:
+    """The one-step BYOL run's overrides (head swapped, checkpoint in ``folder / "ckpt"``)."""
+    return [
+        *TINY,
+        *_data(digits),
+        *GEOMETRY_TINY,
+        "++limit_train_batches=1",
+        "geometry.measure.augment=false",
+        "checkpoint.enabled=True",
+        f"checkpoint.dir={folder / 'ckpt'}",
+        *SWAP,
+        *extra,
+    ]
+
+
+def _build_swapped(folder: Path, digits: Path) -> None:
+    proc = main_pretrain("byol", _swapped(digits, folder, []), folder / "run")
+    assert proc.returncode == 0, tail(proc)
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> Path:
+    """The head-swapped BYOL run (``run/``, its checkpoints in ``ckpt/``), built once a session."""
+    return build_once(tmp_path_factory, "solo_byol_swapped", lambda f: _build_swapped(f, digits))
+
+
 class TestMainPretrain:
     """solo-learn's own main_pretrain.py with +geometry=on (plugin importable on PYTHONPATH)."""
 
@@ -108,24 +140,14 @@ class TestMainPretrain:
         _check_records(_records(tmp_path), [0, 1, 2])
         assert (tmp_path / "config.yaml").is_file()
 
+    @pytest.mark.shared("solo_byol_swapped")
     def test_head_swap_and_pseudo_collapse_in_first_record(
-        self, digits: Path, tmp_path: Path
+        self, digits: Path, tmp_path: Path, swapped: Path
     ) -> None:
-        swap = ["geometry.head.name=smooth_mlp", "geometry.head.activation=gelu"]
-        base = [
-            *TINY,
-            *_data(digits),
-            *GEOMETRY_TINY,
-            "++limit_train_batches=1",
-            "geometry.measure.augment=false",
-            *swap,
-        ]
-        plain = main_pretrain("byol", base, tmp_path / "a")
-        collapsed = main_pretrain(
-            "byol", [*base, "geometry.init.pseudo_collapse=true"], tmp_path / "b"
-        )
-        assert plain.returncode == 0 and collapsed.returncode == 0, tail(collapsed)
-        first_plain, first = _records(tmp_path / "a")[0], _records(tmp_path / "b")[0]
+        extra = ["geometry.init.pseudo_collapse=true"]
+        collapsed = main_pretrain("byol", _swapped(digits, tmp_path, extra), tmp_path / "b")
+        assert collapsed.returncode == 0, tail(collapsed)
+        first_plain, first = _records(swapped / "run")[0], _records(tmp_path / "b")[0]
         assert first.head == first_plain.head == "smooth_mlp"
         assert first.meta and first.meta["geometry"]["head"]["activation"] == "gelu"
         assert first.meta["geometry"]["init"] == {
@@ -177,19 +199,11 @@ class TestMainPretrain:
 
 
 class TestCheckpoint:
-    def test_vanilla_solo_loads_backbone_without_plugin(self, digits: Path, tmp_path: Path) -> None:
-        opts = [
-            *TINY,
-            *_data(digits),
-            *GEOMETRY_TINY,
-            "checkpoint.enabled=True",
-            f"checkpoint.dir={tmp_path / 'ckpt'}",
-            "geometry.measure.augment=false",
-            "++limit_train_batches=1",
-        ]
-        proc = main_pretrain("byol", opts, tmp_path / "run")
-        assert proc.returncode == 0, tail(proc)
-        ckpt = next((tmp_path / "ckpt").rglob("*.ckpt"))
+    @pytest.mark.shared("solo_byol_swapped")
+    def test_vanilla_solo_loads_backbone_without_plugin(
+        self, swapped: Path, tmp_path: Path
+    ) -> None:
+        ckpt = next((swapped / "ckpt").rglob("*.ckpt"))
         code = f"""
 import sys, importlib.abc
 class Block(importlib.abc.MetaPathFinder):
