@@ -161,17 +161,14 @@ def calibrate_heldout(results: Sequence[dict[str, Any]]) -> Calibration:
     """
     a, b = halves(results)
     d = AlertConfig()
-    best: tuple[tuple[float, float], float] | None = None
-    for rank in HELDOUT_GRID:
-        cfg = _config(rank, d.complete_enter, d.patience, d.features, "heldout")
-        obj = _objective(score(a, alert(cfg)))
-        if best is None or obj > best[0]:
-            best = (obj, rank)
-    assert best is not None
-    cfg = _config(best[1], d.complete_enter, d.patience, d.features, "heldout")
-    chosen = alert(cfg)
+
+    def fires(rank: float) -> Callable[[Sequence[dict[str, Any]]], int | None]:
+        return alert(_config(rank, d.complete_enter, d.patience, d.features, "heldout"))
+
+    rank = max(HELDOUT_GRID, key=lambda t: _objective(score(a, fires(t))))  # first of the best
+    chosen = fires(rank)
     return Calibration(
-        best[1],
+        rank,
         d.complete_enter,
         d.patience,
         d.features,

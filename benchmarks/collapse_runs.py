@@ -27,8 +27,10 @@ import torch
 
 from benchmarks.collapse_configs import Config
 from benchmarks.collapse_labels import Evidence, geometry_of, label, reference_key, reference_step
+from solo_geometry.config import AlertConfig
 from solo_geometry.folder.records import read_records, renamed_metrics
-from solo_geometry.geometry.stats import representation_stats
+from solo_geometry.geometry.metrics import record_stats
+from solo_geometry.runtime.alert import CollapseAlert
 from solo_geometry.runtime.heldout import spread
 
 __all__ = [
@@ -182,17 +184,16 @@ def start_of(init: Path, rows: int = HELDOUT_ROWS) -> dict[str, float]:
 
     The network the trained run starts from is the init run's (same recipe, seed and head, no
     step), so its validation features at the held-out batch's rows (``spread``) give what the
-    monitor reads before the first step (:meth:`CollapseAlert.begin`): RankMe of the
-    L2-normalised rows over min(M, d), per space. Runs recorded before the monitor took that
-    reading are replayed with it; tests/benchmarks check it against the live reading.
+    monitor reads before the first step: the same statistics (``record_stats``, part
+    ``heldout``) taken by the same :meth:`CollapseAlert.begin`, at the features' precision.
+    Runs recorded before the monitor took that reading are replayed with it; the quick
+    benchmark's test checks it against the live reading.
     """
     cache = _validation(init)
-    out = {}
-    for space in ("z", "h"):
-        x = cache[space]  # at the features' precision, as the monitor reads them
-        picked = x[spread(len(x), rows)]
-        out[space] = representation_stats(picked).rankme_l2 / min(picked.shape)
-    return out
+    picked = spread(len(cache["z"]), rows)
+    alert = CollapseAlert(AlertConfig())
+    alert.begin(record_stats(cache["z"][picked], cache["h"][picked], part="heldout"))
+    return dict(alert.state_dict()["start"])
 
 
 def _records(folder: Path) -> list[dict[str, Any]]:
