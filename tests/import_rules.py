@@ -161,6 +161,15 @@ def long_modules(modules: dict[str, Path], imports: list[Import], package: str) 
     return found
 
 
+def private_imports(modules: dict[str, Path], imports: list[Import], package: str) -> list[str]:
+    """A private name (``_x``, not a dunder) imported from another module of the package."""
+    return [
+        f"{i.where}: {i.source} imports the private {i.name} from {i.target}"
+        for i in _internal(imports, package)
+        if i.name and i.name.startswith("_") and not i.name.startswith("__")
+    ]
+
+
 def crowded_root(modules: dict[str, Path], imports: list[Import], package: str) -> list[str]:
     """More than MAX_ROOT_MODULES modules at the root besides ``__init__.py``."""
     root = sorted(m for m, f in modules.items() if m.count(".") == 1 and f.name != "__init__.py")
@@ -177,6 +186,7 @@ RULES: dict[str, Rule] = {
     "function-level-imports": function_level_imports,
     "solo-learn-imports": solo_learn_imports,
     "long-modules": long_modules,
+    "private-imports": private_imports,
     "crowded-root": crowded_root,
 }
 

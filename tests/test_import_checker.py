@@ -154,6 +154,14 @@ CASES = {
         "solo-learn-imports",
         ["monitor.py:2: solo_geometry.runtime.monitor imports solo-learn (solo.methods)"],
     ),
+    "private-name-across-modules": (
+        {
+            "config/choices.py": "_TRUE = ('true',)\n",
+            "config/overrides.py": "from solo_geometry.config.choices import _TRUE\n",
+        },
+        "private-imports",
+        ["overrides.py:1: solo_geometry.config.overrides imports the private _TRUE from"],
+    ),
     "long-module": (
         {"inputs/datasets.py": "x = 1\n" * 401},
         "long-modules",

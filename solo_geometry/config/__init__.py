@@ -27,10 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.config.choices import (
-    _FALSE,
-    _TRUE,
     ACTIVATION_CHOICES,
     DTYPE_CHOICES,
+    FALSE_WORDS,
     FAMILY_CHOICES,
     HEAD_CHOICES,
     MLP_STOP_CHOICES,
@@ -41,7 +40,8 @@ from solo_geometry.config.choices import (
     PROBE_CHOICES,
     PROBE_PROTOCOLS,
     TARGET_CHOICES,
-    _at_least,
+    TRUE_WORDS,
+    check_at_least,
 )
 from solo_geometry.config.nodes import (
     AlertConfig,
@@ -138,7 +138,7 @@ class GeometryConfig:
     dtype: str | None = None
 
     def __post_init__(self) -> None:
-        _at_least(self.every_n_steps, "geometry.every_n_steps")
+        check_at_least(self.every_n_steps, "geometry.every_n_steps")
         if self.budget is not None and not 0 < self.budget <= 1:
             raise ValueError(f"geometry.budget: must be in (0, 1] or null, got {self.budget!r}")
         self._move_to_spectrum()
@@ -222,8 +222,8 @@ def as_bool(value: Any, key: str) -> bool:
     """
     if isinstance(value, bool):
         return value
-    if isinstance(value, str | int) and str(value).strip().lower() in _TRUE + _FALSE:
-        return str(value).strip().lower() in _TRUE
+    if isinstance(value, str | int) and str(value).strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return str(value).strip().lower() in TRUE_WORDS
     raise ValueError(f"{key}: expected a boolean (true/false, on/off), got {value!r}")
 
 

@@ -45,31 +45,37 @@ MLP_STOP_CHOICES = ("loss", "val")
 ORBIT_PROTOCOLS = ("default", "paper")
 PROBE_PROTOCOLS = ("package", "paper", "both")
 ALERT_FEATURES = ("h", "z")  # the representation the collapse alert watches
-_TRUE = ("true", "on", "yes", "1")
-_FALSE = ("false", "off", "no", "0")
+# The spellings a boolean override accepts (any case).
+TRUE_WORDS = ("true", "on", "yes", "1")
+FALSE_WORDS = ("false", "off", "no", "0")
 
 
-def _choice(value: Any, choices: Iterable[str], key: str) -> None:
+def check_choice(value: Any, choices: Iterable[str], key: str) -> None:
+    """Raise ValueError naming ``key``, ``value`` and the choices when ``value`` is not one."""
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{key}: unknown value {value!r}; choose from {sorted(choices)}")
 
 
-def _choices(values: Iterable[Any], choices: Iterable[str], key: str) -> None:
+def check_choices(values: Iterable[Any], choices: Iterable[str], key: str) -> None:
+    """:func:`check_choice` on each of ``values``."""
     for value in values:
-        _choice(value, choices, key)
+        check_choice(value, choices, key)
 
 
-def _at_least(value: Any, key: str, minimum: float = 1) -> None:
+def check_at_least(value: Any, key: str, minimum: float = 1) -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a number >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
         raise ValueError(f"{key}: must be a number >= {minimum}, got {value!r}")
 
 
-def _positive(value: Any, key: str) -> None:
+def check_positive(value: Any, key: str) -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a number > 0."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"{key}: must be > 0, got {value!r}")
 
 
-def _fraction(value: Any, key: str) -> None:
+def check_fraction(value: Any, key: str) -> None:
+    """Raise ValueError naming ``key`` unless ``value`` is a number in (0, 1)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ValueError(f"{key}: must be in (0, 1), got {value!r}")

@@ -13,11 +13,11 @@ from solo_geometry.config.choices import (
     NORM_CHOICES,
     PARAMETRIZATION_CHOICES,
     PREDICTOR_CHOICES,
-    _at_least,
-    _choice,
-    _choices,
-    _fraction,
-    _positive,
+    check_at_least,
+    check_choice,
+    check_choices,
+    check_fraction,
+    check_positive,
 )
 
 
@@ -46,8 +46,8 @@ class MeasureConfig:
     tau: float | None = None
 
     def __post_init__(self) -> None:
-        _at_least(self.augment_samples, "geometry.measure.augment_samples")
-        _choices(self.augment_families, FAMILY_CHOICES, "geometry.measure.augment_families")
+        check_at_least(self.augment_samples, "geometry.measure.augment_samples")
+        check_choices(self.augment_families, FAMILY_CHOICES, "geometry.measure.augment_families")
 
 
 @dataclass
@@ -80,13 +80,13 @@ class SpectrumConfig:
     density_probes: int = 2
 
     def __post_init__(self) -> None:
-        _at_least(self.max_steps, "geometry.spectrum.max_steps", 2)
-        _positive(self.tol, "geometry.spectrum.tol")
-        _choice(self.dtype, DTYPE_CHOICES, "geometry.spectrum.dtype")
-        _at_least(self.max_samples, "geometry.spectrum.max_samples", 2)
+        check_at_least(self.max_steps, "geometry.spectrum.max_steps", 2)
+        check_positive(self.tol, "geometry.spectrum.tol")
+        check_choice(self.dtype, DTYPE_CHOICES, "geometry.spectrum.dtype")
+        check_at_least(self.max_samples, "geometry.spectrum.max_samples", 2)
         if self.tau is not None:
-            _positive(self.tau, "geometry.spectrum.tau")
-        _at_least(self.density_probes, "geometry.spectrum.density_probes")
+            check_positive(self.tau, "geometry.spectrum.tau")
+        check_at_least(self.density_probes, "geometry.spectrum.density_probes")
 
 
 @dataclass
@@ -99,7 +99,7 @@ class StatsConfig:
     queue: int = 0
 
     def __post_init__(self) -> None:
-        _at_least(self.queue, "geometry.stats.queue", 0)
+        check_at_least(self.queue, "geometry.stats.queue", 0)
 
 
 @dataclass
@@ -146,18 +146,18 @@ class AlertConfig:
     stop_after: int = 5
 
     def __post_init__(self) -> None:
-        _choice(self.features, ALERT_FEATURES, "geometry.alert.features")
+        check_choice(self.features, ALERT_FEATURES, "geometry.alert.features")
         for name in ("complete", "dimensional", "heldout"):
             enter, leave = getattr(self, f"{name}_enter"), getattr(self, f"{name}_leave")
-            _fraction(enter, f"geometry.alert.{name}_enter")
-            _fraction(leave, f"geometry.alert.{name}_leave")
+            check_fraction(enter, f"geometry.alert.{name}_enter")
+            check_fraction(leave, f"geometry.alert.{name}_leave")
             if leave < enter:
                 raise ValueError(
                     f"geometry.alert.{name}_leave: must be >= {name}_enter "
                     f"({enter!r}), got {leave!r}"
                 )
-        _at_least(self.patience, "geometry.alert.patience")
-        _at_least(self.stop_after, "geometry.alert.stop_after")
+        check_at_least(self.patience, "geometry.alert.patience")
+        check_at_least(self.stop_after, "geometry.alert.stop_after")
         rows = self.heldout
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0 or rows == 1:
             raise ValueError(
@@ -191,14 +191,14 @@ class HeadConfig:
     out_norm: bool = False
 
     def __post_init__(self) -> None:
-        _choice(self.name, HEAD_CHOICES, "geometry.head.name")
-        _choice(self.activation, ACTIVATION_CHOICES, "geometry.head.activation")
-        _choice(self.norm, NORM_CHOICES, "geometry.head.norm")
-        _choice(self.parametrization, PARAMETRIZATION_CHOICES, "geometry.head.parametrization")
-        _at_least(self.depth, "geometry.head.depth")
-        _positive(self.beta, "geometry.head.beta")
+        check_choice(self.name, HEAD_CHOICES, "geometry.head.name")
+        check_choice(self.activation, ACTIVATION_CHOICES, "geometry.head.activation")
+        check_choice(self.norm, NORM_CHOICES, "geometry.head.norm")
+        check_choice(self.parametrization, PARAMETRIZATION_CHOICES, "geometry.head.parametrization")
+        check_at_least(self.depth, "geometry.head.depth")
+        check_positive(self.beta, "geometry.head.beta")
         if self.hidden_dim is not None:
-            _at_least(self.hidden_dim, "geometry.head.hidden_dim")
+            check_at_least(self.hidden_dim, "geometry.head.hidden_dim")
 
 
 @dataclass
@@ -224,16 +224,16 @@ class PredictorConfig:
     depth: int = 2
 
     def __post_init__(self) -> None:
-        _choice(self.name, PREDICTOR_CHOICES, "geometry.predictor.name")
+        check_choice(self.name, PREDICTOR_CHOICES, "geometry.predictor.name")
         if self.activation is not None:
-            _choice(self.activation, ACTIVATION_CHOICES, "geometry.predictor.activation")
+            check_choice(self.activation, ACTIVATION_CHOICES, "geometry.predictor.activation")
         if self.norm is not None:
-            _choice(self.norm, NORM_CHOICES, "geometry.predictor.norm")
+            check_choice(self.norm, NORM_CHOICES, "geometry.predictor.norm")
         if self.beta is not None:
-            _positive(self.beta, "geometry.predictor.beta")
+            check_positive(self.beta, "geometry.predictor.beta")
         if self.hidden_dim is not None:
-            _at_least(self.hidden_dim, "geometry.predictor.hidden_dim")
-        _at_least(self.depth, "geometry.predictor.depth")
+            check_at_least(self.hidden_dim, "geometry.predictor.hidden_dim")
+        check_at_least(self.depth, "geometry.predictor.depth")
 
 
 @dataclass
@@ -247,4 +247,4 @@ class InitConfig:
     backbone: bool = False
 
     def __post_init__(self) -> None:
-        _positive(self.alpha, "geometry.init.alpha")
+        check_positive(self.alpha, "geometry.init.alpha")

@@ -25,7 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from solo_geometry.config import GeometryConfig
-from solo_geometry.config.choices import _FALSE, _TRUE
+from solo_geometry.config.choices import FALSE_WORDS, TRUE_WORDS
 
 __all__ = ["check_geometry_overrides", "check_hydra_overrides", "schema_fields"]
 
@@ -118,7 +118,7 @@ def _fits(value: Any, hint: Any, key: str) -> bool:
         return True
     if hint is bool:
         return isinstance(value, bool) or (
-            isinstance(value, str | int) and str(value).strip().lower() in _TRUE + _FALSE
+            isinstance(value, str | int) and str(value).strip().lower() in TRUE_WORDS + FALSE_WORDS
         )
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)

@@ -11,11 +11,11 @@ from solo_geometry.config.choices import (
     PROBE_CHOICES,
     PROBE_PROTOCOLS,
     TARGET_CHOICES,
-    _at_least,
-    _choice,
-    _choices,
-    _fraction,
-    _positive,
+    check_at_least,
+    check_choice,
+    check_choices,
+    check_fraction,
+    check_positive,
 )
 
 
@@ -44,11 +44,11 @@ class LinearProbeConfig:
             raise ValueError(
                 f"geometry.probes.linear.l2_grid: must be non-empty and >= 0, got {self.l2_grid}"
             )
-        _positive(self.tol, "geometry.probes.linear.tol")
-        _positive(self.path_tol, "geometry.probes.linear.path_tol")
-        _fraction(self.val_fraction, "geometry.probes.linear.val_fraction")
+        check_positive(self.tol, "geometry.probes.linear.tol")
+        check_positive(self.path_tol, "geometry.probes.linear.path_tol")
+        check_fraction(self.val_fraction, "geometry.probes.linear.val_fraction")
         for key in ("max_iter", "max_rows", "path_rows"):
-            _at_least(getattr(self, key), f"geometry.probes.linear.{key}")
+            check_at_least(getattr(self, key), f"geometry.probes.linear.{key}")
 
 
 @dataclass
@@ -74,13 +74,13 @@ class MlpProbeConfig:
     val_fraction: float = 0.2
 
     def __post_init__(self) -> None:
-        _choice(self.stop, MLP_STOP_CHOICES, "geometry.probes.mlp.stop")
-        _fraction(self.val_fraction, "geometry.probes.mlp.val_fraction")
+        check_choice(self.stop, MLP_STOP_CHOICES, "geometry.probes.mlp.stop")
+        check_fraction(self.val_fraction, "geometry.probes.mlp.val_fraction")
         for key in ("hidden", "batch_size", "max_epochs", "patience"):
-            _at_least(getattr(self, key), f"geometry.probes.mlp.{key}")
-        _positive(self.lr, "geometry.probes.mlp.lr")
-        _positive(self.tol, "geometry.probes.mlp.tol")
-        _at_least(self.weight_decay, "geometry.probes.mlp.weight_decay", 0)
+            check_at_least(getattr(self, key), f"geometry.probes.mlp.{key}")
+        check_positive(self.lr, "geometry.probes.mlp.lr")
+        check_positive(self.tol, "geometry.probes.mlp.tol")
+        check_at_least(self.weight_decay, "geometry.probes.mlp.weight_decay", 0)
 
 
 @dataclass
@@ -99,10 +99,10 @@ class OrbitsConfig:
     protocol: str = "default"
 
     def __post_init__(self) -> None:
-        _choice(self.protocol, ORBIT_PROTOCOLS, "geometry.probes.orbits.protocol")
-        _choices(self.families, FAMILY_CHOICES, "geometry.probes.orbits.families")
-        _at_least(self.images, "geometry.probes.orbits.images", 2)
-        _at_least(self.k, "geometry.probes.orbits.k", 2)
+        check_choice(self.protocol, ORBIT_PROTOCOLS, "geometry.probes.orbits.protocol")
+        check_choices(self.families, FAMILY_CHOICES, "geometry.probes.orbits.families")
+        check_at_least(self.images, "geometry.probes.orbits.images", 2)
+        check_at_least(self.k, "geometry.probes.orbits.k", 2)
 
 
 @dataclass
@@ -128,9 +128,9 @@ class ProbesConfig:
     orbits: OrbitsConfig = field(default_factory=OrbitsConfig)
 
     def __post_init__(self) -> None:
-        _at_least(self.batch_size, "geometry.probes.batch_size")
-        _choices(self.targets, TARGET_CHOICES, "geometry.probes.targets")
-        _choices(self.probes, PROBE_CHOICES, "geometry.probes.probes")
-        _choice(self.protocol, PROBE_PROTOCOLS, "geometry.probes.protocol")
-        _at_least(self.jitter_bins, "geometry.probes.jitter_bins", 2)
-        _positive(self.jitter_max, "geometry.probes.jitter_max")
+        check_at_least(self.batch_size, "geometry.probes.batch_size")
+        check_choices(self.targets, TARGET_CHOICES, "geometry.probes.targets")
+        check_choices(self.probes, PROBE_CHOICES, "geometry.probes.probes")
+        check_choice(self.protocol, PROBE_PROTOCOLS, "geometry.probes.protocol")
+        check_at_least(self.jitter_bins, "geometry.probes.jitter_bins", 2)
+        check_positive(self.jitter_max, "geometry.probes.jitter_max")
