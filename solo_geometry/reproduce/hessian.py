@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from solo_geometry.geometry.ranks import spearman
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.ranks import spearman
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
