@@ -1,11 +1,9 @@
 """The collapse alert replayed on a sweep's runs: its state per epoch against the run's outcome.
 
 The monitor's alert (:mod:`solo_geometry.runtime.alert`) at its defaults, fed one record per
-epoch with the run's curve on M rows of width d (rank given as d: ``dimensional`` is not
-exercised), beside the diagnosis from M at the start, the lead time to the curve's minimum and
-whether leaving ``complete`` agrees with the escape (docs/reproducing.md, "The collapse alert
-on the same curves"). ``reproduce verdicts collapse FILE --alert`` prints the table;
-``reproduce collapse`` writes it to ``alert.md``.
+epoch (:func:`replay`), beside the diagnosis from M at the start, the lead time to the curve's
+minimum and whether leaving ``complete`` agrees with the escape (docs/reproducing.md, "The
+collapse alert on the same curves").
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The collapse runs read from files: ours and the authors'.
 
-Our ``summary.json`` (rows with their per-epoch curves), the authors' released
-``collapse_results.npy`` (a pickled dict, read by the restricted unpickler unless
-``--trust-pickle``; both key layouts: CIFAR-10's ``<act>_bn_<True|False>_lr_<small|base|large>``,
-CIFAR-100's ``<act>``) or their curves as JSON (``tests/fixtures/collapse_authors.json``) become
-:class:`~.verdicts.Run` s, judged by :func:`~.verdicts.judge`.
+Our ``summary.json``, the authors' released ``collapse_results.npy`` or their curves as JSON
+(``tests/fixtures/collapse_authors.json``) become :class:`~.verdicts.Run` s, judged by
+:func:`~.verdicts.judge`.
 """
 
 from __future__ import annotations
@@ -130,10 +128,8 @@ def _from_path(path: Path) -> tuple[str, str]:
 def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
     """Runs from our ``summary.json``, the authors' fixture JSON or their ``.npy``.
 
-    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.inputs.npfiles.load_arrays`: its
-    restricted unpickler rebuilds NumPy arrays and plain containers only, unless
-    ``trust_pickle``. Its data set and backbone come from its path, as the authors lay it out
-    (``results/<dataset>/<backbone>/collapse_results.npy``).
+    The ``.npy`` (a pickled dict) is read by :func:`solo_geometry.inputs.npfiles.load_arrays`;
+    its data set and backbone come from its path (``results/<dataset>/<backbone>/``).
 
     Raises:
         ValueError: a ``.npy`` whose pickle is refused or unreadable, or a JSON of neither kind.

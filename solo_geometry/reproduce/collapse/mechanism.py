@@ -1,10 +1,8 @@
 """Does lambda_min(M) at the collapsed start predict the escape? A rank test over the cells.
 
-Spearman's rho of ``m_lambda_min_start`` and the escape time (``escape_epoch``, +infinity for
-"not escaped"; undecidable or unconverged cells left out) with a seeded percentile bootstrap
-interval (:func:`solo_geometry.geometry.ranks.bootstrap_spearman`). The prediction says
-rho > 0; held, not held or undecidable as docs/reproducing.md, "Does lambda_min(M) at the start
-predict the escape?", defines them.
+Spearman's rho with a seeded percentile bootstrap interval
+(:func:`solo_geometry.geometry.ranks.bootstrap_spearman`); the cells, the prediction and its
+verdicts: docs/reproducing.md, "Does lambda_min(M) at the start predict the escape?".
 """
 
 from __future__ import annotations
