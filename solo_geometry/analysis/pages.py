@@ -104,6 +104,7 @@ class Line:
         style: Matplotlib's format, e.g. ``"--"`` or ``"-o"``.
         x: (T,) abscissae (None: 0 to T - 1).
         err: (T,) error bars (None: none).
+        size: the markers' size in points (None: Matplotlib's).
     """
 
     y: Any
@@ -112,6 +113,7 @@ class Line:
     style: str = "-"
     x: Any = None
     err: Any = None
+    size: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _draw(ax: Any, line: Line) -> None:
     if line.err is not None:
         ax.errorbar(x, mean, yerr=line.err, fmt=line.style, capsize=3, **style)
     else:
-        ax.plot(x, mean, line.style, lw=1.5, **style)
+        ax.plot(x, mean, line.style, lw=1.5, ms=line.size, **style)
     if len(data) > 1:
         ax.fill_between(x, lo, hi, color=ax.lines[-1].get_color(), alpha=0.15)
 

@@ -7,8 +7,8 @@
 * :mod:`~solo_geometry.folder.lock`: one writer per run folder (``<run>/.lock``);
 * :mod:`~solo_geometry.folder.preempted`: a run stopped by SIGTERM or SIGUSR1, and its resume line;
 * :mod:`~solo_geometry.folder.safe_files`: files opened without following links, sizes capped;
-* :mod:`~solo_geometry.folder.field_types`: a record's JSON values checked against its
-  fields' types.
+* :mod:`~solo_geometry.folder.field_types`: the one JSON codec of frozen dataclasses (the
+  records, the reproductions' result files), each value checked against its field's type.
 
 May import: nothing else of the package (no torch, no solo-learn): every floor above reads and
 writes runs through it.

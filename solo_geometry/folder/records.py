@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solo_geometry.folder.field_types import check_fields
+from solo_geometry.folder.field_types import from_plain
 from solo_geometry.folder.safe_files import MAX_RECORDS_BYTES, read_bytes
 
 __all__ = [
@@ -91,17 +91,10 @@ def _parts_of(metrics: Mapping[str, Any], density: Any) -> list[str]:
 
 def from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
     """Build a dataclass from a mapping, rejecting unknown or missing keys, wrong types, by name."""
-    if not isinstance(data, Mapping):
-        raise RecordsError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names, key=str)
-    if unknown:
-        raise RecordsError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
-    check_fields(cls, data, where, RecordsError)  # "step": "ten" refused here, not in a plot
-    try:
-        return cls(**data)
-    except (TypeError, RecordsError) as err:  # a required field missing, a value refused
-        raise RecordsError(f"{where}: {err}") from None
+    try:  # "step": "ten" refused here, not in a plot
+        return from_plain(cls, data, where, known_only=True)
+    except ValueError as err:
+        raise RecordsError(str(err)) from None
 
 
 @dataclass(frozen=True)
@@ -262,10 +255,7 @@ class GeometryRecord:
             data["metrics"] = renamed_metrics(data["metrics"])
         data["schema"] = SCHEMA_VERSION  # 1, 2 hold no alert, 1 to 3 no rank_eps: None
         data["settings"] = from_dict(Settings, data.get("settings") or {}, f"{where}.settings")
-        try:
-            return from_dict(cls, data, where)
-        except TypeError as err:  # a required field missing
-            raise RecordsError(f"{where}: {err}") from err
+        return from_dict(cls, data, where)
 
 
 def renamed_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:

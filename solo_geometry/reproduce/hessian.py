@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from solo_geometry.geometry.ranks import spearman
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.ranks import spearman
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
@@ -154,10 +154,8 @@ def _describe(name: str, s: TrackerSummary) -> str:
 def hessian_verdict(runs: dict[str, TrackerSummary]) -> Verdict:
     """The claim judged on the runs whose file names give the head (``raw_data_<i>_<a>``).
 
-    Only a reading below ``-resolution`` counts (a certified negative eigenvalue); no reading
-    certifies the absence of one. Not held: a smooth run without such a reading, or a ReLU run
-    with one. Otherwise undecidable: the ReLU half cannot be shown by this estimator (never
-    held). Undecidable without both a smooth and a ReLU run.
+    Only a reading below ``-resolution`` counts (docs/reproducing.md, "Figure 3"): never held,
+    not held on a smooth run without such a reading or a ReLU run with one, else undecidable.
     """
     smooth = {n: s for n, s in runs.items() if s.activation in _SMOOTH}
     relu = {n: s for n, s in runs.items() if s.activation == "relu"}

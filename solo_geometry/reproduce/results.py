@@ -3,41 +3,30 @@
 :class:`Verdict` is every experiment's judged claim; :func:`write_result` alone writes
 ``summary.json`` (the collapse sweep) and ``invariance.json`` (the invariance experiments), and
 :func:`read_result` alone reads them (docs/reproducing.md, section "Collapse"). Their content is
-frozen dataclasses (:class:`JsonRecord`) whose fields are the file's keys in the file's order;
-:func:`to_plain` and :func:`from_plain` are their one codec: a missing key takes the field's
-default (files of an older layout still read), a null ``float`` reads as NaN, and keys it does
-not know are ignored.
+frozen dataclasses whose fields are the file's keys in the file's order, through the package's
+one codec (:mod:`solo_geometry.folder.field_types`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import types
-import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 from solo_geometry.folder.atomic import write_text
-from solo_geometry.folder.field_types import fits
+from solo_geometry.folder.field_types import JsonRecord, from_plain, to_plain
 
 __all__ = [
     "KINDS",
     "RESULT_VERSION",
     "VERDICTS",
-    "JsonRecord",
     "Verdict",
-    "from_plain",
     "read_result",
-    "to_plain",
     "write_result",
 ]
 
@@ -49,21 +38,7 @@ RESULT_VERSION = 1
 KINDS = {"collapse": "summary.json", "invariance": "invariance.json"}
 _VERDICT_KEYS = ("id", "claim", "verdict", "evidence")
 _GROUP_KEYS = ("dataset", "backbone")
-
-
-class JsonRecord:
-    """A frozen dataclass of a result file, written and read through :func:`to_plain`."""
-
-    def to_json(self, *, finite: bool = True) -> dict[str, object]:
-        """The plain object (non-finite floats None unless ``finite`` is False)."""
-        plain = to_plain(self, finite=finite)
-        assert isinstance(plain, dict)  # a dataclass is always an object
-        return plain
-
-    @classmethod
-    def from_json(cls, obj: object, where: str = "") -> Self:
-        """The record from its plain object (:func:`from_plain`)."""
-        return from_plain(cls, obj, where)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,97 +82,6 @@ class Verdict(JsonRecord, Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self.as_json())
-
-
-def to_plain(value: object, *, finite: bool = True) -> object:
-    """Dataclasses and verdicts to objects, tuples to lists, recursively.
-
-    Args:
-        value: what to write.
-        finite: non-finite floats become None (JSON has no NaN); False keeps them.
-    """
-    if isinstance(value, Verdict):
-        return value.as_json()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): to_plain(v, finite=finite) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, list | tuple):
-        return [to_plain(v, finite=finite) for v in value]
-    if finite and isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-_T = TypeVar("_T")
-
-
-def _decode_union(args: tuple[object, ...], value: object, where: str) -> object:
-    if value is None and type(None) in args:
-        return None
-    errors = []
-    for arg in (a for a in args if a is not type(None)):
-        try:
-            return _decode(arg, value, where)
-        except ValueError as err:
-            errors.append(str(err))
-    raise ValueError("; ".join(errors))
-
-
-def _decode(tp: object, value: object, where: str) -> object:
-    """``value`` read as type ``tp`` (module docstring); ValueError naming ``where``."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is object:
-        return value
-    if tp is float and value is None:  # a number JSON could not hold (NaN, infinity)
-        return math.nan
-    if origin in (typing.Union, types.UnionType):
-        return _decode_union(args, value, where)
-    if origin in (tuple, list) and isinstance(value, list | tuple):
-        items = [_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin in (dict, Mapping) and isinstance(value, Mapping):
-        key = int if args[0] is int else str
-        return {key(k): _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    if tp is np.ndarray and isinstance(value, list | tuple):
-        try:  # numbers, ints kept, None read as NaN; ragged or other values fall through
-            array = np.asarray(value)
-            array = np.asarray(value, dtype=np.float64) if array.dtype == object else array
-        except (ValueError, TypeError):
-            array = np.asarray(())
-        if array.dtype.kind in "biuf" and (array.size or not value):
-            return array
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return value if isinstance(value, tp) else from_plain(tp, value, where)
-    if tp in (float, int, str, bool) and fits(value, tp):
-        return value
-    name = getattr(tp, "__name__", str(tp))
-    raise ValueError(f"{where}: expected {name}, got {value!r}")
-
-
-def from_plain(cls: type[_T], obj: object, where: str = "") -> _T:
-    """The dataclass ``cls`` from its plain object, checked field by field (module docstring).
-
-    Raises:
-        ValueError: not an object, a required key missing or a value of another type; the
-            message names the key's path under ``where``.
-    """
-    where = where or cls.__name__
-    if not isinstance(obj, Mapping):
-        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in obj:
-            values[f.name] = _decode(hints[f.name], obj[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ValueError(f"{where} lacks {f.name!r}")
-    try:
-        return cls(**values)
-    except ValueError as err:  # the record's own check (a verdict's word)
-        raise ValueError(f"{where}: {err}") from None
 
 
 def _check_kind(kind: str) -> str:

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from solo_geometry.cli import main
+from solo_geometry.folder.field_types import JsonRecord
 from solo_geometry.reproduce.collapse.files import load_runs
 from solo_geometry.reproduce.invariance.result import InvarianceResult, read_invariance
 from solo_geometry.reproduce.invariance.verdicts import CLAIMS, run_evidence, verdicts
 from solo_geometry.reproduce.results import (
     RESULT_VERSION,
-    JsonRecord,
     Verdict,
     read_result,
     write_result,

@@ -1,11 +1,9 @@
 """The collapse alert replayed on a sweep's runs: its state per epoch against the run's outcome.
 
 The monitor's alert (:mod:`solo_geometry.runtime.alert`) at its defaults, fed one record per
-epoch with the run's curve on M rows of width d (rank given as d: ``dimensional`` is not
-exercised), beside the diagnosis from M at the start, the lead time to the curve's minimum and
-whether leaving ``complete`` agrees with the escape (docs/reproducing.md, "The collapse alert
-on the same curves"). ``reproduce verdicts collapse FILE --alert`` prints the table;
-``reproduce collapse`` writes it to ``alert.md``.
+epoch (:func:`replay`), beside the diagnosis from M at the start, the lead time to the curve's
+minimum and whether leaving ``complete`` agrees with the escape (docs/reproducing.md, "The
+collapse alert on the same curves").
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from solo_geometry.config import AlertConfig
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, epochs_text
+from solo_geometry.reproduce.collapse.result import CollapseRow
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, epochs_text, row_escape
 from solo_geometry.runtime.alert import CollapseAlert
 
 __all__ = ["AlertReplay", "alert_markdown", "replay", "replay_run"]
@@ -46,7 +45,7 @@ def replay(curve: Sequence[float], rows: int, dim: int) -> list[str]:
 class AlertReplay:
     """One run's replayed alert; epochs index the curve, 0 the start."""
 
-    run: Run
+    run: CollapseRow
     outcome: str  # the run's escape outcome at the factor
     states: tuple[str, ...]
     first_warning: int | None  # first epoch not healthy (None: never warned)
@@ -69,19 +68,21 @@ def _diagnosis(count: int | None) -> str:
     return "strict saddle" if count > 0 else "no negative curvature"
 
 
-def replay_run(run: Run, factor: float = ESCAPE_FACTOR) -> AlertReplay:
+def replay_run(run: CollapseRow, factor: float = ESCAPE_FACTOR) -> AlertReplay:
     """The alert replayed on one run, with its outcome, lead time and diagnosis."""
-    states = tuple(replay(run.curve, run.rows, run.dim))
+    esc = row_escape(run, factor)  # checks the run's sizes
+    assert run.output_rows and run.output_dim and run.steps_per_epoch
+    states = tuple(replay(run.std_curve, run.output_rows, run.output_dim))
     first = next((e for e, s in enumerate(states) if s != "healthy"), None)
     left = None
     if "complete" in states and states[-1] == "healthy":
         last_complete = max(e for e, s in enumerate(states) if s == "complete")
         left = last_complete + 1
-    minimum = min(range(len(run.curve)), key=lambda e: run.curve[e])
+    minimum = min(range(len(run.std_curve)), key=lambda e: run.std_curve[e])
     lead = None if first is None else (minimum - first) * run.steps_per_epoch
     return AlertReplay(
         run,
-        run.escape(factor).outcome,
+        esc.outcome,
         states,
         first,
         left,
@@ -95,12 +96,12 @@ def _count(replays: Sequence[AlertReplay], test: Callable[[AlertReplay], bool]) 
     return f"{sum(1 for r in replays if test(r))}/{len(replays)}"
 
 
-def alert_markdown(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> str:
+def alert_markdown(runs: Sequence[CollapseRow], factor: float = ESCAPE_FACTOR) -> str:
     """The replayed alert per configuration as Markdown, with the agreement over all runs."""
     replays = [replay_run(r, factor) for r in runs]
-    groups: dict[tuple[str, ...], list[AlertReplay]] = {}
+    groups: dict[tuple[str | None, ...], list[AlertReplay]] = {}
     for r in replays:
-        key = (r.run.dataset, r.run.backbone, r.run.head, r.run.norm, r.run.lr)
+        key = (r.run.dataset, r.run.backbone, r.run.head, r.run.norm, r.run.lr_name)
         groups.setdefault(key, []).append(r)
     lines = [
         "| data, backbone | head | norm | lr | escaped | warned (epoch) | ends complete "

@@ -1,9 +1,8 @@
 """One cell of ``reproduce collapse``: its config node, its recipe overrides, its Hydra task.
 
 A cell is one run of the SimSiam digits recipe (``recipes/digits/simsiam.yaml``) with the
-paper's heads (experiments.py ``ProjectionHead``: Linear layers without bias, BatchNorm after
-both Linears with ``bn``, "linear" the identity activation), pseudo-collapse, the monitor every
-``every_n_steps`` steps and the update-size callback every step.
+paper's heads (experiments.py ``ProjectionHead``) from pseudo-collapse (docs/reproducing.md,
+"Collapse"); :func:`cell_overrides` says how.
 """
 
 from __future__ import annotations

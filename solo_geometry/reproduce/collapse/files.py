@@ -1,10 +1,8 @@
 """The collapse runs read from files: ours and the authors'.
 
-Our ``summary.json`` (rows with their per-epoch curves), the authors' released
-``collapse_results.npy`` (a pickled dict, read by the restricted unpickler unless
-``--trust-pickle``; both key layouts: CIFAR-10's ``<act>_bn_<True|False>_lr_<small|base|large>``,
-CIFAR-100's ``<act>``) or their curves as JSON (``tests/fixtures/collapse_authors.json``) become
-:class:`~.verdicts.Run` s, judged by :func:`~.verdicts.judge`.
+Our ``summary.json``, the authors' released ``collapse_results.npy`` or their curves as JSON
+(``tests/fixtures/collapse_authors.json``) become runs, :class:`~.result.CollapseRow` s
+judged by :func:`~.verdicts.judge`.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,9 @@ import numpy as np
 
 from solo_geometry.folder.safe_files import MAX_JSON_BYTES, read_bytes
 from solo_geometry.inputs.npfiles import load_arrays
-from solo_geometry.reproduce.collapse.protocol import cell_id, lr_name
-from solo_geometry.reproduce.collapse.result import CollapseSummary, read_summary
-from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, Run, judge
+from solo_geometry.reproduce.collapse.protocol import BASE_LR, LR_NAMES, cell_id, lr_name
+from solo_geometry.reproduce.collapse.result import CollapseRow, CollapseSummary, read_summary
+from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, judge
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
@@ -37,6 +36,7 @@ __all__ = [
 AUTHORS_SETUP = {"rows": 2 * 512, "dim": 2048, "steps_per_epoch": 50_000 // 512}
 # Their keys: CIFAR-10's "<act>_bn_<True|False>_lr_<base|large|small>", CIFAR-100's "<act>"
 # (no BN, base lr).
+_FACTORS = {name: factor for factor, name in LR_NAMES.items()}  # their lr names, as our factors
 _AUTHORS_KEY = re.compile(r"^(linear|relu|gelu|swish)(?:_bn_(True|False)_lr_(small|base|large))?$")
 
 
@@ -46,7 +46,7 @@ def authors_runs(
     dataset: str,
     backbone: str,
     setup: Mapping[str, int] = AUTHORS_SETUP,
-) -> list[Run]:
+) -> list[CollapseRow]:
     """The authors' ``collapse_results.npy`` content as runs (either key layout).
 
     Args:
@@ -72,24 +72,25 @@ def authors_runs(
         raw = value["raw"] if isinstance(value, Mapping) else value
         for seed, curve in enumerate(np.asarray(raw, dtype=float).tolist()):
             runs.append(
-                Run(
-                    dataset,
-                    backbone,
+                CollapseRow(
                     head,
                     "bn" if bn == "True" else "none",
-                    lr,
-                    seed,
-                    tuple(curve),
-                    int(setup["rows"]),
-                    int(setup["dim"]),
-                    int(setup["steps_per_epoch"]),
+                    BASE_LR * _FACTORS[lr],
+                    lr_name=lr,
+                    seed=seed,
+                    dataset=dataset,
+                    backbone=backbone,
+                    std_curve=tuple(curve),
+                    output_rows=int(setup["rows"]),
+                    output_dim=int(setup["dim"]),
+                    steps_per_epoch=int(setup["steps_per_epoch"]),
                 )
             )
     return runs
 
 
-def summary_runs(summary: CollapseSummary) -> list[Run]:
-    """The runs of our ``summary.json`` (rows with ``std_curve``).
+def summary_runs(summary: CollapseSummary) -> list[CollapseRow]:
+    """The rows of our ``summary.json`` as judged runs (``lr_name`` read off ``lr`` if absent).
 
     Raises:
         ValueError: if a row lacks the per-epoch curve or its sizes (a summary written before
@@ -97,27 +98,12 @@ def summary_runs(summary: CollapseSummary) -> list[Run]:
     """
     runs = []
     for row in summary.rows:
-        rows, dim, per_epoch = row.output_rows, row.output_dim, row.steps_per_epoch
-        if not row.std_curve or rows is None or dim is None or per_epoch is None:
+        if not (row.std_curve and row.output_rows and row.output_dim and row.steps_per_epoch):
             raise ValueError(
                 f"summary row {cell_id(row.head, row.norm, row.lr, row.seed)} has no std_curve "
                 "(or its sizes): rerun the sweep with this version"
             )
-        runs.append(
-            Run(
-                row.dataset,
-                row.backbone,
-                row.head,
-                row.norm,
-                row.lr_name or lr_name(row.lr),
-                row.seed,
-                row.std_curve,
-                rows,
-                dim,
-                per_epoch,
-                row.m_neg_count_start,
-            )
-        )
+        runs.append(replace(row, lr_name=row.lr_name or lr_name(row.lr)))
     return runs
 
 
@@ -127,13 +113,11 @@ def _from_path(path: Path) -> tuple[str, str]:
     return (parts[-3], parts[-2]) if len(parts) >= 3 else ("unknown", "unknown")
 
 
-def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[Run]:
+def load_runs(path: str | Path, *, trust_pickle: bool = False) -> list[CollapseRow]:
     """Runs from our ``summary.json``, the authors' fixture JSON or their ``.npy``.
 
-    The ``.npy`` is a pickled dict, read by :func:`solo_geometry.inputs.npfiles.load_arrays`: its
-    restricted unpickler rebuilds NumPy arrays and plain containers only, unless
-    ``trust_pickle``. Its data set and backbone come from its path, as the authors lay it out
-    (``results/<dataset>/<backbone>/collapse_results.npy``).
+    The ``.npy`` (a pickled dict) is read by :func:`solo_geometry.inputs.npfiles.load_arrays`;
+    its data set and backbone come from its path (``results/<dataset>/<backbone>/``).
 
     Raises:
         ValueError: a ``.npy`` whose pickle is refused or unreadable, or a JSON of neither kind.
@@ -170,7 +154,7 @@ _EXPECTED = (
 )
 
 
-def _fixture_runs(data: Mapping[str, Any]) -> list[Run]:
+def _fixture_runs(data: Mapping[str, Any]) -> list[CollapseRow]:
     """The runs of the authors' results as JSON (``tests/fixtures/collapse_authors.json``)."""
     return [
         run
@@ -184,7 +168,7 @@ def _fixture_runs(data: Mapping[str, Any]) -> list[Run]:
     ]
 
 
-def _authors(path: Path, runs: Callable[[], list[Run]]) -> list[Run]:
+def _authors(path: Path, runs: Callable[[], list[CollapseRow]]) -> list[CollapseRow]:
     """``runs()``; content of the wrong shape or types is one ``ValueError`` naming the file."""
     try:
         return runs()

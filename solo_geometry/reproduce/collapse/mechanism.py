@@ -1,10 +1,8 @@
 """Does lambda_min(M) at the collapsed start predict the escape? A rank test over the cells.
 
-Spearman's rho of ``m_lambda_min_start`` and the escape time (``escape_epoch``, +infinity for
-"not escaped"; undecidable or unconverged cells left out) with a seeded percentile bootstrap
-interval (:func:`solo_geometry.reproduce.ranks.bootstrap_spearman`). The prediction says
-rho > 0; held, not held or undecidable as docs/reproducing.md, "Does lambda_min(M) at the start
-predict the escape?", defines them.
+Spearman's rho with a seeded percentile bootstrap interval
+(:func:`solo_geometry.geometry.ranks.bootstrap_spearman`); the cells, the prediction and its
+verdicts: docs/reproducing.md, "Does lambda_min(M) at the start predict the escape?".
 """
 
 from __future__ import annotations
@@ -15,9 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from solo_geometry.geometry.ranks import RankCorrelation, bootstrap_spearman
 from solo_geometry.reproduce.collapse.protocol import cell_id
 from solo_geometry.reproduce.collapse.result import CollapseRow, read_cell, read_summary
-from solo_geometry.reproduce.ranks import RankCorrelation, bootstrap_spearman
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [

@@ -26,9 +26,9 @@ from solo_geometry.analysis.pages import (
 )
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs
-from solo_geometry.reproduce.collapse.result import CellRecord, CollapseSummary
+from solo_geometry.reproduce.collapse.result import CellRecord, CollapseRow, CollapseSummary
 from solo_geometry.reproduce.collapse.summary import CURVE_KEY, table_markdown
-from solo_geometry.reproduce.collapse.verdicts import Run
+from solo_geometry.reproduce.collapse.verdicts import ratios
 
 __all__ = ["COMPARE", "FIGURES", "page_body", "write_collapse_page", "write_compare"]
 
@@ -130,19 +130,21 @@ def write_figures(out: Path, records: Records) -> list[str]:
     return list(lines)
 
 
-def _compare_panel(runs: Sequence[Run], title: str) -> Panel:
+def _compare_panel(runs: Sequence[CollapseRow], title: str) -> Panel:
     lines = []
     for head in COLOURS:
-        members = [r for r in runs if (r.head, r.norm, r.lr) == (head, "none", "base")]
+        members = [r for r in runs if (r.head, r.norm, r.lr_name) == (head, "none", "base")]
         if members:
-            length = min(len(r.curve) for r in members)
-            data = np.array([r.ratios()[:length] for r in members])  # (seeds, epochs)
-            steps = (np.arange(length) + 1) * members[0].steps_per_epoch
+            length = min(len(r.std_curve) for r in members)
+            data = np.array([ratios(r)[:length] for r in members])  # (seeds, epochs)
+            steps = (np.arange(length) + 1) * (members[0].steps_per_epoch or 0)
             lines.append(Line(data, f"{head} ({len(members)})", COLOURS[head], x=steps))
     return Panel(title, lines, "optimiser steps (end of epoch)", level=2.0)
 
 
-def write_compare(out: Path, ours: Sequence[Run], theirs: Sequence[Run], source: str) -> str:
+def write_compare(
+    out: Path, ours: Sequence[CollapseRow], theirs: Sequence[CollapseRow], source: str
+) -> str:
     """Draw ``fig1_compare.png``: our curves beside the authors', each over its epoch-0 mean.
 
     One panel of theirs per data set and backbone (their file may hold several: CIFAR-10 and

@@ -9,7 +9,6 @@ of factorial :class:`Block` s, each one Hydra multirun.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
@@ -34,7 +33,6 @@ __all__ = [
     "Block",
     "Protocol",
     "cell_id",
-    "describe",
     "lr_name",
     "protocol_of",
 ]
@@ -154,8 +152,3 @@ def protocol_of(quick: bool, scale: str, grid: str) -> Protocol:
             return QUICK
         return dataclasses.replace(SCALES[scale], seeds=(0,), grid=QUICK_GRID)
     return dataclasses.replace(SCALES[scale], grid=GRIDS[grid])
-
-
-def describe(protocol: Protocol) -> dict[str, object]:
-    """The protocol as plain JSON values (summary.json)."""
-    return json.loads(json.dumps(dataclasses.asdict(protocol)))

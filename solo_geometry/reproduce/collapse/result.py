@@ -1,7 +1,7 @@
 """The collapse sweep's results as typed records: a cell's row and series, the table, the summary.
 
 Frozen dataclasses whose fields are the JSON keys of their file in its order, through the one
-codec of :mod:`solo_geometry.reproduce.results` (``cells/<cell>.json``: :class:`CellRecord`;
+codec of :mod:`solo_geometry.folder.field_types` (``cells/<cell>.json``: :class:`CellRecord`;
 ``summary.json``: :class:`CollapseSummary`); a field an older file lacks defaults to None.
 """
 
@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
+from solo_geometry.folder.field_types import JsonRecord
+from solo_geometry.reproduce.results import Verdict, read_result
 
 __all__ = [
     "CellRecord",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from solo_geometry.folder.atomic import write_text
 from solo_geometry.folder.records import GeometryRecord, read_records
+from solo_geometry.geometry.ranks import spearman
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs
 from solo_geometry.reproduce.collapse.protocol import lr_name
@@ -27,7 +28,6 @@ from solo_geometry.reproduce.collapse.result import (
     TableRow,
 )
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR, escape, judge
-from solo_geometry.reproduce.ranks import spearman
 from solo_geometry.reproduce.results import write_result
 from solo_geometry.runtime.updates import UpdateRecord, read_update_records
 

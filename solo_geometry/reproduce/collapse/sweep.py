@@ -15,6 +15,7 @@ from pathlib import Path
 import hydra
 from hydra.core.singleton import Singleton
 
+from solo_geometry.folder.field_types import to_plain
 from solo_geometry.hosts.pretrain import resolve_host
 from solo_geometry.hosts.sweeps import launch_overrides
 from solo_geometry.inputs.cifar import read_cifar
@@ -37,7 +38,6 @@ from solo_geometry.reproduce.collapse.protocol import (
     BASE_LR,
     Protocol,
     cell_id,
-    describe,
     protocol_of,
 )
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_cell
@@ -212,7 +212,9 @@ def reproduce_collapse(
         _multirun([*block, *common])
     cells = sorted(cell_id(*c) for c in protocol.cells())
     records = [read_cell(cell_file(out, c)) for c in cells]
-    summary = summarise(records, quick=quick, protocol=describe(protocol), factor=factor)
+    plain = to_plain(protocol)  # summary.json's protocol: the dataclass as JSON values
+    assert isinstance(plain, dict)
+    summary = summarise(records, quick=quick, protocol=plain, factor=factor)
     write_summary(out, summary)
     extra_figures = (
         [] if theirs is None else [write_compare(out, summary_runs(summary), theirs, str(compare))]

@@ -1,7 +1,8 @@
 """The collapse claims as the paper states them, judged on any set of runs: ours or the authors'.
 
-A :class:`Run` is one seed of one configuration with its curve, the per-epoch mean of the
-per-step std of the L2-normalised projector outputs, epoch 0 first; :func:`escape` judges it
+A run is one seed of one configuration, a :class:`~.result.CollapseRow` with its curve
+``std_curve``, the per-epoch mean of the per-step std of the L2-normalised projector outputs,
+epoch 0 first; :func:`escape` judges it
 against ``factor`` x epoch 0 and the ceiling :func:`~solo_geometry.geometry.stats.std_ceiling`,
 and :func:`judge` each claim of :data:`CLAIMS` per backbone and data set. Definitions, the
 calibration on the authors' released results and the default grid's verdicts:
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.reproduce.collapse.protocol import LR_NAMES
+from solo_geometry.reproduce.collapse.result import CollapseRow
 from solo_geometry.reproduce.results import Verdict
 
 __all__ = [
@@ -24,13 +26,17 @@ __all__ = [
     "CLAIMS",
     "ESCAPE_FACTOR",
     "Escape",
-    "Run",
+    "Runs",
     "epochs_text",
     "escape",
     "judge",
+    "ratios",
+    "row_escape",
 ]
 
 ESCAPE_FACTOR = 2.0
+# The runs judged: our summary's rows or the authors' curves, as rows (:mod:`.files`).
+Runs = Sequence[CollapseRow]
 # With BatchNorm "std stays near its level": the authors' curves stay at 0.30 to 1.61 of epoch 0
 # (DESIGN section 8: 0.4 to 1.3 at the end); without it ReLU falls to 0.10 and 0.03.
 BN_BAND = (0.25, 2.0)
@@ -83,39 +89,27 @@ def escape(
     return Escape(outcome, baseline, ceiling, None, None)
 
 
-@dataclass(frozen=True)
-class Run:
-    """One seed of one configuration (module docstring); ``m_neg_count_start`` None if unknown."""
-
-    dataset: str
-    backbone: str
-    head: str
-    norm: str
-    lr: str
-    seed: int
-    curve: tuple[float, ...]
-    rows: int
-    dim: int
-    steps_per_epoch: int
-    m_neg_count_start: int | None = None
-
-    def escape(self, factor: float = ESCAPE_FACTOR) -> Escape:
-        """This run's escape at ``factor``."""
-        return escape(
-            self.curve,
-            rows=self.rows,
-            dim=self.dim,
-            steps_per_epoch=self.steps_per_epoch,
-            factor=factor,
-        )
-
-    def ratios(self) -> list[float]:
-        """The curve over its epoch-0 mean."""
-        return [v / self.curve[0] for v in self.curve]
+def row_escape(row: CollapseRow, factor: float = ESCAPE_FACTOR) -> Escape:
+    """A judged run's escape at ``factor`` (its sizes: :func:`~.files.summary_runs` checks them)."""
+    assert row.output_rows and row.output_dim and row.steps_per_epoch  # a judged run holds them
+    return escape(
+        row.std_curve,
+        rows=row.output_rows,
+        dim=row.output_dim,
+        steps_per_epoch=row.steps_per_epoch,
+        factor=factor,
+    )
 
 
-def _select(runs: Sequence[Run], head: str, norm: str, lr: str | None = None) -> list[Run]:
-    return [r for r in runs if r.head == head and r.norm == norm and (lr is None or r.lr == lr)]
+def ratios(row: CollapseRow) -> list[float]:
+    """A run's curve over its epoch-0 mean."""
+    return [v / row.std_curve[0] for v in row.std_curve]
+
+
+def _select(runs: Runs, head: str, norm: str, lr: str | None = None) -> list[CollapseRow]:
+    return [
+        r for r in runs if r.head == head and r.norm == norm and (lr is None or r.lr_name == lr)
+    ]
 
 
 def _verdict(cid: str, verdict: str, evidence: str) -> Verdict:
@@ -133,7 +127,7 @@ def _median_epoch(escapes: Sequence[Escape]) -> float:
     )
 
 
-def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
+def smooth_escape(runs: Runs, factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``smooth_escape`` on one backbone and data set's runs."""
     cells = {h: _select(runs, h, "none", "base") for h in ("linear", "relu", *SMOOTH)}
     smooth = [h for h in SMOOTH if cells[h]]
@@ -142,7 +136,7 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
         return _verdict(
             "smooth_escape", "undecidable", f"no runs without BN at the base lr for {missing}"
         )
-    esc = {h: [r.escape(factor) for r in cells[h]] for h in cells if cells[h]}
+    esc = {h: [row_escape(r, factor) for r in cells[h]] for h in cells if cells[h]}
     parts = [
         f"{h} {sum(e.outcome == 'escaped' for e in es)}/{len(es)} at epochs "
         f"[{epochs_text([e.escape_epoch for e in es])}]"
@@ -166,7 +160,7 @@ def smooth_escape(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
     return _verdict("smooth_escape", "held" if held else "not held", evidence)
 
 
-def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
+def relu_needs_bn(runs: Runs, factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``relu_needs_bn`` on one backbone and data set's runs."""
     plain = {lr: _select(runs, "relu", "none", lr) for lr in LR_NAMES.values()}
     plain = {lr: rs for lr, rs in plain.items() if rs}
@@ -177,11 +171,11 @@ def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
             "undecidable",
             f"ReLU runs without BN at {sorted(plain)} (needs 2 lrs or more), with BN: {len(bn)}",
         )
-    finals = {lr: statistics.fmean(r.ratios()[-1] for r in rs) for lr, rs in plain.items()}
+    finals = {lr: statistics.fmean(ratios(r)[-1] for r in rs) for lr, rs in plain.items()}
     levels = list(finals.values())
     falls = all(a > b for a, b in zip(levels, levels[1:], strict=False))
     lo, hi = BN_BAND
-    bn_ratios = [v for r in bn for v in r.ratios()[1:]]
+    bn_ratios = [v for r in bn for v in ratios(r)[1:]]
     inside = bool(bn_ratios) and all(lo <= v < hi for v in bn_ratios)
     evidence = (
         "no BN, final / epoch 0 (seed mean): "
@@ -192,7 +186,7 @@ def relu_needs_bn(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict
     return _verdict("relu_needs_bn", "held" if falls and inside else "not held", evidence)
 
 
-def m_negative_at_start(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> Verdict:
+def m_negative_at_start(runs: Runs, factor: float = ESCAPE_FACTOR) -> Verdict:
     """Claim ``m_negative_at_start`` on one backbone and data set's runs."""
     smooth = [r for r in runs if r.head in SMOOTH]
     flat = [r for r in runs if r.head in ("linear", "relu") and r.norm == "none"]
@@ -218,7 +212,7 @@ def m_negative_at_start(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> V
 RULES = (smooth_escape, relu_needs_bn, m_negative_at_start)
 
 
-def judge(runs: Sequence[Run], factor: float = ESCAPE_FACTOR) -> list[Verdict]:
+def judge(runs: Runs, factor: float = ESCAPE_FACTOR) -> list[Verdict]:
     """Every claim on every backbone and data set in ``runs``.
 
     Returns:

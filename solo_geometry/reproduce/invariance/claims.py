@@ -1,14 +1,9 @@
-"""The paper's published invariance numbers (the verdicts: :mod:`.verdicts`).
+"""The paper's published invariance numbers: CIFAR-10, ResNet-18, SimCLR.
 
-Published values: CIFAR-10, ResNet-18, SimCLR (github farischaudhry/projection-head-geometry,
-``results/cifar10/resnet18``): ``guillotine_results.npy`` (rotation probes),
-``curvature_results.npy`` (3 seeds), ``orbit_visualization.npy`` (the orbit table, as
-``solo-geometry orbits`` computes it from that file) and
-``head_depth_ablations/geometric_ablation_depth_{1,2,3}.npz`` (per-depth rotation probe, orbit
-statistics and curvature, computed from those arrays with the same code). The paper's table
-gives separation 2.04 +- 0.52 for Z; its own code (``_calculate_geometric_metrics``) on its
-released ``orbit_visualization.npy`` gives 2.04 +- 0.50 (every other entry agrees to the digits
-printed).
+As the authors' released arrays hold them (``results/cifar10/resnet18``, the files
+:mod:`solo_geometry.reproduce.paper_arrays` reads; the depth ablation's computed from its
+``.npz`` with the same code). Only the separation of Z differs: the paper's table 2.04 +- 0.52,
+its own code (``_calculate_geometric_metrics``) on its array 2.04 +- 0.50.
 """
 
 from __future__ import annotations
@@ -51,7 +46,7 @@ PUBLISHED = Published(
         "d_intra": (0.2114, 0.0444),
         "d_inter": (0.4319, 0.1110),
     },
-    separation=((2.04, 0.52), (2.50, 0.72)),  # the paper's table; its code on its array: 0.50
+    separation=((2.04, 0.52), (2.50, 0.72)),  # the paper's table (module docstring)
     compression=21.85,
     curvature_z=(0.1254, 0.0024),
     curvature_h=(0.2423, 0.0044),

@@ -1,11 +1,8 @@
 """Data of the invariance reproduction: the embedded digits, or CIFAR already on disk.
 
-CIFAR is read from torchvision's files under ``--data-root`` (``cifar-10-batches-py`` or
-``cifar-100-python``) by :mod:`solo_geometry.inputs.cifar`'s restricted unpickler (a batch file
-cannot run code), and never downloaded: absent or malformed files are a one-line error naming
-the file before anything is written. The probes read image folders, so a seeded,
-class-stratified subset of the train and test splits is exported once as PNGs
-(``<out>/data/<name>/{train,test}/<class>/``).
+CIFAR is read by :mod:`solo_geometry.inputs.cifar` and never downloaded (docs/reproducing.md,
+"Invariance"). The probes read image folders, so a seeded, class-stratified subset of the train
+and test splits is exported once as PNGs (``<out>/data/<name>/{train,test}/<class>/``).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from solo_geometry.folder.field_types import JsonRecord
 from solo_geometry.geometry.orbits import PAPER_EPS, orbit_spreads
-from solo_geometry.reproduce.results import JsonRecord
 
 __all__ = [
     "Evidence",

@@ -1,11 +1,8 @@
 """The measurements of the paper's invariance experiments on one pretrained backbone and head.
 
 Each follows the paper's reference code (experiments.py, head_depth_ablations.py) through this
-package's own pieces, as docs/reproducing.md ("Invariance") lists them: this package's and the
-paper's probes (:func:`solo_geometry.analysis.evaluation.evaluate`), the orbit table per draw
-under both inputs of the head (:data:`.result.READINGS`; arrays saved in the paper's layout, so
-``solo-geometry orbits FILE`` re-analyses them), the curvature of rotation sweeps per draw and
-over draws (population std, as the paper's ``np.std``), and the covariance and metric spectra.
+package's own pieces, as docs/reproducing.md ("Invariance") lists them; spreads over draws are
+population stds, as the paper's ``np.std``.
 """
 
 from __future__ import annotations

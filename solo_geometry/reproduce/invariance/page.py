@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from solo_geometry.analysis.pages import (
@@ -22,7 +21,6 @@ from solo_geometry.analysis.pages import (
     claims,
     plot_panels,
     pm,
-    save_plot,
     table,
     write_page,
 )
@@ -193,19 +191,19 @@ def _whitening_html(wh: Whitening) -> str:
 def _fig_orbits(out: Path, orbits: OrbitReading) -> Path:
     """PCA of the seed-0 orbits in Z and in H, one colour per class (the paper's figure 3)."""
     data = np.load(out / orbits.per_seed[0].file)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, key, title in zip(
-        axes, ("orbits_z", "orbits_h"), ("backbone Z", "head H"), strict=True
-    ):
+    classes = sorted(set(data["orbit_labels"].tolist()))
+    panels = []
+    for key, space in (("orbits_z", "backbone Z"), ("orbits_h", "head H")):
         xy = pca_2d(data[key])  # (M, 2)
-        classes = sorted(set(data["orbit_labels"].tolist()))
+        lines = []
         for oid in np.unique(data["orbit_ids"]):
             m = data["orbit_ids"] == oid
-            c = plt.cm.tab10(classes.index(int(data["orbit_labels"][m][0])))
-            ax.plot(xy[m, 0], xy[m, 1], "-o", color=c, ms=3, lw=1, alpha=0.8)
-            ax.plot(xy[m, 0][:1], xy[m, 1][:1], "*", color=c, ms=11, mec="k")
-        ax.set_title(f"rotation orbits in {title} (PCA; star: 0 degrees)")
-    return save_plot(fig, out / "figures" / "orbits.png", dpi=110)
+            colour = f"C{classes.index(int(data['orbit_labels'][m][0])) % 10}"
+            lines += [Line(xy[m, 1], None, colour, "-o", x=xy[m, 0], size=3)]
+            lines += [Line(xy[m, 1][:1], None, colour, "*", x=xy[m, 0][:1], size=11)]
+        title = f"rotation orbits in {space} (PCA; star: 0 degrees)"
+        panels.append(Panel(title, lines, logy=False))
+    return plot_panels(out / "figures" / "orbits.png", panels, size=(5.5, 4.5), dpi=110)
 
 
 def _depth_panel(title: str, ours: Sequence, err: Sequence | None, paper: list, ds: list) -> Panel:

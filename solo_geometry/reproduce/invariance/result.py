@@ -1,7 +1,7 @@
 """The invariance experiments' result as typed records: ``invariance.json``, part by part.
 
 Each record's fields are the JSON keys of its part of the file, in the file's order (the whole
-file: :class:`InvarianceResult`), through the one codec of :mod:`solo_geometry.reproduce.results`;
+file: :class:`InvarianceResult`), through the one codec of :mod:`solo_geometry.folder.field_types`;
 a field an older or hand-written file may lack takes a default. The numbers are :mod:`.measure`'s.
 """
 
@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solo_geometry.folder.field_types import JsonRecord
 from solo_geometry.geometry.stats import WhiteningScore
 from solo_geometry.reproduce.invariance.evidence import OrbitSummary, ProbeEvidence
-from solo_geometry.reproduce.results import JsonRecord, Verdict, read_result
+from solo_geometry.reproduce.results import Verdict, read_result
 
 __all__ = [
     "Curvature",

@@ -1,12 +1,9 @@
 """Verdicts on the paper's invariance claims, from a reproduction or from the authors' arrays.
 
 One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, judged on an
-:class:`~solo_geometry.reproduce.invariance.evidence.Evidence` by the rules, standard errors and
-readings docs/reproducing.md gives ("Verdicts, calibrated on the authors' arrays"): ``held``
-when the effect exceeds :data:`K_SIGMA` standard errors, ``not held`` when the opposite effect
-does, ``undecidable`` otherwise; readings that disagree make a claim ``undecidable``. On the
-authors' CIFAR-10 ResNet-18 arrays every claim is ``held``, as the paper states
-(``tests/reproduce/invariance/test_invariance_verdicts.py``).
+:class:`~solo_geometry.reproduce.invariance.evidence.Evidence` by :func:`judge`, with the
+standard errors and readings docs/reproducing.md gives ("Verdicts, calibrated on the authors'
+arrays").
 """
 
 from __future__ import annotations

@@ -10,17 +10,26 @@ from solo_geometry.cli import main
 from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.reproduce.collapse.alerts import alert_markdown, replay, replay_run
 from solo_geometry.reproduce.collapse.files import load_runs
-from solo_geometry.reproduce.collapse.verdicts import Run
+from solo_geometry.reproduce.collapse.result import CollapseRow
 from tests.shared import COLLAPSE_AUTHORS
 
 FIXTURE = COLLAPSE_AUTHORS
 ROWS, DIM, STEPS = 64, 128, 10
 
 
-def run(curve: list[float], count: int | None = 0) -> Run:
+def run(curve: list[float], count: int | None = 0) -> CollapseRow:
     """One synthetic run of ROWS x DIM outputs, STEPS steps an epoch."""
-    return Run(
-        "digits", "resnet20", "gelu", "none", "base", 0, tuple(curve), ROWS, DIM, STEPS, count
+    return CollapseRow(
+        "gelu",
+        "none",
+        0.05,
+        lr_name="base",
+        backbone="resnet20",
+        std_curve=tuple(curve),
+        output_rows=ROWS,
+        output_dim=DIM,
+        steps_per_epoch=STEPS,
+        m_neg_count_start=count,
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from solo_geometry.folder.field_types import from_plain, to_plain
 from solo_geometry.reproduce.collapse.files import load_runs
 from solo_geometry.reproduce.collapse.result import (
     CellRecord,
@@ -22,7 +23,7 @@ from solo_geometry.reproduce.collapse.result import (
     read_summary,
 )
 from solo_geometry.reproduce.collapse.summary import summarise, write_summary
-from solo_geometry.reproduce.results import Verdict, from_plain, to_plain, write_result
+from solo_geometry.reproduce.results import Verdict, write_result
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUMMARY = FIXTURES / "collapse_summary_v1.json"
@@ -73,7 +74,7 @@ class TestCodec:
         plain = json.loads(SUMMARY.read_text())
         plain["rows"][1]["lr"] = "fast"
         (tmp_path / "summary.json").write_text(json.dumps(plain))
-        with pytest.raises(ValueError, match=r"rows\[1\]\.lr: expected float, got 'fast'"):
+        with pytest.raises(ValueError, match=r"rows\[1\]: field lr must be float, got 'fast'"):
             read_summary(tmp_path)
 
     def test_a_missing_required_key_is_named(self) -> None:
@@ -81,7 +82,7 @@ class TestCodec:
             CollapseRow.from_json({"head": "relu", "lr": 0.05})
 
     def test_bool_is_not_a_number_and_int_stays_int(self) -> None:
-        with pytest.raises(ValueError, match="seed: expected int"):
+        with pytest.raises(ValueError, match="field seed must be int"):
             CollapseRow.from_json({"head": "relu", "norm": "bn", "lr": 0.05, "seed": True})
         row = CollapseRow.from_json({"head": "relu", "norm": "bn", "lr": 1, "std_curve": [1, 2]})
         assert row.lr == 1 and type(row.lr) is int  # written back as it was read

@@ -12,23 +12,25 @@ import pytest
 
 from solo_geometry.geometry.stats import std_ceiling
 from solo_geometry.reproduce.collapse.files import authors_runs, load_runs
+from solo_geometry.reproduce.collapse.result import CollapseRow
 from solo_geometry.reproduce.collapse.verdicts import (
     BN_BAND,
     CLAIMS,
-    Run,
     escape,
     judge,
+    ratios,
+    row_escape,
 )
 from tests.shared import COLLAPSE_AUTHORS
 
 FIXTURE = COLLAPSE_AUTHORS
 
 
-def _authors(name: str = "cifar10/resnet18") -> list[Run]:
+def _authors(name: str = "cifar10/resnet18") -> list[CollapseRow]:
     return [r for r in load_runs(FIXTURE) if f"{r.dataset}/{r.backbone}" == name]
 
 
-def _verdicts(runs: list[Run]) -> dict[str, str]:
+def _verdicts(runs: list[CollapseRow]) -> dict[str, str]:
     return {v["id"]: v["verdict"] for v in judge(runs)}
 
 
@@ -51,23 +53,23 @@ class TestAuthorsCalibration:
         """DESIGN section 8's reading of their file, run by run."""
         runs = _authors()
         for run in runs:
-            esc = run.escape()
-            if run.norm == "none" and run.head in ("gelu", "swish") and run.lr != "small":
+            esc = row_escape(run)
+            if run.norm == "none" and run.head in ("gelu", "swish") and run.lr_name != "small":
                 assert esc.outcome == "escaped" and 9 <= esc.escape_epoch <= 26, run
                 assert esc.escape_step == (esc.escape_epoch + 1) * 97
             if run.head == "relu" and run.norm == "none":
                 assert esc.outcome == "not escaped", run
             if run.norm == "bn":  # no escape; near its level
                 assert esc.outcome in ("not escaped", "undecidable"), run
-                assert all(BN_BAND[0] <= v < BN_BAND[1] for v in run.ratios()[1:]), run
-        linear = sorted(r.escape().escape_epoch or math.inf for r in runs if r.head == "linear")
+                assert all(BN_BAND[0] <= v < BN_BAND[1] for v in ratios(run)[1:]), run
+        linear = sorted(row_escape(r).escape_epoch or math.inf for r in runs if r.head == "linear")
         assert linear == [27, 43, math.inf]
         finals = {
             lr: np.mean(
                 [
-                    r.ratios()[-1]
+                    ratios(r)[-1]
                     for r in runs
-                    if r.head == "relu" and r.norm == "none" and r.lr == lr
+                    if r.head == "relu" and r.norm == "none" and r.lr_name == lr
                 ]
             )
             for lr in ("small", "base", "large")
@@ -77,7 +79,7 @@ class TestAuthorsCalibration:
 
     def test_cifar100_layout_keyed_by_activation(self) -> None:
         runs = _authors("cifar100/resnet18")
-        assert {(r.head, r.norm, r.lr) for r in runs} == {
+        assert {(r.head, r.norm, r.lr_name) for r in runs} == {
             (h, "none", "base") for h in ("linear", "relu", "gelu", "swish")
         }
         assert _verdicts(runs)["smooth_escape"] == "held"
@@ -110,11 +112,24 @@ class _Payload:
 
 def _run(
     head: str, norm: str, lr: str, curve: list[float], seed: int = 0, m: int | None = None
-) -> Run:
-    return Run("toy", "net", head, norm, lr, seed, tuple(curve), 1024, 2048, 10, m)
+) -> CollapseRow:
+    return CollapseRow(
+        head,
+        norm,
+        0.05,
+        lr_name=lr,
+        seed=seed,
+        dataset="toy",
+        backbone="net",
+        std_curve=tuple(curve),
+        output_rows=1024,
+        output_dim=2048,
+        steps_per_epoch=10,
+        m_neg_count_start=m,
+    )
 
 
-def _good() -> list[Run]:
+def _good() -> list[CollapseRow]:
     """A grid on which every claim holds."""
     up, flat = [1e-3, 1e-3, 3e-3, 4e-3], [1e-3, 1e-3, 1e-3, 1e-3]
     runs = [_run(h, "none", "base", up, s, m=3) for h in ("gelu", "swish") for s in range(3)]
@@ -136,7 +151,7 @@ class TestRulesCanFail:
             (
                 "smooth_escape",
                 lambda r: (
-                    dataclasses.replace(r, curve=(1e-3,) * 4)
+                    dataclasses.replace(r, std_curve=(1e-3,) * 4)
                     if r.head == "gelu" and r.seed > 0
                     else r
                 ),
@@ -145,7 +160,7 @@ class TestRulesCanFail:
             (
                 "smooth_escape",
                 lambda r: (
-                    dataclasses.replace(r, curve=(1e-3, 5e-3, 5e-3, 5e-3))
+                    dataclasses.replace(r, std_curve=(1e-3, 5e-3, 5e-3, 5e-3))
                     if r.head == "linear"
                     else r
                 ),
@@ -154,8 +169,8 @@ class TestRulesCanFail:
             (
                 "smooth_escape",
                 lambda r: (
-                    dataclasses.replace(r, curve=(1e-3, 1e-3, 3e-3, 3e-3))
-                    if (r.head, r.norm, r.lr, r.seed) == ("relu", "none", "base", 0)
+                    dataclasses.replace(r, std_curve=(1e-3, 1e-3, 3e-3, 3e-3))
+                    if (r.head, r.norm, r.lr_name, r.seed) == ("relu", "none", "base", 0)
                     else r
                 ),
             ),
@@ -163,8 +178,8 @@ class TestRulesCanFail:
             (
                 "relu_needs_bn",
                 lambda r: (
-                    dataclasses.replace(r, curve=(1e-3, 1e-3, 1e-3, 0.9e-3))
-                    if (r.head, r.norm, r.lr) == ("relu", "none", "large")
+                    dataclasses.replace(r, std_curve=(1e-3, 1e-3, 1e-3, 0.9e-3))
+                    if (r.head, r.norm, r.lr_name) == ("relu", "none", "large")
                     else r
                 ),
             ),
@@ -172,7 +187,7 @@ class TestRulesCanFail:
             (
                 "relu_needs_bn",
                 lambda r: (
-                    dataclasses.replace(r, curve=(1e-3, 1e-3, 1e-4, 1e-4))
+                    dataclasses.replace(r, std_curve=(1e-3, 1e-3, 1e-4, 1e-4))
                     if (r.head, r.norm, r.seed) == ("relu", "bn", 2)
                     else r
                 ),
@@ -203,7 +218,7 @@ class TestRulesCanFail:
 
     def test_unreachable_factor_is_undecidable(self) -> None:
         high = [
-            dataclasses.replace(r, curve=tuple(v * 15 for v in r.curve))
+            dataclasses.replace(r, std_curve=tuple(v * 15 for v in r.std_curve))
             if r.head == "relu" and r.norm == "none"
             else r
             for r in _good()

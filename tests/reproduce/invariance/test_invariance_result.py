@@ -135,5 +135,5 @@ class TestInvarianceResult:
         content["guillotine"]["n_test"] = "many"  # type: ignore[index]
         path = tmp_path / "invariance.json"
         path.write_text(json.dumps(content))
-        with pytest.raises(ValueError, match=r"invariance.json.guillotine.n_test"):
+        with pytest.raises(ValueError, match=r"invariance.json.guillotine: field n_test"):
             read_invariance(path)

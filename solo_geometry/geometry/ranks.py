@@ -1,4 +1,8 @@
-"""Spearman's rank correlation (scipy.stats.spearmanr's) and its percentile bootstrap."""
+"""Spearman's rank correlation (scipy.stats.spearmanr's) and its percentile bootstrap.
+
+A statistic of paired samples, not of the reproductions: the collapse sweep's std-cond
+correlation, the escape-prediction test and the Hessian tracker's re-reading use it.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from solo_geometry.reproduce.ranks import bootstrap_spearman, spearman
+from solo_geometry.geometry.ranks import bootstrap_spearman, spearman
 
 
 class TestSpearman:
