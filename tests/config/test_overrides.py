@@ -10,7 +10,6 @@ real command line and solo-learn's own ``main_pretrain.py`` as subprocesses.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import types
@@ -202,11 +201,12 @@ class TestOldSpectrumKeys:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    env.pop("SOLO_GEOMETRY_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    """``python *args`` (a process forked warm under ``make test``'s environment: solo_helpers)."""
+    from tests.hosts.solo_helpers import env, run
+
+    environment = {**env(), "OMP_NUM_THREADS": "1"}
+    environment.pop("SOLO_GEOMETRY_DEBUG", None)
+    return run(list(args), cwd, env=environment)
 
 
 def _one_line(proc: subprocess.CompletedProcess, expected: str) -> None:
