@@ -87,6 +87,9 @@ MAIN_PRETRAIN_IMPORTS = (
     "umap",
 )
 
+# Variables the scripts above read when they run, never at an import (ddp_entry.py's).
+READ_AT_RUN = ("DDP_HOST", "DDP_FAULT")
+
 
 def solo_root() -> Path:
     """The solo-learn checkout: ``$SOLO_LEARN_ROOT``, else next to the installed ``solo``.
@@ -120,17 +123,19 @@ def run(
 ) -> subprocess.CompletedProcess:
     """Run a Python subprocess and capture its output.
 
-    A ``main_pretrain.py`` (solo-learn's or this repository's launcher) or ``-m
-    solo_geometry.cli`` under this environment runs in a process forked from a warm interpreter
+    A ``main_pretrain.py`` (solo-learn's or this repository's launcher), ``ddp_entry.py`` (its
+    rank 0; Lightning starts rank 1 as a new process) or ``-m solo_geometry.cli`` under this
+    environment (but for ``READ_AT_RUN``) runs in a process forked from a warm interpreter
     (``warm_python``): a new process that has the libraries solo-learn's script imports at its
     top already imported (about 7 s of CPU).
     """
     environment = kw.pop("env", env())
     assert isinstance(environment, dict)
-    if str(args[0]).endswith("main_pretrain.py") or list(args[:2]) == ["-m", "solo_geometry.cli"]:
+    script = str(args[0]).endswith(("main_pretrain.py", "ddp_entry.py"))
+    if script or list(args[:2]) == ["-m", "solo_geometry.cli"]:
         warm = shared(MAIN_PRETRAIN_IMPORTS, env())
-        if warm.takes(environment):
-            return warm.run(args, cwd, environment, timeout)
+        if warm.takes(environment, READ_AT_RUN):
+            return warm.run(args, cwd, environment, timeout, READ_AT_RUN)
     return subprocess.run(
         [sys.executable, *args],
         cwd=cwd,

@@ -111,16 +111,23 @@ class WarmPython:
         assert line, f"the warm interpreter ended with status {self._proc.wait()}"
         return json.loads(line)
 
-    def takes(self, env: dict[str, str]) -> bool:
-        """Whether a run under ``env`` can be forked (the environment it started under)."""
+    def takes(self, env: dict[str, str], read_at_run: Sequence[str] = ()) -> bool:
+        """Whether a run under ``env`` can be forked: the environment the interpreter started
+        under, but for pytest's name of the test and ``read_at_run``, variables that the script
+        reads when it runs (never an import)."""
         differ = {k for k in {*env, *self.env} if env.get(k) != self.env.get(k)}
-        return differ <= {"PYTEST_CURRENT_TEST"}
+        return differ <= {"PYTEST_CURRENT_TEST", *read_at_run}
 
     def run(
-        self, args: Sequence[str], cwd: Path, env: dict[str, str], timeout: float = 600
+        self,
+        args: Sequence[str],
+        cwd: Path,
+        env: dict[str, str],
+        timeout: float = 600,
+        read_at_run: Sequence[str] = (),
     ) -> subprocess.CompletedProcess:
         """``python *args`` (a script and its arguments) in ``cwd``, output captured as text."""
-        assert self.takes(env), "a run takes the environment the interpreter imported under"
+        assert self.takes(env, read_at_run), "not the environment the interpreter imported under"
         with tempfile.TemporaryDirectory() as outputs:  # not in cwd: the run's folder
             out, err = Path(outputs, "stdout"), Path(outputs, "stderr")
             request = {"argv": [str(a) for a in args], "cwd": str(cwd), "env": env}
