@@ -10,7 +10,6 @@ real command line and solo-learn's own ``main_pretrain.py`` as subprocesses.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import types
@@ -202,11 +201,12 @@ class TestOldSpectrumKeys:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    env.pop("SOLO_GEOMETRY_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    """``python *args`` (a process forked warm under ``make test``'s environment: solo_helpers)."""
+    from tests.hosts.solo_helpers import env, run
+
+    environment = {**env(), "OMP_NUM_THREADS": "1"}
+    environment.pop("SOLO_GEOMETRY_DEBUG", None)
+    return run(list(args), cwd, env=environment)
 
 
 def _one_line(proc: subprocess.CompletedProcess, expected: str) -> None:
@@ -217,19 +217,43 @@ def _one_line(proc: subprocess.CompletedProcess, expected: str) -> None:
     assert expected in lines[-1], lines[-1]
 
 
+# Through the command line: the first as a process (its exit status), each in-process
+# (``solo_geometry.cli.main``, the same handler; a process would add only the imports).
+CLI_CASES = [
+    ("geometry.alert.stop=2", "geometry.alert.stop: expected a boolean"),
+    ("geometry.alert.stop=maybe", "got the string 'maybe'"),
+    ("geometry.every_n_steps=1.5", "geometry.every_n_steps: expected an integer"),
+]
+PRETRAIN = ["pretrain", "--config", "{recipe}", "--host", "lightly", "+geometry=on"]
+
+
+class TestCommandLine:
+    @pytest.mark.parametrize(("override", "expected"), CLI_CASES)
+    def test_main(
+        self,
+        recipe: Path,
+        tmp_path: Path,
+        override: str,
+        expected: str,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        from solo_geometry.cli import main
+
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.delenv("SOLO_GEOMETRY_DEBUG", raising=False)
+        argv = [a.format(recipe=recipe) for a in PRETRAIN] + [override]
+        status = main(argv)
+        _one_line(subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err), expected)
+        assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 class TestSubprocess:
-    @pytest.mark.parametrize(
-        ("override", "expected"),
-        [
-            ("geometry.alert.stop=2", "geometry.alert.stop: expected a boolean"),
-            ("geometry.alert.stop=maybe", "got the string 'maybe'"),
-            ("geometry.every_n_steps=1.5", "geometry.every_n_steps: expected an integer"),
-        ],
-    )
-    def test_cli(self, recipe: Path, tmp_path: Path, override: str, expected: str) -> None:
-        argv = ["-m", "solo_geometry.cli", "pretrain", "--config", str(recipe), "--host"]
-        proc = _cli(*argv, "lightly", "+geometry=on", override, cwd=tmp_path)
+    def test_cli(self, recipe: Path, tmp_path: Path) -> None:
+        override, expected = CLI_CASES[0]
+        argv = ["-m", "solo_geometry.cli", *(a.format(recipe=recipe) for a in PRETRAIN)]
+        proc = _cli(*argv, override, cwd=tmp_path)
         _one_line(proc, expected)
         assert list(tmp_path.iterdir()) == []
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from solo_helpers import RECIPES, SOLO_REASON, env, tail
+from solo_helpers import RECIPES, SOLO_REASON, env, run, tail
 
 from solo_geometry.folder.records import GeometryRecord, read_records
 from tests.shared import digits_subset
@@ -83,15 +82,7 @@ def _ddp(host: str, args: list[str], cwd: Path, fault: bool = False) -> subproce
         "OMP_NUM_THREADS": "1",  # one thread a rank: no oversubscription
     }
     environment.pop("LOCAL_RANK", None)
-    return subprocess.run(
-        [sys.executable, str(ENTRY), *args],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    return run([str(ENTRY), *args], cwd, timeout=900, env=environment)  # rank 0 forked warm
 
 
 def _solo(method: str, overrides: list[str], run_dir: Path, fault: bool = False) -> Path:
