@@ -31,7 +31,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-__all__ = ["PROGRESS_CALLBACK", "SweepProgress", "available_cores", "launch_overrides"]
+__all__ = ["PROGRESS_CALLBACK", "SweepProgress", "available_cores", "finish", "launch_overrides"]
 
 # The override that attaches :class:`SweepProgress` to a multirun.
 PROGRESS_CALLBACK = "+hydra.callbacks.progress._target_=solo_geometry.hosts.sweeps.SweepProgress"
@@ -78,6 +78,19 @@ def sweep_size(overrides: Sequence[str]) -> int:
     return math.prod(sizes)
 
 
+def finish(folder: str | Path, num: int) -> int:
+    """Add job ``num`` to a multirun's finished jobs in ``folder``; its place among them (from 1).
+
+    One short O_APPEND write per job orders the jobs' lines as they finished. The place is where
+    the job's own line lies, not how many lines the file holds when it reads it back: two jobs
+    that finish together each get their own count.
+    """
+    path = Path(folder) / "finished"
+    with path.open("a") as fh:
+        fh.write(f"{num}\n")
+    return path.read_text().splitlines().index(str(num)) + 1
+
+
 class SweepProgress(Callback):
     """One line per finished job of a multirun, with the count and the time since its start.
 
@@ -108,9 +121,7 @@ class SweepProgress(Callback):
         ok = job_return.status == JobStatus.COMPLETED
         said = job_return.return_value if ok and isinstance(job_return.return_value, str) else None
         what = said or " ".join(config.hydra.overrides.task)
-        with (folder / "finished").open("a") as fh:  # one short O_APPEND write per job
-            fh.write(f"{config.hydra.job.num}\n")
-        done = len((folder / "finished").read_text().splitlines())
+        done = finish(folder, int(config.hydra.job.num))
         elapsed = time.time() - float(info["time"])
         print(
             f"[sweep] {done}/{info['total']} {'done' if ok else 'FAILED'} ({elapsed:.0f} s): "

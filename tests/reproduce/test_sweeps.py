@@ -14,6 +14,7 @@ import pytest
 from solo_geometry.hosts.sweeps import (
     PROGRESS_CALLBACK,
     available_cores,
+    finish,
     launch_overrides,
     sweep_size,
 )
@@ -59,6 +60,22 @@ class TestLaunchOverrides:
         assert sweep_size(["a=1,2,3", "b=x,y", "c=5", "hydra/launcher=joblib"]) == 6
         assert sweep_size(["a=range(0,4)"]) == 4
         assert sweep_size(["a=1"]) == 1
+
+
+def test_jobs_that_finish_together_count_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job 1's line lands after job 0's, and job 2's before job 1 reads the list back: 2nd."""
+    (tmp_path / "finished").write_text("0\n")
+    read = Path.read_text
+
+    def another_job_first(self: Path, *args: object, **kwargs: object) -> str:
+        with open(self, "a") as fh:
+            fh.write("2\n")
+        return read(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", another_job_first)
+    assert finish(tmp_path, 1) == 2  # the file's length would say 3, job 2's count too
 
 
 def test_user_sweep_on_joblib_prints_progress(tmp_path: Path) -> None:
