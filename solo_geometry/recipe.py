@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from solo_geometry.config import register_configs
+from solo_geometry.config.groups import SEARCHPATH
 from solo_geometry.config.overrides import check_geometry_overrides
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 # Where the ``geometry`` config group (on.yaml, off.yaml) lives: package data of this package.
-GEOMETRY_SEARCHPATH = "pkg://solo_geometry.config.groups"
+GEOMETRY_SEARCHPATH = SEARCHPATH
 
 # The defaults entries solo-learn recipes carry for Hydra's own logging; harmless under compose,
 # listed here only so error messages can tell them apart from recipe content.

@@ -13,8 +13,10 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 from hydra_plugins.solo_geometry_searchpath.solo_geometry_searchpath import (
+    SEARCHPATH,
     SoloGeometrySearchPathPlugin,
 )
+from solo_geometry.config import groups
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,6 +36,10 @@ class TestSoloGeometrySearchPathPlugin:
     def test_discovery(self) -> None:
         names = [x.__name__ for x in Plugins.instance().discover(SearchPathPlugin)]
         assert SoloGeometrySearchPathPlugin.__name__ in names
+
+    def test_names_the_package_holding_the_group(self) -> None:
+        """The plugin's literal search path is the package's own (recipe.py reads that one)."""
+        assert SEARCHPATH == groups.SEARCHPATH == "pkg://solo_geometry.config.groups"
 
     def test_config_installed(self) -> None:
         with initialize_config_dir(config_dir=str(REPO / "zoo" / "recipes"), version_base="1.2"):

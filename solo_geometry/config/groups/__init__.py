@@ -9,4 +9,8 @@ options extend, so the group composes even where the search-path plugin is not d
 
 from solo_geometry.config import register_configs
 
+# This package as Hydra's search path names it (the Hydra plugin spells it out, so that it stays
+# importable when this package is not: tests/test_hydra_plugin.py holds the two equal).
+SEARCHPATH = f"pkg://{__name__}"
+
 register_configs()

@@ -28,7 +28,7 @@ from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import summary_runs
 from solo_geometry.reproduce.collapse.result import CellRecord, CollapseRow, CollapseSummary
 from solo_geometry.reproduce.collapse.summary import CURVE_KEY, table_markdown
-from solo_geometry.reproduce.collapse.verdicts import ratios
+from solo_geometry.reproduce.collapse.verdicts import curve_ratios
 
 __all__ = ["COMPARE", "FIGURES", "page_body", "write_collapse_page", "write_compare"]
 
@@ -136,7 +136,7 @@ def _compare_panel(runs: Sequence[CollapseRow], title: str) -> Panel:
         members = [r for r in runs if (r.head, r.norm, r.lr_name) == (head, "none", "base")]
         if members:
             length = min(len(r.std_curve) for r in members)
-            data = np.array([ratios(r)[:length] for r in members])  # (seeds, epochs)
+            data = np.array([curve_ratios(r)[:length] for r in members])  # (seeds, epochs)
             steps = (np.arange(length) + 1) * (members[0].steps_per_epoch or 0)
             lines.append(Line(data, f"{head} ({len(members)})", COLOURS[head], x=steps))
     return Panel(title, lines, "optimiser steps (end of epoch)", level=2.0)

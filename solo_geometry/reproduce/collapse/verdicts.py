@@ -30,7 +30,7 @@ __all__ = [
     "epochs_text",
     "escape",
     "judge",
-    "ratios",
+    "curve_ratios",
     "row_escape",
 ]
 
@@ -101,7 +101,7 @@ def row_escape(row: CollapseRow, factor: float = ESCAPE_FACTOR) -> Escape:
     )
 
 
-def ratios(row: CollapseRow) -> list[float]:
+def curve_ratios(row: CollapseRow) -> list[float]:
     """A run's curve over its epoch-0 mean."""
     return [v / row.std_curve[0] for v in row.std_curve]
 
@@ -171,11 +171,11 @@ def relu_needs_bn(runs: Runs, factor: float = ESCAPE_FACTOR) -> Verdict:
             "undecidable",
             f"ReLU runs without BN at {sorted(plain)} (needs 2 lrs or more), with BN: {len(bn)}",
         )
-    finals = {lr: statistics.fmean(ratios(r)[-1] for r in rs) for lr, rs in plain.items()}
+    finals = {lr: statistics.fmean(curve_ratios(r)[-1] for r in rs) for lr, rs in plain.items()}
     levels = list(finals.values())
     falls = all(a > b for a, b in zip(levels, levels[1:], strict=False))
     lo, hi = BN_BAND
-    bn_ratios = [v for r in bn for v in ratios(r)[1:]]
+    bn_ratios = [v for r in bn for v in curve_ratios(r)[1:]]
     inside = bool(bn_ratios) and all(lo <= v < hi for v in bn_ratios)
     evidence = (
         "no BN, final / epoch 0 (seed mean): "

@@ -16,9 +16,9 @@ from solo_geometry.reproduce.collapse.result import CollapseRow
 from solo_geometry.reproduce.collapse.verdicts import (
     BN_BAND,
     CLAIMS,
+    curve_ratios,
     escape,
     judge,
-    ratios,
     row_escape,
 )
 from tests.shared import COLLAPSE_AUTHORS
@@ -61,13 +61,13 @@ class TestAuthorsCalibration:
                 assert esc.outcome == "not escaped", run
             if run.norm == "bn":  # no escape; near its level
                 assert esc.outcome in ("not escaped", "undecidable"), run
-                assert all(BN_BAND[0] <= v < BN_BAND[1] for v in ratios(run)[1:]), run
+                assert all(BN_BAND[0] <= v < BN_BAND[1] for v in curve_ratios(run)[1:]), run
         linear = sorted(row_escape(r).escape_epoch or math.inf for r in runs if r.head == "linear")
         assert linear == [27, 43, math.inf]
         finals = {
             lr: np.mean(
                 [
-                    ratios(r)[-1]
+                    curve_ratios(r)[-1]
                     for r in runs
                     if r.head == "relu" and r.norm == "none" and r.lr_name == lr
                 ]
