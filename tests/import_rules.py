@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from pathlib import Path
 
@@ -170,6 +171,26 @@ def private_imports(modules: dict[str, Path], imports: list[Import], package: st
     ]
 
 
+# Public names several modules define on purpose: each command module's parser and entry point
+# (commands/), each host's launcher (hosts/<host>/launcher.py).
+PROTOCOL_NAMES = ("add_parser", "run", "launch")
+
+
+def repeated_names(modules: dict[str, Path], imports: list[Import], package: str) -> list[str]:
+    """A public function or class defined at the top of two modules: one name, one thing."""
+    defined: dict[str, list[str]] = {}
+    for module, file in modules.items():
+        for node in ast.parse(file.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if not node.name.startswith("_") and node.name not in PROTOCOL_NAMES:
+                    defined.setdefault(node.name, []).append(module)
+    return [
+        f"{name} is defined in {', '.join(sorted(where))}"
+        for name, where in sorted(defined.items())
+        if len(where) > 1
+    ]
+
+
 def crowded_root(modules: dict[str, Path], imports: list[Import], package: str) -> list[str]:
     """More than MAX_ROOT_MODULES modules at the root besides ``__init__.py``."""
     root = sorted(m for m, f in modules.items() if m.count(".") == 1 and f.name != "__init__.py")
@@ -187,6 +208,7 @@ RULES: dict[str, Rule] = {
     "solo-learn-imports": solo_learn_imports,
     "long-modules": long_modules,
     "private-imports": private_imports,
+    "repeated-names": repeated_names,
     "crowded-root": crowded_root,
 }
 

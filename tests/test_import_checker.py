@@ -162,6 +162,16 @@ CASES = {
         "private-imports",
         ["overrides.py:1: solo_geometry.config.overrides imports the private _TRUE from"],
     ),
+    "one-name-two-things": (
+        {
+            "config/choices.py": "def check_choice(value, choices, key):\n    pass\n",
+            "hosts/nodes.py": "def check_choice(name, value, choices):\n    pass\n",
+            "commands/a.py": "def run(args):\n    pass\n",
+            "commands/b.py": "def run(args):\n    pass\n",
+        },
+        "repeated-names",
+        ["check_choice is defined in solo_geometry.config.choices, solo_geometry.hosts.nodes"],
+    ),
     "long-module": (
         {"inputs/datasets.py": "x = 1\n" * 401},
         "long-modules",
@@ -209,14 +219,14 @@ class TestChecker:
             "folder/records.py": "import json\n\nfrom solo_geometry.folder.run_folder import *\n",
             "folder/run_folder.py": "",
             "runtime/monitor.py": "LOAD = lambda: require('solo.methods')\n",
-            "analysis/plots.py": "def f():\n    from solo.methods import METHODS\n",
+            "analysis/plots.py": "def plot():\n    from solo.methods import METHODS\n",
             "analysis/report.py": "def umap_plot():\n    import umap\n    from umap import UMAP\n",
             "hosts/solo/__init__.py": "from solo_geometry.hosts.solo.launcher import main\n",
             "hosts/solo/launcher.py": (
                 "import solo\nfrom solo_geometry.models import heads\n\n\ndef main():\n    pass\n"
             ),
-            "hosts/lightly/module.py": "def f():\n    import lightly.models\n",
-            "commands/pretrain.py": "def f():\n    require('solo_geometry.hosts.lightly', 'x')\n",
+            "hosts/lightly/module.py": "def build():\n    import lightly.models\n",
+            "commands/pretrain.py": "def run():\n    require('solo_geometry.hosts.lightly', 'x')\n",
             "extras.py": "import importlib\n\n\ndef require(m):\n    importlib.import_module(m)\n",
             "cli.py": (
                 "from solo_geometry import __version__\n"

@@ -38,7 +38,7 @@ __all__ = [
     "SimCLRKwargs",
     "SimSiamKwargs",
     "VICRegKwargs",
-    "check_choice",
+    "recipe_choice",
 ]
 
 DATASETS = ("cifar10", "cifar100", "imagenet", "imagenet100", "custom")
@@ -47,7 +47,7 @@ JITTER_KEYS = ("brightness", "contrast", "saturation", "hue")
 _SCHEDULERS = ["none", "step", "warmup_cosine"]
 
 
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+def recipe_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """Return ``value`` if it is one of ``choices``.
 
     Raises:
@@ -75,7 +75,7 @@ class DataNode:
     normalize: bool = True
 
     def __post_init__(self) -> None:
-        check_choice("data.dataset", self.dataset, DATASETS)
+        recipe_choice("data.dataset", self.dataset, DATASETS)
         if self.fraction > 0 and not self.fraction < 1:
             raise ValueError(
                 f"recipe field data.fraction must be in (0, 1) or -1, got {self.fraction}"
@@ -108,7 +108,7 @@ class SimCLRKwargs(MethodKwargs):
     loss: str = "ntxent"
 
     def __post_init__(self) -> None:
-        check_choice("method_kwargs.loss", self.loss, SIMCLR_LOSSES)
+        recipe_choice("method_kwargs.loss", self.loss, SIMCLR_LOSSES)
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ class OptimizerNode:
     accumulate: int = 1  # the Trainer's accumulate_grad_batches, folded into the rates
 
     def __post_init__(self) -> None:
-        check_choice("optimizer.name", self.name, sorted(OPTIMIZER_KWARGS))
+        recipe_choice("optimizer.name", self.name, sorted(OPTIMIZER_KWARGS))
         expected = OPTIMIZER_KWARGS[self.name]
         if not isinstance(self.kwargs, expected):
             raise TypeError(
@@ -256,7 +256,7 @@ class SchedulerNode:
     warmup_epochs: float = 10.0  # may be fractional, as in solo-learn
 
     def __post_init__(self) -> None:
-        check_choice("scheduler.name", self.name, _SCHEDULERS)
+        recipe_choice("scheduler.name", self.name, _SCHEDULERS)
         if self.interval not in {"step", "epoch"}:
             raise ValueError(
                 f"recipe field scheduler.interval must be step or epoch, got {self.interval!r}"

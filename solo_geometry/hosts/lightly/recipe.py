@@ -30,7 +30,7 @@ from solo_geometry.hosts.lightly.nodes import (
     MomentumNode,
     OptimizerNode,
     SchedulerNode,
-    check_choice,
+    recipe_choice,
 )
 from solo_geometry.hosts.lightly.reading import (
     build_node,
@@ -129,7 +129,7 @@ class ParsedRecipe:
     stem: str = "auto"  # backbone.stem (backbones.STEMS), resolved by the dataset
 
     def __post_init__(self) -> None:
-        expected = METHOD_KWARGS[check_choice("method", self.method, sorted(METHOD_KWARGS))]
+        expected = METHOD_KWARGS[recipe_choice("method", self.method, sorted(METHOD_KWARGS))]
         if not isinstance(self.method_kwargs, expected):
             raise TypeError(
                 f"method_kwargs of {self.method} must be {expected.__name__}, "
@@ -154,7 +154,7 @@ class ParsedRecipe:
 
 def _parse_method(cfg: Mapping[str, Any]) -> tuple[str, MethodKwargs, MomentumNode]:
     """Check ``method``, ``method_kwargs`` and ``momentum``."""
-    method = check_choice("method", cfg.get("method"), sorted(METHOD_KWARGS))
+    method = recipe_choice("method", cfg.get("method"), sorted(METHOD_KWARGS))
     kwargs = build_node(METHOD_KWARGS[method], node_of(cfg, "method_kwargs", ""), "method_kwargs")
     mom = node_of(cfg, "momentum", "")
     reject_unknown(mom, {f.name for f in fields(MomentumNode)} | {"classifier"}, "momentum")
@@ -169,7 +169,7 @@ def _parse_data(cfg: Mapping[str, Any]) -> DataNode:
     data = node_of(cfg, "data", "")
     accepted = frozenset({"format", "no_labels"}) | _DERIVED
     reject_unknown(data, {f.name for f in fields(DataNode)} | accepted, "data")
-    check_choice("data.dataset", required(data, "dataset", "data"), DATASETS)
+    recipe_choice("data.dataset", required(data, "dataset", "data"), DATASETS)
     if data.get("format", "image_folder") != "image_folder":
         raise ValueError(
             f"recipe field data.format={data['format']!r} not supported by the "
@@ -195,7 +195,7 @@ def _parse_optimizer(cfg: Mapping[str, Any]) -> OptimizerNode:
     opt = node_of(cfg, "optimizer", "")
     reject_unknown(opt, {f.name for f in fields(OptimizerNode)} - {"accumulate"}, "optimizer")
     name = required(opt, "name", "optimizer")
-    check_choice("optimizer.name", name, sorted(OPTIMIZER_KWARGS))
+    recipe_choice("optimizer.name", name, sorted(OPTIMIZER_KWARGS))
     kwargs = build_node(
         OPTIMIZER_KWARGS[name], node_of(opt, "kwargs", "optimizer."), "optimizer.kwargs"
     )
@@ -344,5 +344,5 @@ def parse_recipe(cfg: DictConfig | Mapping[str, Any]) -> ParsedRecipe:
         checkpoint=build_node(CheckpointNode, node_of(plain, "checkpoint", ""), "checkpoint", _DIR),
         trainer=_trainer_kwargs(plain),
         notes=tuple(notes),
-        stem=check_choice("backbone.stem", backbone.get("stem", "auto"), STEMS),
+        stem=recipe_choice("backbone.stem", backbone.get("stem", "auto"), STEMS),
     )

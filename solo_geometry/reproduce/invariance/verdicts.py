@@ -1,7 +1,7 @@
 """Verdicts on the paper's invariance claims, from a reproduction or from the authors' arrays.
 
 One :class:`~solo_geometry.reproduce.results.Verdict` per claim of :data:`CLAIMS`, judged on an
-:class:`~solo_geometry.reproduce.invariance.evidence.Evidence` by :func:`judge`, with the
+:class:`~solo_geometry.reproduce.invariance.evidence.Evidence` by :func:`judge_effect`, with the
 standard errors and readings docs/reproducing.md gives ("Verdicts, calibrated on the authors'
 arrays").
 """
@@ -33,7 +33,7 @@ __all__ = [
     "K_SIGMA",
     "format_verdicts",
     "invariance_verdicts",
-    "judge",
+    "judge_effect",
     "run_evidence",
     "verdicts",
 ]
@@ -50,7 +50,7 @@ CLAIMS = {
 }
 
 
-def judge(effect: float, se: float) -> str:
+def judge_effect(effect: float, se: float) -> str:
     """``held`` if effect > K se, ``not held`` if effect < -K se, else ``undecidable``."""
     if not math.isfinite(effect) or not math.isfinite(se):
         return UNDECIDABLE
@@ -84,7 +84,7 @@ def _probe(probes: Mapping[str, ProbeEvidence], kind: str) -> list[tuple[str, st
             continue
         se = math.sqrt(z * (1 - z) / n + h * (1 - h) / n)
         text = f"Z {z:.4f} vs H {h:.4f}, difference {z - h:+.4f} +- {se:.4f} (n {n})"
-        out.append((name, judge(z - h, se), text))
+        out.append((name, judge_effect(z - h, se), text))
     return out
 
 
@@ -103,13 +103,13 @@ def _compression_rule(e: OrbitEvidence) -> tuple[str, str]:
         f"{e.compression:.2f}x (log ratio per orbit {m:.2f} +- {se:.2f}, {n} orbits; "
         f"H rows' cosine with their mean {e.h_cosine_to_mean:.3f})"
     )
-    return judge(m, se), text
+    return judge_effect(m, se), text
 
 
 def _separation_rule(e: OrbitEvidence) -> tuple[str, str]:
     diff, se = e.separation_diff
     text = f"Z {e.separation_z:.2f} vs H {e.separation_h:.2f}, H - Z {diff:+.2f} +- {se:.2f}"
-    return judge(diff, se), text
+    return judge_effect(diff, se), text
 
 
 def _depth_reading(
@@ -123,7 +123,8 @@ def _depth_reading(
         e = orbit_evidence(by_depth[d][0])
         stats.append((d, e.compression, *e.log_ratio[:2]))
     steps = [
-        judge(b[2] - a[2], math.hypot(a[3], b[3])) for a, b in zip(stats, stats[1:], strict=False)
+        judge_effect(b[2] - a[2], math.hypot(a[3], b[3]))
+        for a, b in zip(stats, stats[1:], strict=False)
     ]
     verdict = NOT_HELD if NOT_HELD in steps else HELD if set(steps) == {HELD} else UNDECIDABLE
     text = ", ".join(f"depth {d}: {c:.2f}x (log {m:.2f} +- {s:.2f})" for d, c, m, s in stats)
@@ -138,7 +139,7 @@ def _curvature(ratios: Sequence[float] | None) -> tuple[str, str]:
     if n < 2:
         return UNDECIDABLE, f"{mean:.3f}x from one draw of sweeps (no spread to judge it by)"
     se = math.sqrt(sum((r - mean) ** 2 for r in ratios) / (n - 1) / n)
-    return judge(mean - 1.0, se), f"{mean:.3f}x +- {se:.3f} over {n} draws of sweeps"
+    return judge_effect(mean - 1.0, se), f"{mean:.3f}x +- {se:.3f} over {n} draws of sweeps"
 
 
 def verdicts(ev: Evidence) -> list[Verdict]:
