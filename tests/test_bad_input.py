@@ -364,7 +364,7 @@ CASES: tuple[Case, ...] = (
             "--out",
             "{w}/sweep",
         ),
-        "--data cifar10: torchvision's files are not in '{w}/nodata'",
+        "--data-root '{w}/nodata' holds no torchvision cifar10 files",
     ),
     Case(
         "reproduce",

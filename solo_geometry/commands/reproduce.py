@@ -23,12 +23,13 @@ from pathlib import Path
 
 from solo_geometry.analysis.pages import write_page
 from solo_geometry.hosts.pretrain import HOSTS
-from solo_geometry.reproduce.collapse import DATA_CHOICES, collapse_experiment, reproduce_collapse
+from solo_geometry.reproduce.collapse import collapse_experiment, reproduce_collapse
 from solo_geometry.reproduce.collapse.alerts import alert_markdown
 from solo_geometry.reproduce.collapse.files import load_runs, verdicts_of_file
 from solo_geometry.reproduce.collapse.mechanism import escape_prediction, sweep_rows
 from solo_geometry.reproduce.collapse.protocol import GRIDS, SCALES
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
+from solo_geometry.reproduce.data import DATASETS
 from solo_geometry.reproduce.hessian import DEFAULT_LAMBDA_MAX, hessian_report
 from solo_geometry.reproduce.invariance import (
     FULL,
@@ -36,7 +37,6 @@ from solo_geometry.reproduce.invariance import (
     invariance_experiment,
     run_invariance_experiment,
 )
-from solo_geometry.reproduce.invariance.data import DATASETS
 from solo_geometry.reproduce.invariance.verdicts import format_verdicts, invariance_verdicts
 
 __all__ = ["add_parser"]
@@ -142,7 +142,7 @@ def _add_collapse(actions: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--data",
-        choices=DATA_CHOICES,
+        choices=DATASETS,
         default=None,
         help="digits (embedded; the cpu scale's) or CIFAR files already on disk "
         "(cifar10: the paper scale's)",

@@ -29,8 +29,8 @@ from solo_geometry.hosts.lightly.recipe import parse_recipe
 from solo_geometry.models.backbones import build_backbone, resolve_stem
 from solo_geometry.models.checkpoint import build_from_config
 from solo_geometry.recipe import load_recipe
+from solo_geometry.reproduce.data import subset_folders
 from solo_geometry.reproduce.invariance import RECIPE
-from solo_geometry.reproduce.invariance.data import subset_folders
 
 
 def authors_backbone() -> nn.Module:

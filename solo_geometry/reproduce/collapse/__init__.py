@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from solo_geometry.reproduce.collapse.cell import CellConfig, cell_overrides
 from solo_geometry.reproduce.collapse.sweep import (
-    DATA_CHOICES,
     cell_host,
     collapse_experiment,
     reproduce_collapse,
 )
 
 __all__ = [
-    "DATA_CHOICES",
     "CellConfig",
     "cell_host",
     "cell_overrides",

@@ -159,13 +159,6 @@ def write_compare(
     return COMPARE
 
 
-def _alert(summary: CollapseSummary) -> str:
-    try:
-        return alert_markdown(summary_runs(summary), summary.factor)
-    except ValueError as error:  # a summary from before the per-epoch curves
-        return str(error)
-
-
 def page_body(summary: CollapseSummary, figures: Sequence[str], prefix: str = "") -> str:
     """The page's HTML body; figure paths relative to the page, under ``prefix``."""
     rho = [(h, v["h/cond"], v["h/cond_paper"]) for h, v in summary.spearman.items()]
@@ -175,7 +168,7 @@ def page_body(summary: CollapseSummary, figures: Sequence[str], prefix: str = ""
         f"<h2>The paper's claims, from this run</h2>{claims(summary.claims)}"
         f"<h2>Mean +- std over seeds</h2><pre>{html.escape(table_markdown(summary))}</pre>"
         "<h2>The collapse alert, replayed per epoch</h2>"
-        f"<pre>{html.escape(_alert(summary))}</pre>"
+        f"<pre>{html.escape(alert_markdown(summary_runs(summary), summary.factor))}</pre>"
         "<h2>Spearman rho(std(H), cond(H)) per head</h2>"
         + table(("head", "numerical rank", "paper's clamp"), rho)
         + "<h2>Figures</h2>"

@@ -18,7 +18,6 @@ from hydra.core.singleton import Singleton
 from solo_geometry.folder.field_types import to_plain
 from solo_geometry.hosts.pretrain import resolve_host
 from solo_geometry.hosts.sweeps import launch_overrides
-from solo_geometry.inputs.cifar import read_cifar
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.backbones import LIGHTLY_ONLY
 from solo_geometry.reproduce.collapse.cell import (
@@ -43,17 +42,14 @@ from solo_geometry.reproduce.collapse.protocol import (
 from solo_geometry.reproduce.collapse.result import CollapseSummary, read_cell
 from solo_geometry.reproduce.collapse.summary import print_claims, summarise, write_summary
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
+from solo_geometry.reproduce.data import check_data_root
 
 __all__ = [
-    "DATA_CHOICES",
     "cell_host",
     "collapse_experiment",
     "grid_overrides",
     "reproduce_collapse",
 ]
-
-DATA_CHOICES = ("digits", "cifar10", "cifar100")
-
 
 # The Hydra application: run_cell stays importable by name (launchers pickle it by reference).
 _app = hydra.main(version_base=None, config_path=None, config_name="reproduce_collapse")(run_cell)
@@ -93,29 +89,10 @@ def _multirun(overrides: Sequence[str]) -> None:
 
 
 def _data(data: str, data_root: Path | None, out: Path) -> tuple[str, str]:
-    """``(data.dataset, data.train_path)`` of the cells; digits are written under ``out``.
-
-    Raises:
-        ValueError: CIFAR without ``--data-root``, or a file there that is not a CIFAR batch
-            (:func:`solo_geometry.inputs.cifar.read_cifar`).
-        FileNotFoundError: when CIFAR's torchvision files are not under ``data_root`` (nothing
-            is downloaded).
-    """
+    """``(data.dataset, data.train_path)`` of the cells; digits are written under ``out``."""
     if data == "digits":
         root = make_digits(out / "data" / "digits")
         return "custom", str(root / "train")
-    if data_root is None:
-        raise ValueError(f"--data {data} needs --data-root DIR holding torchvision's files")
-    try:  # every batch file is read and checked here, not deep in a worker
-        read_cifar(data_root, data, train=True)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(
-            f"--data {data}: torchvision's files are not in {str(data_root)!r} ({err}); nothing "
-            f"is downloaded: fetch them first, e.g. torchvision.datasets.{data.upper()}"
-            f"({str(data_root)!r}, download=True)"
-        ) from None
-    except ValueError as err:
-        raise ValueError(f"--data {data}: {err}") from None
     return data, str(data_root)
 
 
@@ -178,8 +155,7 @@ def reproduce_collapse(
     launch = launch_overrides(jobs, threads, extra)  # bad jobs or threads fail here
     protocol = protocol or protocol_of(quick, scale, grid)
     data = data or protocol.data
-    if data not in DATA_CHOICES:
-        raise ValueError(f"unknown data {data!r}; choose from {list(DATA_CHOICES)}")
+    root = check_data_root(data, data_root, "--data")  # every CIFAR file read, nothing written
     if not factor > 1:
         raise ValueError(f"--factor must be > 1, got {factor}")
     options = check_cell_overrides(extra)
@@ -187,7 +163,7 @@ def reproduce_collapse(
     host = cell_host(host, backbone, stem)
     theirs = None if compare is None else load_runs(compare, trust_pickle=trust_pickle)
     out = Path(out).resolve()
-    dataset, train_path = _data(data, None if data_root is None else Path(data_root), out)
+    dataset, train_path = _data(data, root, out)
     hidden, output, pred = protocol.widths
     common = [
         f"out={out}",

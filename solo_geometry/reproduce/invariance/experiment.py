@@ -20,7 +20,7 @@ from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import load_model
-from solo_geometry.reproduce.invariance.data import (
+from solo_geometry.reproduce.data import (
     check_data_root,
     export_cifar,
     subset_folders,

@@ -243,7 +243,7 @@ class TestInvarianceInput:
         code = _quick_cifar10(out, empty)
         err = capsys.readouterr().err.strip()
         assert code == 2
-        assert len(err.splitlines()) == 1 and "cifar10" in err and "never downloads" in err
+        assert len(err.splitlines()) == 1 and "cifar10" in err and "nothing is downloaded" in err
         assert not out.exists()
 
     def test_code_in_a_cifar_batch_never_runs(
@@ -274,7 +274,7 @@ class TestInvarianceInput:
         from PIL import Image
 
         from solo_geometry.inputs.cifar import read_cifar
-        from solo_geometry.reproduce.invariance.data import check_data_root, export_cifar
+        from solo_geometry.reproduce.data import check_data_root, export_cifar
 
         root = write_fake_cifar(tmp_path / "cifar", n=20)
         assert check_data_root("cifar10", root) == root

@@ -1,8 +1,8 @@
-"""Data of the invariance reproduction: the embedded digits, or CIFAR already on disk.
+"""The reproductions' data: the embedded digits, or CIFAR already on disk.
 
-CIFAR is read by :mod:`solo_geometry.inputs.cifar` and never downloaded (docs/reproducing.md,
-"Invariance"). The probes read image folders, so a seeded, class-stratified subset of the train
-and test splits is exported once as PNGs (``<out>/data/<name>/{train,test}/<class>/``).
+CIFAR is read by :mod:`solo_geometry.inputs.cifar` and never downloaded (docs/reproducing.md).
+The invariance probes read image folders, so a seeded, class-stratified subset of the train and
+test splits is exported once as PNGs (``<out>/data/<name>/{train,test}/<class>/``).
 """
 
 from __future__ import annotations
@@ -24,32 +24,39 @@ __all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
 DATASETS = ("digits", *CIFAR_LAYOUT)
 
 
-def check_data_root(dataset: str, data_root: str | Path | None) -> Path | None:
+def check_data_root(
+    dataset: str, data_root: str | Path | None, option: str = "--dataset"
+) -> Path | None:
     """Check ``dataset`` (one of ``DATASETS``); for CIFAR, that torchvision's files are there.
+
+    Every batch file of both splits is read and checked here, before anything is written.
 
     Returns:
         ``data_root``, the folder holding torchvision's CIFAR folder (None for digits).
 
     Raises:
-        ValueError: on an unknown dataset, or a file under ``data_root`` that is not a CIFAR
-            batch (naming it).
-        FileNotFoundError: CIFAR without ``data_root`` or without its files there.
+        ValueError: on an unknown dataset, CIFAR without ``data_root``, or a file under it that
+            is not a CIFAR batch (naming it); ``option`` names the command's data option.
+        FileNotFoundError: CIFAR's files not under ``data_root``.
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}")
     if dataset == "digits":
         return None
     if data_root is None:
-        raise FileNotFoundError(f"--dataset {dataset} needs --data-root (torchvision's files)")
+        raise ValueError(f"{option} {dataset} needs --data-root DIR holding torchvision's files")
     root = Path(data_root)
     try:
         for train in (True, False):
             CifarFiles(root, dataset, train=train)
     except FileNotFoundError as err:
         raise FileNotFoundError(
-            f"--data-root {str(root)!r} holds no torchvision {dataset} files ({err}); this "
-            "command never downloads (fetch them with torchvision first)"
+            f"--data-root {str(root)!r} holds no torchvision {dataset} files ({err}); nothing "
+            f"is downloaded: fetch them first, e.g. torchvision.datasets.{dataset.upper()}"
+            f"({str(root)!r}, download=True)"
         ) from None
+    except ValueError as err:
+        raise ValueError(f"{option} {dataset}: {err}") from None
     return root
 
 
