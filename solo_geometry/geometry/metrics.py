@@ -1,14 +1,15 @@
 """The registry of record metrics: :data:`METRICS`, one :class:`Metric` per key of a record.
 
 Every number a ``geometry.jsonl`` record (and a zoo card's ``stats``) holds is an entry here: its
-key pattern (``{part}`` stands for each of its ``parts``), label, unit, range, the record part
-that takes it (``stats``, ``hessian``, ``augment``, ``heldout`` for the fixed held-out batch, or
-``head`` for the always-taken weight norm), the function that computes it from that part's
-inputs and its reference (paper or closed form). The monitor
-(:mod:`solo_geometry.runtime.measure`), the zoo's measurements and the invariance reproduction
-assemble records through :func:`assemble` (:func:`record_stats` for the statistics); the
-report's panels and the alert read keys and labels from here; docs/run-folder.md's table is
-:func:`metrics_table`. Adding a metric is one entry here, its function, and its test
+key pattern (``{part}`` stands for each of its ``parts``), label, unit, range, what it is
+measured with (:data:`MEASURED_WITH`: the record part whose inputs it is computed from, ``stats``,
+``hessian``, ``augment``, ``heldout`` for the fixed held-out batch, or ``head``, the head itself,
+in every record), the function that computes it from those inputs and its reference (paper or
+closed form). The monitor (:mod:`solo_geometry.runtime.measure`), the zoo's measurements and the
+invariance reproduction assemble records through :func:`assemble` (:func:`record_stats` for the
+statistics); the report's panels and the alert read keys and labels from here;
+docs/run-folder.md's table is :func:`metrics_table`. Adding a metric is one entry here, its
+function, and its test
 (docs/design.md section 9).
 
 The ``stats`` part's inputs are :class:`~.metric_inputs.StatsInputs` (Z and H, their
@@ -39,7 +40,7 @@ from solo_geometry.geometry.stats import MetricSpectrum
 __all__ = [
     "METRICS",
     "Scalar",
-    "RECORD_PARTS",
+    "MEASURED_WITH",
     "SPACES",
     "HELDOUT",
     "Metric",
@@ -52,7 +53,9 @@ __all__ = [
 ]
 
 Scalar = float | int | bool | None
-RECORD_PARTS = ("stats", "hessian", "augment", "head", "heldout")  # which part takes a metric
+# What a metric is computed from: the inputs of a record part (folder.records.PARTS; ``density``
+# holds the SLQ nodes, no metric), or ``head``: the head itself, in every record, whatever parts.
+MEASURED_WITH = ("stats", "hessian", "augment", "head", "heldout")
 # The held-out batch's statistics (runtime/heldout.py), keys ``heldout/<z|h>/<name>``: what the
 # collapse alert and the benchmark's peers read on clean images of a fixed number of rows.
 HELDOUT = (
@@ -77,7 +80,7 @@ class Metric:
         label: what a plot or table calls it.
         unit: its unit ("1" for a pure number).
         range: its range, in words.
-        record_part: the record part that takes it, one of :data:`RECORD_PARTS`.
+        measured_with: what it is computed from, one of :data:`MEASURED_WITH`.
         compute: ``(inputs, part) -> value`` from that part's inputs (``part`` is ``""`` for a
             key without ``{part}``).
         reference: the paper or closed form it follows.
@@ -90,7 +93,7 @@ class Metric:
     label: str
     unit: str
     range: str
-    record_part: str
+    measured_with: str
     compute: Callable[[Any, str], Scalar] = field(repr=False, compare=False)
     reference: str
     parts: tuple[str, ...] = ()
@@ -290,12 +293,12 @@ def unregistered(keys: Iterable[str]) -> list[str]:
 
 
 def assemble(
-    record_part: str, inputs: Any, parts: Iterable[str] | None = None
+    measured_with: str, inputs: Any, parts: Iterable[str] | None = None
 ) -> dict[str, Scalar]:
-    """One record part's metrics, each computed by its entry's function from ``inputs``.
+    """The metrics measured with ``measured_with``, each computed by its entry's function.
 
     Args:
-        record_part: one of :data:`RECORD_PARTS`.
+        measured_with: one of :data:`MEASURED_WITH`.
         inputs: that part's inputs: :class:`StatsInputs` (``stats``), a
             :class:`~solo_geometry.geometry.spectrum.HessianSpectrum` (``hessian``), the rho
             values by family (``augment``), the head (``head``).
@@ -305,14 +308,14 @@ def assemble(
         ``key -> value`` in :data:`METRICS`' order (None where undefined).
 
     Raises:
-        ValueError: for an unknown ``record_part``.
+        ValueError: for an unknown ``measured_with``.
     """
-    if record_part not in RECORD_PARTS:
-        raise ValueError(f"record_part {record_part!r} unknown; choose from {RECORD_PARTS}")
+    if measured_with not in MEASURED_WITH:
+        raise ValueError(f"measured_with {measured_with!r} unknown; choose from {MEASURED_WITH}")
     wanted = None if parts is None else set(parts)
     out: dict[str, Scalar] = {}
     for m in METRICS.values():
-        if m.record_part != record_part:
+        if m.measured_with != measured_with:
             continue
         if not m.per_part:
             if m.applies is None or m.applies(inputs):
@@ -359,11 +362,11 @@ def record_stats(
 def metrics_table() -> str:
     """docs/run-folder.md's table of :data:`METRICS` (markdown, one row per entry)."""
     rows = [
-        "| key | parts | label | unit | range | record part | reference |",
+        "| key | parts | label | unit | range | measured with | reference |",
         "|---|---|---|---|---|---|---|",
     ]
     for m in METRICS.values():
         parts = ", ".join(m.parts) if m.parts else "-"
-        cells = (f"`{m.key}`", parts, m.label, m.unit, m.range, m.record_part, m.reference)
+        cells = (f"`{m.key}`", parts, m.label, m.unit, m.range, m.measured_with, m.reference)
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows)

@@ -19,9 +19,10 @@ import torch
 from test_quality import np_entropy_rank, np_lidar
 from torch import nn
 
+from solo_geometry.folder.records import PARTS
 from solo_geometry.geometry.metrics import (
+    MEASURED_WITH,
     METRICS,
-    RECORD_PARTS,
     assemble,
     metric,
     metrics_table,
@@ -120,7 +121,7 @@ class TestRegistry:
         keys = [k for m in METRICS.values() for k in m.keys()]
         assert len(keys) == len(set(keys)), "two entries stand for one key"
         for m in METRICS.values():
-            assert m.record_part in RECORD_PARTS and m.label and m.unit and m.range
+            assert m.measured_with in MEASURED_WITH and m.label and m.unit and m.range
             assert m.reference and m.per_part == bool(m.parts) or m.applies is not None
             assert all(registered(k) is m for k in m.keys())
         assert metric("rankme").key_for("h") == "h/rankme"
@@ -128,12 +129,20 @@ class TestRegistry:
             "x/y"
         ]
 
+    def test_measured_with_is_the_record_parts_and_the_head(self) -> None:
+        # one list of record parts (folder.records.PARTS): each but density (SLQ nodes, no
+        # metric) takes metrics; "head" (the head's own, every record) is no record part
+        used = {m.measured_with for m in METRICS.values()}
+        assert used == set(MEASURED_WITH)
+        assert set(MEASURED_WITH) - {"head"} == set(PARTS) - {"density"}
+        assert "head" not in PARTS
+
     def test_bad_names_are_refused(self) -> None:
         with pytest.raises(ValueError, match="metric 'nope' unknown; choose from"):
             metric("nope")
         with pytest.raises(ValueError, match="part 'q' unknown; choose from"):
             metric("rankme").key_for("q")
-        with pytest.raises(ValueError, match="record_part 'x' unknown; choose from"):
+        with pytest.raises(ValueError, match="measured_with 'x' unknown; choose from"):
             assemble("x", None)
 
     def test_table_has_one_row_per_entry(self) -> None:
@@ -143,7 +152,7 @@ class TestRegistry:
 
 class TestStatsKnownAnswer:
     def test_every_stats_entry_has_a_reference(self) -> None:
-        stats = {m.name for m in METRICS.values() if m.record_part == "stats"}
+        stats = {m.name for m in METRICS.values() if m.measured_with == "stats"}
         assert stats == set(REFERENCES) | set(METRIC_REFERENCES)
 
     @pytest.mark.parametrize(("dtype", "rel"), [(torch.float64, 1e-9), (torch.float32, 1e-5)])

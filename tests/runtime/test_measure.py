@@ -16,7 +16,7 @@ class TestRegisteredKeys:
         assert result.parts == ["stats", "hessian", "augment"] and not result.failed
         assert unregistered(result.metrics) == []
         for part in ("stats", "head"):  # these parts record every entry of theirs
-            want = {k for m in METRICS.values() if m.record_part == part for k in m.keys()}
+            want = {k for m in METRICS.values() if m.measured_with == part for k in m.keys()}
             want -= {k for k in want if k.startswith("metric/")}  # a metric-linear head's
             assert want <= set(result.metrics), sorted(want - set(result.metrics))
 

@@ -172,7 +172,7 @@ class TestVerify:
         want = {
             k
             for m in METRICS.values()
-            if m.record_part == "stats" and not m.key.startswith("metric/")
+            if m.measured_with == "stats" and not m.key.startswith("metric/")
             for k in m.keys()
         }
         assert set(stats) == want
