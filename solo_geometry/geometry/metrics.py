@@ -9,8 +9,7 @@ closed form). The monitor (:mod:`solo_geometry.runtime.measure`), the zoo's meas
 invariance reproduction assemble records through :func:`assemble` (:func:`record_stats` for the
 statistics); the report's panels and the alert read keys and labels from here;
 docs/run-folder.md's table is :func:`metrics_table`. Adding a metric is one entry here, its
-function, and its test
-(docs/design.md section 9).
+function, and its test (docs/design.md section 9).
 
 The ``stats`` part's inputs are :class:`~.metric_inputs.StatsInputs` (Z and H, their
 representation statistics and alpha-ReQ fit computed once and shared by the entries that read
