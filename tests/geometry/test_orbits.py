@@ -10,6 +10,7 @@ from scipy.spatial.distance import pdist
 from torch import Tensor, nn
 from torchvision.transforms import functional as TF
 
+from solo_geometry.config.choices import ORBIT_PROTOCOLS
 from solo_geometry.geometry.curvature import (
     PAPER_SWEEP_DEGREES,
     sweep_curvature,
@@ -17,6 +18,7 @@ from solo_geometry.geometry.curvature import (
 )
 from solo_geometry.geometry.orbits import (
     PAPER_ORBIT_DEGREES,
+    PROTOCOLS,
     OrbitComparison,
     make_orbits,
     orbit_comparison,
@@ -172,6 +174,10 @@ def cifar_like(n_per_class: int = 6, size: int = 8) -> tuple[Tensor, Tensor]:
 
 
 class TestProtocols:
+    def test_the_config_offers_the_protocols_the_geometry_knows(self) -> None:
+        # geometry may not import config (tests/import_rules.py): the two lists held equal here
+        assert ORBIT_PROTOCOLS == PROTOCOLS
+
     def test_paper_selection(self) -> None:
         _, labels = cifar_like()
         picked = paper_orbit_selection(labels, seed=0)
