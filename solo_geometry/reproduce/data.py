@@ -19,7 +19,7 @@ from torchvision import datasets
 from solo_geometry.inputs.cifar import CIFAR_LAYOUT, CifarFiles
 from solo_geometry.inputs.datasets import stratified_split
 
-__all__ = ["DATASETS", "check_data_root", "export_cifar", "train_size"]
+__all__ = ["DATASETS", "check_data_root", "export_cifar", "subset_folders", "train_size"]
 
 DATASETS = ("digits", *CIFAR_LAYOUT)
 
