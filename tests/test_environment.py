@@ -8,6 +8,7 @@ variables are also rows of docs/failures.md's table (``tests/test_bad_input.py``
 
 from __future__ import annotations
 
+import json
 import pwd
 import subprocess
 import sys
@@ -145,16 +146,38 @@ class TestHomeUnset:
         assert sorted(p.name for p in tmp_path.iterdir()) == ["recipes"]
 
 
-def _python(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+# One interpreter, several commands: ``solo_geometry.cli.main`` on each argv of the JSON list
+# in argv[1], in turn; each command's stderr ends with a line SEP, and stdout is their statuses.
+_COMMANDS = (
+    "import json, sys\nfrom solo_geometry.cli import main\ncodes = []\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    codes.append(main(argv))\n    print(%r, file=sys.stderr, flush=True)\n"
+    "print(json.dumps(codes))\n"
+)
+SEP = "@@ end of command @@"
+
+
+def _python(
+    commands: list[list[str]], env: dict[str, str], cwd: Path
+) -> tuple[list[int], list[str]]:
+    """Run ``commands`` in one fresh interpreter under ``env``: each one's status and stderr.
+
+    One process per environment (the locale is read when the interpreter starts), not one per
+    command: the package's imports are paid once.
+    """
     base = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "solo_geometry.cli", *args],
+    proc = subprocess.run(
+        # the paths as they are (not escaped): the interpreter decodes them under the locale
+        [sys.executable, "-c", _COMMANDS % SEP, json.dumps(commands, ensure_ascii=False)],
         env={**base, **env},
         cwd=cwd,
         capture_output=True,
         timeout=600,
         check=False,
     )
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(proc.stdout.decode().splitlines()[-1]), err.split(SEP + "\n")[:-1]
 
 
 @pytest.mark.slow
@@ -172,12 +195,11 @@ class TestLocale:
     def test_c_locale_reads_utf8(self, world: Path, tmp_path: Path, env: dict) -> None:
         """Python reads the C and POSIX locales as UTF-8: the path is named as it is."""
         args = ["pretrain", "--config", str(world), "--host", "lightly", "++max_epochs=0"]
-        proc = _python(args, env, tmp_path)
-        err = proc.stderr.decode()
-        assert proc.returncode == 2 and "Traceback" not in err and "warning" not in err
+        missing = ["pretrain", "--config", str(tmp_path / "é.yaml")]
+        codes, (err, err_missing) = _python([args, missing], env, tmp_path)
+        assert codes == [2, 2] and "Traceback" not in err and "warning" not in err
         assert err.splitlines()[-1].endswith("recipe field max_epochs=0 must be an integer >= 1")
-        missing = _python(["pretrain", "--config", str(tmp_path / "é.yaml")], env, tmp_path)
-        assert f"recipe file '{tmp_path / 'é.yaml'}' not found" in missing.stderr.decode()
+        assert f"recipe file '{tmp_path / 'é.yaml'}' not found" in err_missing
 
     def test_ascii_encoding_is_named(self, digits: Path, tmp_path: Path) -> None:
         """An ASCII file-system encoding: a named warning, and the data path it cannot open."""
@@ -188,10 +210,9 @@ class TestLocale:
         env = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
         runs = tmp_path / "runs"
         args = ["pretrain", "--config", str(recipe), "--host", "lightly", "--runs-root", str(runs)]
-        proc = _python(args, env, tmp_path)
-        err = proc.stderr.decode(errors="replace")
+        (code,), (err,) = _python([args], env, tmp_path)
         lines = err.splitlines()
-        assert proc.returncode == 2 and "Traceback" not in err, err
+        assert code == 2 and "Traceback" not in err, err
         assert any(
             "warning: the file-system encoding of this locale is 'ascii'" in x for x in lines
         )

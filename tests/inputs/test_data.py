@@ -1,7 +1,5 @@
 import hashlib
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -77,41 +75,16 @@ class TestMakeDigits:
 
 class TestDataCommand:
     def test_cli_writes_and_fails_cleanly(self, tmp_path):
+        from tests.hosts.solo_helpers import run  # python -m, forked from a warm interpreter
+
         root = Path(__file__).resolve().parents[2]
-        ok = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "solo_geometry.cli",
-                "data",
-                "digits",
-                "--out",
-                str(tmp_path / "d"),
-                "--size",
-                "8",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=root,
-        )
+        cli = ["-m", "solo_geometry.cli", "data", "digits", "--out"]
+        ok = run([*cli, str(tmp_path / "d"), "--size", "8"], root)
         assert ok.returncode == 0, ok.stderr
         assert len(list((tmp_path / "d").rglob("*.png"))) == 1797
         (tmp_path / "busy").mkdir()
         (tmp_path / "busy" / "x").write_text("")
-        bad = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "solo_geometry.cli",
-                "data",
-                "digits",
-                "--out",
-                str(tmp_path / "busy"),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=root,
-        )
+        bad = run([*cli, str(tmp_path / "busy")], root)
         assert bad.returncode == 2
         assert "not a digits export" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-from joblib.externals.loky import get_reusable_executor
 
 from solo_geometry.analysis.pages import write_page
 from solo_geometry.cli import main as cli_main
@@ -98,7 +97,9 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
 
     buf = io.StringIO()
     with redirect_stdout(buf):
-        summary = reproduce_collapse(out, quick=True, host="lightly", jobs=2, protocol=TINY)
+        # one job at a time, in this process (joblib's sequential backend): no worker processes
+        # to start and import torch; TestPaperScale runs the cells in two worker processes
+        summary = reproduce_collapse(out, quick=True, host="lightly", jobs=1, protocol=TINY)
     return out, summary, buf.getvalue()
 
 
@@ -213,10 +214,8 @@ class TestSweep:
         out, summary, _ = sweep
         (out / "cells" / "linear-none-lr0.05-s0.json").unlink()  # as if interrupted
         kept = out / next(str(r.run) for r in summary.rows if r.head == "swish")
-        # the cells print from joblib's worker processes: fresh ones, so that capfd sees them
-        get_reusable_executor().shutdown(wait=True)
         again = reproduce_collapse(
-            out, quick=True, host="lightly", jobs=2, protocol=TINY, compare=AUTHORS
+            out, quick=True, host="lightly", jobs=1, protocol=TINY, compare=AUTHORS
         )
         printed = capfd.readouterr().out
         # --compare: our curves beside the authors' released ones, on the page
