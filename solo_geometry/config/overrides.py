@@ -24,8 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from solo_geometry.config import GeometryConfig
-from solo_geometry.config.choices import FALSE_WORDS, TRUE_WORDS
+from solo_geometry.config import GeometryConfig, as_bool
 
 __all__ = ["check_geometry_overrides", "check_hydra_overrides", "schema_fields"]
 
@@ -117,9 +116,11 @@ def _fits(value: Any, hint: Any, key: str) -> bool:
             _check(f"{key}.{name}", item, fields)
         return True
     if hint is bool:
-        return isinstance(value, bool) or (
-            isinstance(value, str | int) and str(value).strip().lower() in TRUE_WORDS + FALSE_WORDS
-        )
+        try:
+            as_bool(value, key)  # the spellings the node itself reads
+        except ValueError:
+            return False
+        return True
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
