@@ -9,7 +9,7 @@ CI log says whether the solo-learn host was tested at all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,21 @@ def ssl_loss(request: pytest.FixtureRequest) -> Callable[[Tensor], Tensor]:
 def ssl_losses() -> dict[str, Callable[[Tensor], Tensor]]:
     """All four hand-written SSL losses by name."""
     return SSL_LOSSES
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Each test leaves ``os.environ`` as it found it.
+
+    Code run in the test process sets variables and leaves them (Lightning's ``seed_everything``
+    sets ``PL_GLOBAL_SEED``): a later test would run under them, and the warm interpreter of
+    tests/hosts/warm_python.py, started under another environment, could not serve it (each run
+    then paid its imports again). Fixtures of wider scope are set up before this snapshot.
+    """
+    from tests.shared import environment_kept
+
+    with environment_kept():
+        yield
 
 
 @pytest.fixture(scope="session")

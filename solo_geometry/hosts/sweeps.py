@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -123,8 +124,8 @@ class SweepProgress(Callback):
         what = said or " ".join(config.hydra.overrides.task)
         done = finish(folder, int(config.hydra.job.num))
         elapsed = time.time() - float(info["time"])
-        print(
-            f"[sweep] {done}/{info['total']} {'done' if ok else 'FAILED'} ({elapsed:.0f} s): "
-            f"{what}",
-            flush=True,
-        )
+        state = "done" if ok else "FAILED"
+        # One write of the whole line: jobs finishing together print at once, and print()
+        # writes the newline apart under PYTHONUNBUFFERED (python -u): two lines could interleave.
+        sys.stdout.write(f"[sweep] {done}/{info['total']} {state} ({elapsed:.0f} s): {what}\n")
+        sys.stdout.flush()

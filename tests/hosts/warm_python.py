@@ -161,10 +161,14 @@ _SHARED: dict[tuple[str, ...], WarmPython] = {}
 
 
 def shared(preload: Sequence[str], env: dict[str, str]) -> WarmPython:
-    """This test process's one warm interpreter of ``preload``: started on first use, ended at
-    exit (a pytest-xdist worker starts its own)."""
+    """This test process's one warm interpreter of ``preload``: started under ``env`` on first
+    use, and again when ``env`` has changed since (the one before ended); ended at exit (a
+    pytest-xdist worker starts its own)."""
     key = tuple(preload)
-    if key not in _SHARED:
-        _SHARED[key] = WarmPython(preload, env)
-        atexit.register(_SHARED[key].close)
-    return _SHARED[key]
+    warm = _SHARED.get(key)
+    if warm is None or not warm.takes(env):
+        if warm is not None:
+            warm.close()
+        warm = _SHARED[key] = WarmPython(preload, env)
+        atexit.register(warm.close)
+    return warm

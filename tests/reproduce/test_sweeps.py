@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
 
 from solo_geometry.hosts.sweeps import (
     PROGRESS_CALLBACK,
+    SweepProgress,
     available_cores,
     finish,
     launch_overrides,
@@ -78,6 +81,36 @@ def test_jobs_that_finish_together_count_apart(
     assert finish(tmp_path, 1) == 2  # the file's length would say 3, job 2's count too
 
 
+def test_a_jobs_line_is_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs of a sweep print to one stream at once: a line written in two parts (print() under
+    PYTHONUNBUFFERED writes the newline apart) can land inside another job's line."""
+    cfg = OmegaConf.create(
+        {
+            "hydra": {
+                "sweep": {"dir": str(tmp_path)},
+                "overrides": {"task": ["+a=1,2"]},
+                "job": {"num": 1},
+                "launcher": {"_target_": "hydra_plugins.JoblibLauncher"},
+            }
+        }
+    )
+    SweepProgress().on_multirun_start(cfg)
+    writes: list[str] = []
+
+    class Stream:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    job = JobReturn(overrides=["+a=2"], status=JobStatus.COMPLETED, _return_value="a=2")
+    SweepProgress().on_job_end(cfg, job)
+    assert len(writes) == 1 and re.fullmatch(r"\[sweep\] 1/2 done \(\d+ s\): a=2\n", writes[0])
+
+
 def test_user_sweep_on_joblib_prints_progress(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text(APP)
     args = [
@@ -102,11 +135,12 @@ def test_user_sweep_on_joblib_prints_progress(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[sweep]")]
-    assert lines[0] == "[sweep] 4 job(s) on JoblibLauncher"
-    done = sorted(
-        re.fullmatch(r"\[sweep\] (\d)/4 done \(\d+ s\): (a=\d b=\w)", ln).groups()
-        for ln in lines[1:]
-    )
+    assert lines[0] == "[sweep] 4 job(s) on JoblibLauncher", proc.stdout
+    matches = [
+        re.fullmatch(r"\[sweep\] (\d)/4 done \(\d+ s\): (a=\d b=\w)", ln) for ln in lines[1:]
+    ]
+    assert all(matches), proc.stdout  # each job's line whole, on its own
+    done = sorted(m.groups() for m in matches if m)
     assert [d[0] for d in done] == ["1", "2", "3", "4"]
     assert sorted(d[1] for d in done) == ["a=1 b=x", "a=1 b=y", "a=2 b=x", "a=2 b=y"]
 

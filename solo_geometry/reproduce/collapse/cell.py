@@ -32,6 +32,7 @@ from solo_geometry.reproduce.collapse.protocol import (
     CELL_NORMS,
     QUICK,
     cell_id,
+    paper_head,
 )
 from solo_geometry.reproduce.collapse.summary import cell_record
 from solo_geometry.reproduce.collapse.verdicts import ESCAPE_FACTOR
@@ -98,11 +99,7 @@ def cell_overrides(cfg: CellConfig | DictConfig) -> list[str]:
     return [
         "+geometry=on",
         f"name=collapse-{cell_id(cfg.head, cfg.norm, cfg.lr, cfg.seed)}",
-        "geometry.head.name=smooth_mlp",
-        f"geometry.head.activation={CELL_ACTIVATIONS[cfg.head]}",
-        f"geometry.head.norm={cfg.norm}",
-        "geometry.head.bias=false",
-        f"geometry.head.out_norm={str(cfg.norm == 'bn').lower()}",
+        *paper_head(CELL_ACTIVATIONS[cfg.head], norm=cfg.norm),
         "geometry.predictor.name=smooth_mlp",  # follows the head's activation and norm
         "geometry.init.pseudo_collapse=true",
         f"geometry.init.alpha={cfg.alpha}",

@@ -34,6 +34,7 @@ __all__ = [
     "Protocol",
     "cell_id",
     "lr_name",
+    "paper_head",
     "protocol_of",
 ]
 
@@ -60,6 +61,24 @@ def lr_name(lr: float, base_lr: float = BASE_LR) -> str:
 def cell_id(head: str, norm: str, lr: float, seed: int) -> str:
     """A cell's name (its folder's and its record's), e.g. ``swish-bn-lr0.05-s0``."""
     return f"{head}-{norm}-lr{lr:g}-s{seed}"
+
+
+def paper_head(activation: str, depth: int = 2, norm: str = "bn") -> list[str]:
+    """The paper's projection head as ``geometry.head`` overrides.
+
+    Linear layers without biases, the activation between them and, with ``norm`` ``bn``,
+    BatchNorm1d after each (the last included): experiments.py's ``ProjectionHead`` (depth 2)
+    and head_depth_ablations.py's ``FlexibleProjectionHead`` (depth 1 is Linear + BatchNorm).
+    Widths: the recipe's ``proj_hidden_dim`` and ``proj_output_dim``.
+    """
+    return [
+        "geometry.head.name=smooth_mlp",
+        f"geometry.head.activation={activation}",
+        f"geometry.head.norm={norm}",
+        "geometry.head.bias=false",
+        f"geometry.head.out_norm={str(norm == 'bn').lower()}",
+        f"geometry.head.depth={depth}",
+    ]
 
 
 @dataclass(frozen=True)

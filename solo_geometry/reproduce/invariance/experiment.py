@@ -20,6 +20,7 @@ from solo_geometry.folder.run_folder import RunFolder
 from solo_geometry.inputs.datasets import load_image_folder
 from solo_geometry.inputs.digits import make_digits
 from solo_geometry.models.checkpoint import load_model
+from solo_geometry.reproduce.collapse.protocol import paper_head
 from solo_geometry.reproduce.data import (
     check_data_root,
     export_cifar,
@@ -57,7 +58,6 @@ __all__ = [
     "InvarianceSettings",
     "geometry_on",
     "invariance_experiment",
-    "paper_head",
     "run_invariance_experiment",
 ]
 
@@ -144,24 +144,6 @@ def _pretrain(out: Path, data: _Data, s: InvarianceSettings, epochs: int, extra:
         RECIPE, _overrides(data, s, epochs, extra), runs_root=out / "runs"
     )
     return run
-
-
-def paper_head(activation: str, depth: int) -> list[str]:
-    """The paper's projection head as ``geometry.head`` overrides.
-
-    Linear layers without biases, each followed by BatchNorm1d, the activation between them:
-    experiments.py's ``ProjectionHead(use_bn=True)`` (depth 2) and head_depth_ablations.py's
-    ``FlexibleProjectionHead`` (depth 1 is Linear + BatchNorm). Widths: the recipe's
-    ``proj_hidden_dim`` and ``proj_output_dim``.
-    """
-    return [
-        "geometry.head.name=smooth_mlp",
-        f"geometry.head.activation={activation}",
-        "geometry.head.norm=bn",
-        "geometry.head.bias=false",
-        "geometry.head.out_norm=true",
-        f"geometry.head.depth={depth}",
-    ]
 
 
 def _measured(out: Path, data: _Data, s: InvarianceSettings, depth: int = 0) -> Guillotine:

@@ -16,7 +16,8 @@ from solo_geometry.hosts.lightly.recipe import parse_recipe
 from solo_geometry.inputs.datasets import IMAGENET_MEAN_STD
 from solo_geometry.models.heads import build_configured_head
 from solo_geometry.recipe import load_recipe
-from solo_geometry.reproduce.invariance.experiment import RECIPE, geometry_on, paper_head
+from solo_geometry.reproduce.collapse.protocol import paper_head
+from solo_geometry.reproduce.invariance.experiment import RECIPE, geometry_on
 
 
 def _steps(pipeline: T.Compose) -> list[object]:
