@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -215,6 +216,8 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     trainer.fit(model, _loader(cfg))
     mark()  # the end of fit: the interval after the last step holds the final record
+    measurements = _measurements(Path(out_dir) / "geometry.jsonl")
+    shutil.rmtree(out_dir, ignore_errors=True)  # read: nothing of the run is left in /tmp
     return {
         "recipe": recipe,
         "mode": mode,
@@ -223,7 +226,7 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         "cpu": [b[1] - a[1] for a, b in zip(marks[:-1], marks[1:], strict=True)],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-        "measurements": _measurements(Path(out_dir) / "geometry.jsonl"),
+        "measurements": measurements,
     }
 
 

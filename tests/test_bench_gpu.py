@@ -23,11 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "bench_gpu.py"
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+def _run(*argv: str, tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}",
         "OMP_NUM_THREADS": "1",
+        **({"TMPDIR": str(tmp)} if tmp else {}),
     }
     return subprocess.run(
         [sys.executable, str(BENCH), *argv],
@@ -55,8 +56,10 @@ def test_cpu_smoke_row(tmp_path: Path) -> None:
         "--solo-root",
         str(root),
         "--json",
+        tmp=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp_path.glob("bench-geometry-*"))  # each run's folder removed once read
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     assert row["recipe"] == "cifar/simclr" and row["memory"] == "peak_rss_mb"
     assert row["statuses"] == ["ok"], row
