@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -183,7 +182,8 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     from solo_geometry.recipe import load_recipe
 
     install()
-    out_dir = tempfile.mkdtemp(prefix="bench-geometry-")
+    scratch = tempfile.TemporaryDirectory(prefix="bench-geometry-")  # gone once read, or at exit
+    out_dir = scratch.name
     path = recipe_path(recipe, args.solo_root)
     cfg = parse_cfg(load_recipe(path, overrides(recipe, mode, args, out_dir)))
     pl.seed_everything(cfg.seed, verbose=False)
@@ -217,7 +217,7 @@ def single(recipe: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     trainer.fit(model, _loader(cfg))
     mark()  # the end of fit: the interval after the last step holds the final record
     measurements = _measurements(Path(out_dir) / "geometry.jsonl")
-    shutil.rmtree(out_dir, ignore_errors=True)  # read: nothing of the run is left in /tmp
+    scratch.cleanup()
     return {
         "recipe": recipe,
         "mode": mode,

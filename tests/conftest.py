@@ -8,15 +8,19 @@ CI log says whether the solo-learn host was tested at all.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+pytest_plugins = ("pytester",)  # tests/hosts/test_warm_python.py runs an inner pytest
 
 
 def nt_xent(h: Tensor, temperature: float = 0.5) -> Tensor:
@@ -89,9 +93,7 @@ def _environment_restored() -> Iterator[None]:
     tests/hosts/warm_python.py, started under another environment, could not serve it (each run
     then paid its imports again). Fixtures of wider scope are set up before this snapshot.
     """
-    from tests.shared import environment_kept
-
-    with environment_kept():
+    with mock.patch.dict(os.environ):  # put back as it was on exit: set, changed or removed
         yield
 
 

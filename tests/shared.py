@@ -2,19 +2,18 @@
 
 No test module imports from another; what two of them need lives here (or in ``conftest.py``
 for fixtures). ``build_once``: folders several tests read, built once per test session
-(marker ``shared``); ``environment_kept``: ``os.environ`` put back as it was.
+(marker ``shared``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import pickle
 import shutil
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -188,16 +187,3 @@ class CountingNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         return self.net(x)
-
-
-@contextlib.contextmanager
-def environment_kept() -> Iterator[None]:
-    """``os.environ`` as it was on entry, again on exit: variables set, changed or removed
-    inside are put back (conftest.py's ``_environment_restored``, around every test)."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        if dict(os.environ) != saved:
-            os.environ.clear()
-            os.environ.update(saved)

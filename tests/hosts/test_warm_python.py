@@ -1,5 +1,5 @@
 """The host tests' warm interpreter (tests/hosts/warm_python.py) and the environment each test
-leaves (tests/shared.py's ``environment_kept``, around every test in conftest.py)."""
+leaves (conftest.py's ``_environment_restored``, around every test)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from tests.hosts.warm_python import WarmPython, shared
-from tests.shared import environment_kept
 
 # What a run of ``python SCRIPT ARGS`` sees: its arguments, working folder, environment and path.
 SCRIPT = """
@@ -60,14 +59,29 @@ def test_shared_starts_again_under_a_changed_environment(tmp_path: Path) -> None
     assert "'5'" in second.run([str(script), "0"], tmp_path, changed).stdout
 
 
-def test_environment_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SG_KEPT_CHANGED", "before")
-    monkeypatch.setenv("SG_KEPT_REMOVED", "there")
-    monkeypatch.delenv("SG_KEPT_ADDED", raising=False)
-    with environment_kept():
-        os.environ["SG_KEPT_CHANGED"] = "after"
-        del os.environ["SG_KEPT_REMOVED"]
-        os.environ["SG_KEPT_ADDED"] = "1"
+# Two tests run by an inner pytest with this suite's autouse fixture: the first changes the
+# environment, the second reads it.
+LEAKY = """
+import os
+
+def test_a_leaks():
+    os.environ["SG_KEPT_CHANGED"] = "after"
+    del os.environ["SG_KEPT_REMOVED"]
+    os.environ["SG_KEPT_ADDED"] = "1"
+
+def test_b_reads():
     assert os.environ["SG_KEPT_CHANGED"] == "before"
     assert os.environ["SG_KEPT_REMOVED"] == "there"
     assert "SG_KEPT_ADDED" not in os.environ
+"""
+
+
+def test_each_test_leaves_the_environment_as_it_found_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SG_KEPT_CHANGED", "before")
+    monkeypatch.setenv("SG_KEPT_REMOVED", "there")
+    monkeypatch.delenv("SG_KEPT_ADDED", raising=False)
+    pytester.makeconftest("from tests.conftest import _environment_restored  # noqa: F401\n")
+    pytester.makepyfile(test_leaky=LEAKY)
+    pytester.runpytest("-p", "no:xdist", "-p", "no:cacheprovider").assert_outcomes(passed=2)
